@@ -1,0 +1,1 @@
+"""Guard back-ends (openrouter, openai-compatible, mlx, sim) and strict parsers."""

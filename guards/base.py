@@ -1,0 +1,52 @@
+"""The one interface every back-end implements.
+
+A guard turns a frozen instance into a request body (the *stimulus*: what is sent, minus
+secrets) and sends that body, returning the reply exactly as received. Parsing is separate
+(`guards.parsers`), so the same reply can be re-parsed later.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from guards.config import GuardConfig
+from guards.prompts import Prompt
+
+
+@dataclass
+class Reply:
+    """One attempt's answer, as received."""
+
+    status: int | str            # HTTP status, or "local" for in-process back-ends
+    raw: str                     # response text exactly as received (HTTP body / generated text)
+    content: str | None = None   # the model's message text, extracted from `raw`
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost
+    provider: str | None = None  # resolved upstream provider, when the back-end reports one
+    answers_call_id: str | None = None  # call id echoed by the server, when it echoes one
+
+
+class Guard(abc.ABC):
+    """A configured guard back-end. One instance per run; `aclose` releases its resources."""
+
+    def __init__(self, config: GuardConfig, prompt: Prompt) -> None:
+        self.config = config
+        self.prompt = prompt
+
+    @abc.abstractmethod
+    def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
+        """The request body for one instance, without secrets. Deterministic."""
+
+    @abc.abstractmethod
+    async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
+        """Send one attempt. Raise TransientError / FatalError / CallFailed on failure."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections, models, threads."""
+
+    @property
+    def pinned_provider(self) -> str | None:
+        """The upstream provider the config pins, if any (drift is checked against it)."""
+        return None

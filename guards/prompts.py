@@ -1,0 +1,111 @@
+"""Prompt templates as files with a manifest (DESIGN §8).
+
+`prompts/<id>/manifest.json` names the message files (role + file), their SHA-256, the
+placeholders, the output schema (for structured output) and the parser. Rendering substitutes
+the known placeholders in one regex pass: benchmark text is inserted verbatim and never
+re-scanned, so a base containing `{user_request}` or `{0}` renders as itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pprint
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.canon import canonical_sha256, sha256_hex
+from harness.errors import InputError
+
+KNOWN_PLACEHOLDERS = ("user_request", "history", "current_action", "tool_descriptions", "agent_action", "env_info")
+_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(KNOWN_PLACEHOLDERS) + r")\}")
+
+
+def prompts_root() -> Path:
+    """`$GUARDEVAL_PROMPTS`, else the repository's `prompts/` folder."""
+    env = os.environ.get("GUARDEVAL_PROMPTS")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "prompts"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    messages: tuple[tuple[str, str], ...]   # (role, template text)
+    placeholders: tuple[str, ...]
+    parser: str
+    action_format: str                       # "json" or "python_repr"
+    output_schema: dict[str, Any] | None
+    sha256: str                              # over the manifest's file hashes + settings
+
+    def render_messages(self, instance: Mapping[str, Any]) -> list[dict[str, str]]:
+        values = placeholder_values(instance, self.action_format)
+        return [{"role": role, "content": _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], text)}
+                for role, text in self.messages]
+
+
+def _dump(value: Any, indent: int | None, action_format: str) -> str:
+    if isinstance(value, str):
+        return value
+    if action_format == "python_repr":
+        return pprint.pformat(value, indent=indent, width=100, sort_dicts=False) if indent else repr(value)
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def placeholder_values(instance: Mapping[str, Any], action_format: str = "json") -> dict[str, str]:
+    """String value of every known placeholder for one instance.
+
+    `render.indent` (the formatting placebo) changes whitespace only; values are unchanged.
+    `agent_action` follows ToolSafe's shape: {'interaction_history': ..., 'current_action': ...}.
+    """
+    indent = (instance.get("render") or {}).get("indent")
+    action = {"interaction_history": instance["history"], "current_action": instance["current_action"]}
+    return {
+        "user_request": instance["user_request"],
+        "history": _dump(instance["history"], indent, action_format),
+        "current_action": _dump(instance["current_action"], indent, action_format),
+        "tool_descriptions": _dump(instance["tool_descriptions"], indent, action_format),
+        "agent_action": _dump(action, indent, action_format),
+        "env_info": _dump(instance["tool_descriptions"], indent, action_format),
+    }
+
+
+def load_prompt(prompt_id: str, root: Path | None = None) -> Prompt:
+    base = (root or prompts_root()) / prompt_id
+    manifest_path = base / "manifest.json"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", prompt_id):
+        raise InputError(f"invalid prompt id '{prompt_id}'", field="prompt")
+    if not manifest_path.is_file():
+        hint = " (run `guardeval prompts import ts-guard FILE` first)" if prompt_id.startswith("ts-guard") else ""
+        raise InputError(f"prompt '{prompt_id}' not found under {base.parent}{hint}", field="prompt")
+    try:
+        manifest = json.loads(manifest_path.read_text("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=manifest_path) from None
+    for key in ("messages", "files", "parser"):
+        if key not in manifest:
+            raise InputError("missing required field", path=manifest_path, field=key)
+    messages = []
+    for i, msg in enumerate(manifest["messages"]):
+        fname = msg.get("file", "")
+        fpath = base / fname
+        if fpath.is_symlink() or not fpath.is_file() or fpath.parent != base:
+            raise InputError(f"template file '{fname}' missing", path=manifest_path, field=f"messages.{i}.file")
+        data = fpath.read_bytes()
+        want = manifest["files"].get(fname)
+        if sha256_hex(data) != want:
+            raise InputError(f"SHA-256 of {fname} does not match the manifest", path=manifest_path,
+                             field=f"files.{fname}")
+        messages.append((msg["role"], data.decode("utf-8")))
+    found = sorted({m for _, t in messages for m in _PLACEHOLDER_RE.findall(t)})
+    declared = sorted(manifest.get("placeholders", found))
+    if found != declared:
+        raise InputError(f"templates use placeholders {found}, manifest declares {declared}",
+                         path=manifest_path, field="placeholders")
+    settings = {k: manifest.get(k) for k in ("files", "messages", "parser", "action_format", "output_schema")}
+    return Prompt(
+        id=prompt_id, messages=tuple(messages), placeholders=tuple(declared), parser=manifest["parser"],
+        action_format=manifest.get("action_format", "json"), output_schema=manifest.get("output_schema"),
+        sha256=canonical_sha256(settings),
+    )
