@@ -35,6 +35,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "price_in_per_mtok": ((int, float), False),
     "price_out_per_mtok": ((int, float), False),
     "structured_output": ((bool,), False),
+    "retry_initial_s": ((int, float), False),
+    "retry_max_s": ((int, float), False),
     "context_tokens": ((int,), False),
     "provider": ((dict,), False),
 }
@@ -61,6 +63,8 @@ class GuardConfig:
     price_in_per_mtok: float | None = None
     price_out_per_mtok: float | None = None
     structured_output: bool = True
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 60.0
     context_tokens: int | None = None
     provider: dict[str, Any] | None = None
     source: str | None = field(default=None, compare=False)
@@ -86,9 +90,13 @@ class GuardConfig:
 
     @property
     def pinned_provider(self) -> str | None:
+        """`provider.only[0]`, or `provider.order[0]` when fallbacks are off."""
         p = self.provider or {}
-        pin = p.get("only") or p.get("order")
-        return str(pin[0]) if pin and p.get("allow_fallbacks") is False else (str(pin[0]) if p.get("only") else None)
+        if p.get("only"):
+            return str(p["only"][0])
+        if p.get("order") and p.get("allow_fallbacks") is False:
+            return str(p["order"][0])
+        return None
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -130,7 +138,8 @@ def load_guard_config(path: str | Path) -> GuardConfig:
     for key in ("max_tokens", "max_attempts", "concurrency", "context_tokens"):
         if key in data and data[key] < 1:
             raise InputError("must be >= 1", path=p, line=_line_of(text, key), field=key)
-    for key in ("timeout_s", "price_in_per_mtok", "price_out_per_mtok", "temperature"):
+    for key in ("timeout_s", "price_in_per_mtok", "price_out_per_mtok", "temperature", "retry_initial_s",
+                "retry_max_s"):
         if key in data and data[key] < 0:
             raise InputError("must be >= 0", path=p, line=_line_of(text, key), field=key)
     if "provider" in data:
@@ -151,7 +160,8 @@ def load_guard_config(path: str | Path) -> GuardConfig:
         # A value that is not a variable name is probably a pasted key: refuse without echoing it.
         raise InputError("must be the NAME of an environment variable (is a key pasted here?)",
                          path=p, line=_line_of(text, "api_key_env"), field="api_key_env")
-    for key in ("temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok"):
+    for key in ("temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "retry_initial_s",
+                "retry_max_s"):
         if key in data:
             data[key] = float(data[key])
     return GuardConfig(**data, source=str(p))

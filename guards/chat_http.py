@@ -1,0 +1,167 @@
+"""Chat-completions back-ends over HTTP: `openrouter` and `openai-compatible`.
+
+One wire format, two flavours: OpenRouter adds the `provider` routing table, usage
+accounting and a resolved upstream provider in the reply. The HTTP client is httpx over the
+aiohttp transport (httpx's own pool is CPU-bound at high concurrency, DESIGN §11).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+from typing import Any, Mapping
+
+import anyio
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+
+from guards.base import Guard, Reply
+from guards.config import GuardConfig
+from guards.errors import FatalError, TransientError
+from guards.prompts import Prompt
+
+TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class ChatCompletionsGuard(Guard):
+    """OpenAI-style `/chat/completions`; subclasses choose the extras."""
+
+    send_usage_flag = False
+
+    def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
+        super().__init__(config, prompt)
+        self._url = (config.effective_base_url or "").rstrip("/") + "/chat/completions"
+        self._client = httpx.AsyncClient(
+            transport=AiohttpTransport(limits=httpx.Limits(max_connections=max_connections,
+                                                            max_keepalive_connections=max_connections)),
+            timeout=httpx.Timeout(config.timeout_s),
+        )
+
+    # -- stimulus -------------------------------------------------------------------------
+    def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
+        cfg = self.config
+        body: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": self.prompt.render_messages(instance),
+            "temperature": cfg.temperature,
+            "max_tokens": cfg.max_tokens,
+        }
+        if cfg.seed is not None:
+            body["seed"] = cfg.seed
+        if cfg.structured_output and self.prompt.output_schema:
+            body["response_format"] = {"type": "json_schema", "json_schema": self.prompt.output_schema}
+        self._extend_body(body)
+        return body
+
+    def _extend_body(self, body: dict[str, Any]) -> None:
+        """Back-end specific fields (OpenRouter routing)."""
+
+    # -- transport ------------------------------------------------------------------------
+    def _api_key(self) -> str | None:
+        name = self.config.api_key_env
+        return os.environ.get(name) or None if name else None
+
+    async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
+        key = self._api_key()
+        headers = {"Content-Type": "application/json", "X-Call-Id": call_id}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        payload = orjson.dumps(body)
+        try:
+            # Overall deadline as well as httpx's per-phase timeouts: a stalled body counts too.
+            with anyio.fail_after(self.config.timeout_s):
+                resp = await self._client.post(self._url, content=payload, headers=headers)
+                text = (await resp.aread()).decode("utf-8", errors="replace")
+        except TimeoutError:
+            raise TransientError("timeout", f"no complete answer within {self.config.timeout_s:g} s") from None
+        except httpx.TimeoutException as exc:
+            raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
+        except (httpx.TransportError, OSError) as exc:
+            raise TransientError("connection", f"{type(exc).__name__}: {_redact(str(exc), key)}") from None
+        text = _redact(text, key)
+        echoed = resp.headers.get("x-call-id")
+        reply = Reply(status=resp.status_code, raw=text, answers_call_id=echoed)
+        if resp.status_code != 200:
+            message = f"HTTP {resp.status_code}: {_error_message(text)}"
+            if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
+                raise TransientError(f"http_{resp.status_code}", message, reply,
+                                     retry_after=parse_retry_after(resp.headers.get("retry-after")))
+            raise FatalError(f"http_{resp.status_code}", message, reply)
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise TransientError("malformed", "HTTP 200 with a body that is not JSON", reply) from None
+        if not isinstance(data, dict):
+            raise TransientError("malformed", "HTTP 200 with a JSON body that is not an object", reply)
+        if "error" in data:
+            raise TransientError("error200", f"HTTP 200 carrying an error: {_error_message(text)}", reply)
+        try:
+            choice = data["choices"][0]
+            message = choice.get("message") or {}
+            content = message.get("content")
+            finish = choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise TransientError("malformed", "HTTP 200 without choices[0]", reply) from None
+        if content is not None and not isinstance(content, str):
+            raise TransientError("malformed", "message content is not a string", reply)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        reply.content = content
+        reply.finish_reason = finish if isinstance(finish, str) else None
+        reply.usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
+                       if k in usage}
+        prov = data.get("provider")
+        reply.provider = prov if isinstance(prov, str) else None
+        return reply
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class OpenRouterGuard(ChatCompletionsGuard):
+    def _extend_body(self, body: dict[str, Any]) -> None:
+        if self.config.provider:
+            prov = dict(self.config.provider)
+            body["provider"] = {k: prov[k] for k in sorted(prov)}
+        body["usage"] = {"include": True}
+
+    @property
+    def pinned_provider(self) -> str | None:
+        return self.config.pinned_provider
+
+
+class OpenAICompatibleGuard(ChatCompletionsGuard):
+    """vLLM, llama.cpp server, mlx_lm.server: no key required, no routing table."""
+
+
+def _redact(text: str, key: str | None) -> str:
+    return text.replace(key, "[redacted]") if key else text
+
+
+def _error_message(text: str, limit: int = 300) -> str:
+    try:
+        data = orjson.loads(text)
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:limit]
+        if isinstance(err, str):
+            return err[:limit]
+    except orjson.JSONDecodeError:
+        pass
+    return text[:limit].replace("\n", " ")

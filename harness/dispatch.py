@@ -1,0 +1,269 @@
+"""Bounded async dispatch of scheduled calls (DESIGN §7).
+
+Structure: one task group owns every call task; a producer admits calls through a capacity
+limiter (so at most `concurrency` tasks exist: memory is bounded by the schedule, not by the
+backlog) and an optional requests-per-minute spacer. Each call retries transient failures with
+tenacity (jittered exponential backoff, `Retry-After` honoured) and logs every attempt to the
+hash-chained raw log before its decision. A fatal error, the budget, `--max-calls` or a signal
+stops admission; what is in flight finishes or is cancelled, and the run stays resumable.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import anyio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential_jitter
+
+from guards.base import Guard, Reply
+from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.parsers import Parsed
+from harness.canon import canonical_sha256, sha256_hex
+from harness.decide import decide
+from harness.progress import RunProgress
+from harness.store import RunWriter, utcnow
+
+
+@dataclass
+class DispatchOptions:
+    concurrency: int = 16
+    rpm: float | None = None
+    max_cost: float | None = None
+    max_calls: int | None = None
+    max_attempts: int = 6
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 60.0
+    projected_cost_per_call: float = 0.0
+    progress: bool = True
+    handle_signals: bool = True
+
+
+@dataclass
+class DispatchResult:
+    dispatched: int = 0
+    decided: int = 0
+    stop_reason: str | None = None      # None = every pending call was handled
+    fatal_message: str | None = None
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+class _Spacer:
+    """Requests-per-minute cap: attempts start at least 60/rpm seconds apart."""
+
+    def __init__(self, rpm: float | None) -> None:
+        self.interval = 60.0 / rpm if rpm else 0.0
+        self._next = 0.0
+        self._lock = anyio.Lock()
+
+    async def wait(self) -> None:
+        if not self.interval:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if delay > 0:
+            await anyio.sleep(delay)
+
+
+class _Wait:
+    """Jittered exponential backoff, but never shorter than the server's Retry-After."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self._expo = wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)
+
+    def __call__(self, state: RetryCallState) -> float:
+        base = self._expo(state)
+        exc = state.outcome.exception() if state.outcome else None
+        ra = getattr(exc, "retry_after", None)
+        return max(base, ra) if ra is not None else base
+
+
+class Dispatcher:
+    def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[dict[str, Any]], dict[str, Any]],
+                 expected_sha: dict[str, str], parser: Callable[[str | None, str | None], Parsed],
+                 options: DispatchOptions) -> None:
+        self.guard, self.writer, self.instance_for = guard, writer, instance_for
+        self.expected_sha, self.parser, self.opt = expected_sha, parser, options
+        self.result = DispatchResult()
+        self.progress: RunProgress | None = None
+        self._spacer = _Spacer(options.rpm)
+        self._stop: str | None = None
+        self._in_flight = 0
+        self._spent = 0.0
+        self._cost_done = 0.0
+        self._n_cost = 0
+
+    # -- public ------------------------------------------------------------------------------
+    async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
+                  spent_before: float = 0.0) -> DispatchResult:
+        self._spent = spent_before
+        limiter = anyio.Semaphore(max(1, self.opt.concurrency))
+        with RunProgress(total, already, enabled=self.opt.progress) as progress:
+            self.progress = progress
+            progress.spend = spent_before
+            async with anyio.create_task_group() as tg:
+                if self.opt.handle_signals:
+                    tg.start_soon(self._watch_signals, tg.cancel_scope)
+                tg.start_soon(self._ticker)
+                async with anyio.create_task_group() as calls:
+                    for row in pending:
+                        if self._admission_closed():
+                            break
+                        await limiter.acquire()
+                        if self._admission_closed():
+                            limiter.release()
+                            break
+                        await self._spacer.wait()
+                        self._in_flight += 1
+                        self.result.dispatched += 1
+                        calls.start_soon(self._call_task, row, limiter)
+                tg.cancel_scope.cancel()  # stop the signal watcher and ticker
+        return self.result
+
+    # -- admission -------------------------------------------------------------------------
+    def _admission_closed(self) -> bool:
+        if self._stop:
+            return True
+        if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
+            self._stop = "max_calls"
+            return True
+        if self.opt.max_cost is not None:
+            per_call = self._cost_done / self._n_cost if self._n_cost else self.opt.projected_cost_per_call
+            if self._spent + (self._in_flight + 1) * per_call > self.opt.max_cost:
+                self._stop = "budget"
+                self.result.stop_reason = "budget"
+                return True
+        return False
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self._stop = self.result.stop_reason = f"signal {signal.Signals(signum).name}"
+                scope.cancel()
+                return
+
+    async def _ticker(self) -> None:
+        # Keeps the display moving (rate, ETA) even when no call finishes for a while.
+        while True:
+            await anyio.sleep(0.5)
+            if self.progress is not None:
+                self.progress.refresh()
+
+    # -- one call ----------------------------------------------------------------------------
+    async def _call_task(self, row: dict[str, Any], limiter: anyio.Semaphore) -> None:
+        try:
+            await self._call(row)
+        finally:
+            self._in_flight -= 1
+            limiter.release()
+
+    async def _call(self, row: dict[str, Any]) -> None:
+        call_id = row["call_id"]
+        expected = self.expected_sha[call_id]
+        body = self.guard.render(self.instance_for(row))
+        request_sha = canonical_sha256(body)
+        if request_sha != expected:
+            # The re-rendered stimulus is not the one frozen at launch: never send it.
+            rec = self._record(call_id, body, request_sha, started=utcnow(), t0=time.monotonic(),
+                               outcome="not_sent", final=True,
+                               error_class="replay_mismatch",
+                               error="re-rendered request differs from stimuli.jsonl; not sent")
+            self._finish(rec)
+            return
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.opt.max_attempts),
+            wait=_Wait(self.opt.retry_initial_s, self.opt.retry_max_s),
+            retry=retry_if_exception_type(TransientError),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    n = attempt.retry_state.attempt_number
+                    await self._attempt(call_id, body, request_sha, last=(n >= self.opt.max_attempts))
+        except TransientError:
+            pass  # recorded as the final attempt; decision `exhausted` already written
+        except FatalError as exc:
+            if not self._stop:
+                self._stop = self.result.stop_reason = "fatal"
+                self.result.fatal_message = str(exc)
+
+    async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
+        await self._spacer.wait()
+        started, t0 = utcnow(), time.monotonic()
+        try:
+            reply = await self.guard.send(body, call_id)
+        except TransientError as exc:
+            rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient",
+                               final=last, exc=exc)
+            if last:
+                self._finish(rec)
+            elif self.progress is not None:
+                self.progress.retry()
+            raise
+        except FatalError as exc:
+            self._record(call_id, body, request_sha, started=started, t0=t0, outcome="fatal", final=False, exc=exc)
+            raise
+        except CallFailed as exc:
+            rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="call_failed",
+                               final=True, exc=exc)
+            self._finish(rec)
+            return
+        rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
+                           reply=reply)
+        self._finish(rec)
+
+    def _record(self, call_id: str, body: dict[str, Any], request_sha: str, *, started: str, t0: float,
+                outcome: str, final: bool, reply: Reply | None = None, exc: AttemptError | None = None,
+                error_class: str | None = None, error: str | None = None) -> tuple[dict[str, Any], int, str]:
+        if exc is not None:
+            reply = reply or exc.reply
+            error_class, error = exc.error_class, str(exc)
+        response = reply.raw if reply is not None else None
+        usage = dict(reply.usage) if reply is not None else {}
+        cost = usage.get("cost")
+        if isinstance(cost, (int, float)) and math.isfinite(cost):
+            self._spent += cost
+            if self.progress is not None:
+                self.progress.add_spend(cost)
+        rec: dict[str, Any] = {
+            "call_id": call_id,
+            "attempt": self.writer.state.attempts.get(call_id, 0) + 1,
+            "started": started, "finished": utcnow(),
+            "request_sha256": request_sha, "request": body,
+            "status": reply.status if reply is not None else None,
+            "response": response,
+            "response_sha256": sha256_hex(response.encode("utf-8")) if response is not None else None,
+            "content": reply.content if reply is not None else None,
+            "finish_reason": reply.finish_reason if reply is not None else None,
+            "error_class": error_class, "error": error,
+            "latency_s": round(time.monotonic() - t0, 6),
+            "usage": usage,
+            "provider": reply.provider if reply is not None else None,
+            "answers_call_id": reply.answers_call_id if reply is not None else None,
+            "outcome": outcome, "final": final,
+        }
+        seq, line_sha = self.writer.append_raw(rec)
+        rec["seq"] = seq
+        return rec, seq, line_sha
+
+    def _finish(self, logged: tuple[dict[str, Any], int, str]) -> None:
+        rec, _, line_sha = logged
+        decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
+                          parser=self.parser, pinned_provider=self.guard.pinned_provider)
+        self.writer.append_decision(decision)
+        st = decision["status"]
+        self.result.decided += 1
+        self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
+        cost = rec["usage"].get("cost")
+        if isinstance(cost, (int, float)):
+            self._cost_done += cost
+            self._n_cost += 1
+        if self.progress is not None:
+            self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)

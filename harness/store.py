@@ -1,0 +1,254 @@
+"""The run folder (DESIGN §6): manifest, schedule, stimuli, hash-chained raw log, decisions.
+
+Write discipline: `raw.jsonl` and `decisions.jsonl` are append-only; a raw line is written
+(and flushed) before the decision that points at it, so a crash can leave at most a torn last
+line (moved aside on the next open) or a raw line without its decision (re-derived, not
+re-sent). A lock file held with `flock` keeps a second process out; the kernel releases it
+when the holder dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import orjson
+
+from harness.canon import canonical_sha256, dumps_line, sha256_hex
+from harness.errors import InputError, RunLocked
+
+GENESIS = "0" * 64
+MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
+    "manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl", ".lock")
+COHORT_DIR = "cohort"
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id(prefix: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{prefix}-{os.urandom(3).hex()}"
+
+
+def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    return {**body, "sha256": canonical_sha256(body)}
+
+
+def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
+                   schedule_data: bytes, stimuli_data: bytes) -> None:
+    """Materialise a new run folder atomically: build it beside, then rename into place."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise InputError("run folder already exists and is not empty", path=run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir.with_name(f".{run_dir.name}.partial-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        (tmp / COHORT_DIR).mkdir()
+        for name in ("cohort.json", "instances.jsonl"):
+            shutil.copyfile(cohort_src / name, tmp / COHORT_DIR / name)
+        (tmp / SCHEDULE).write_bytes(schedule_data)
+        (tmp / STIMULI).write_bytes(stimuli_data)
+        (tmp / RAW).write_bytes(b"")
+        (tmp / DECISIONS).write_bytes(b"")
+        (tmp / MANIFEST).write_bytes(orjson.dumps(manifest_with_hash(manifest),
+                                                  option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                                  | orjson.OPT_APPEND_NEWLINE))
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                _fsync_path(p)
+        if run_dir.exists():
+            run_dir.rmdir()
+        os.replace(tmp, run_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fsync_path(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise InputError("not a run folder (no manifest.json)", path=run_dir)
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """(line number, line bytes without newline, parsed object) for every complete line."""
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n"):
+                return  # a torn last line is handled by RunWriter.recover_torn
+            body = line[:-1]
+            yield lineno, body, orjson.loads(body)
+
+
+class RunLock:
+    """Exclusive, non-blocking `flock` on `<run>/.lock`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK
+        self._fd: int | None = None
+
+    def __enter__(self) -> "RunLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLocked(f"{self.path.parent}: another guardeval process is writing this run") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class RunState:
+    """What the files say has happened; rebuilt by scanning on open (O(schedule))."""
+
+    last_seq: int = 0
+    last_raw_sha: str = GENESIS
+    attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged
+    decided: set[str] = field(default_factory=set)
+    final_raw: dict[str, tuple[int, str, dict[str, Any]]] = field(default_factory=dict)  # undecided finals
+    torn: list[Path] = field(default_factory=list)
+
+
+class RunWriter:
+    """Appends attempts and decisions; owns the two open file handles of a live run."""
+
+    def __init__(self, run_dir: Path, *, fsync_every: int = 0) -> None:
+        self.run_dir = run_dir
+        self.fsync_every = fsync_every
+        self.state = RunState()
+        self._raw: BinaryIO | None = None
+        self._dec: BinaryIO | None = None
+        self._events: BinaryIO | None = None
+        self._since_sync = 0
+
+    # -- opening and recovery ----------------------------------------------------------------
+    def open(self) -> RunState:
+        for name in (RAW, DECISIONS):
+            moved = recover_torn(self.run_dir / name)
+            if moved:
+                self.state.torn.append(moved)
+        st = self.state
+        for _, body, rec in iter_jsonl(self.run_dir / RAW):
+            st.last_seq = rec["seq"]
+            st.last_raw_sha = sha256_hex(body)
+            cid = rec["call_id"]
+            st.attempts[cid] = st.attempts.get(cid, 0) + 1
+            if rec.get("final"):
+                st.final_raw[cid] = (rec["seq"], st.last_raw_sha, rec)
+            else:
+                st.final_raw.pop(cid, None)
+        for _, _, rec in iter_jsonl(self.run_dir / DECISIONS):
+            st.decided.add(rec["call_id"])
+            st.final_raw.pop(rec["call_id"], None)
+        self._raw = open(self.run_dir / RAW, "ab")
+        self._dec = open(self.run_dir / DECISIONS, "ab")
+        self._events = open(self.run_dir / EVENTS, "ab")
+        return st
+
+    def close(self) -> None:
+        for fh in (self._raw, self._dec, self._events):
+            if fh is not None:
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+        self._raw = self._dec = self._events = None
+
+    # -- appends -----------------------------------------------------------------------------
+    def append_raw(self, record: dict[str, Any]) -> tuple[int, str]:
+        """Add seq and prev_sha256, write one line; return (seq, sha256 of the line)."""
+        assert self._raw is not None
+        st = self.state
+        st.last_seq += 1
+        record = {**record, "seq": st.last_seq, "prev_sha256": st.last_raw_sha}
+        line = dumps_line(record)
+        self._raw.write(line)
+        self._raw.flush()
+        st.last_raw_sha = sha256_hex(line[:-1])
+        cid = record["call_id"]
+        st.attempts[cid] = st.attempts.get(cid, 0) + 1
+        self._maybe_sync(self._raw)
+        return st.last_seq, st.last_raw_sha
+
+    def append_decision(self, record: dict[str, Any]) -> None:
+        assert self._dec is not None
+        self._dec.write(dumps_line(record))
+        self._dec.flush()
+        self.state.decided.add(record["call_id"])
+        self._maybe_sync(self._dec)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        assert self._events is not None
+        self._events.write(dumps_line({"at": utcnow(), "event": kind, "pid": os.getpid(), **fields}))
+        self._events.flush()
+
+    def _maybe_sync(self, fh: BinaryIO) -> None:
+        if self.fsync_every:
+            self._since_sync += 1
+            if self._since_sync >= self.fsync_every:
+                os.fsync(fh.fileno())
+                self._since_sync = 0
+
+
+def recover_torn(path: Path) -> Path | None:
+    """If the file ends without a newline, move the torn tail to `<name>.torn-<stamp>`."""
+    if not path.exists():
+        return None
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return None
+        # Find the last newline by scanning backwards in blocks.
+        pos, cut = size, 0
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            idx = block.rfind(b"\n")
+            if idx >= 0:
+                cut = pos + idx + 1
+                break
+        fh.seek(cut)
+        tail = fh.read()
+        aside = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        aside.write_bytes(tail)
+        _fsync_path(aside)
+        fh.truncate(cut)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return aside
