@@ -6,6 +6,7 @@ stimuli and re-derivation of decisions, which run when the run's prompt is loada
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ def verify_run(run_dir: Path) -> dict[str, Any]:
     try:
         manifest = orjson.loads(mpath.read_bytes())
     except orjson.JSONDecodeError as exc:
-        rep.add(MANIFEST, None, f"not valid JSON ({exc})")
+        m = re.search(r"line (\d+)", str(exc))
+        rep.add(MANIFEST, int(m.group(1)) if m else None, f"not valid JSON ({exc})")
         return {"ok": False, "problems": rep.problems, "checked": "manifest unreadable"}
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     manifest_ok = canonical_sha256(body) == manifest.get("sha256")
@@ -142,7 +144,10 @@ def verify_run(run_dir: Path) -> dict[str, Any]:
             s = sched_rows[lineno - 1]
             key = s["instance_sha256"]
             if key not in render_cache:
-                render_cache[key] = canonical_sha256(render(cohort.instance(s["base_id"], s["condition"])))
+                try:
+                    render_cache[key] = canonical_sha256(render(cohort.instance(s["base_id"], s["condition"])))
+                except (KeyError, TypeError):
+                    continue  # the schedule line itself is broken; reported above
             if render_cache[key] != sha:
                 rep.add(STIMULI, lineno, "request_sha256 does not match the re-rendered request")
 
@@ -155,6 +160,9 @@ def verify_run(run_dir: Path) -> dict[str, Any]:
         line_sha = sha256_hex(body)
         try:
             if rec["prev_sha256"] != prev:
+                # Either the previous line changed after it was chained, or this link did.
+                if lineno > 1:
+                    rep.add(RAW, lineno - 1, "line differs from the bytes the next line chained (changed?)")
                 rep.add(RAW, lineno, "prev_sha256 does not match the previous line (chain broken)")
             if rec["seq"] != last_seq + 1:
                 rep.add(RAW, lineno, f"seq {rec['seq']} does not follow {last_seq}")

@@ -1,0 +1,70 @@
+"""`verify` names the file and line for any single flipped byte in the run's pinned files."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, write_guard
+from harness.verify import verify_run
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, small_cohort) -> Path:
+    from guards.sim_server import SimServerProcess
+
+    from conftest import cli_env
+
+    base = tmp_path_factory.mktemp("verify")
+    with SimServerProcess(["--faults", "429=0.1,malformed=0.05"], env=cli_env()) as sim:
+        guard = write_guard(base / "g.toml", sim.base_url)
+        run = base / "run"
+        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                    "--run-dir", str(run), "--no-progress")
+        assert r.code == 0, r.err
+    return run
+
+
+def test_clean_run_verifies(finished_run):
+    report = verify_run(finished_run)
+    assert report["ok"], report["problems"]
+    assert report["n_decisions"] == 80 and report["n_raw"] > 80
+
+
+@pytest.mark.parametrize("name", ["raw.jsonl", "schedule.jsonl", "stimuli.jsonl", "manifest.json"])
+def test_any_flipped_byte_is_caught_with_file_and_line(tmp_path, finished_run, name):
+    size = (finished_run / name).stat().st_size
+    rng = random.Random(name)
+    positions = sorted(rng.sample(range(size), 25)) + [0, size - 1]
+    for pos in positions:
+        run = tmp_path / f"flip{pos}"
+        shutil.copytree(finished_run, run)
+        data = bytearray((run / name).read_bytes())
+        data[pos] ^= 0x01
+        (run / name).write_bytes(bytes(data))
+        report = verify_run(run)
+        assert not report["ok"], (name, pos)
+        hits = [p for p in report["problems"] if p["file"] == name and p["line"]]
+        assert hits, (name, pos, report["problems"])
+        if name != "manifest.json":
+            text = (run / name).read_bytes()
+            line_of_pos = text[:pos].count(b"\n") + 1
+            assert any(abs(h["line"] - line_of_pos) <= 1 for h in hits), (pos, line_of_pos, hits)
+
+
+def test_verify_cli_exit_code_and_message(tmp_path, finished_run):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    raw = (run / "raw.jsonl").read_bytes()
+    second_line = raw.index(b"\n") + 10
+    data = bytearray(raw)
+    data[second_line] ^= 0x02
+    (run / "raw.jsonl").write_bytes(bytes(data))
+    r = run_cli("verify", str(run))
+    assert r.code == 1
+    assert "raw.jsonl:2:" in r.err
+    r = run_cli("verify", str(finished_run), "--json")
+    assert r.code == 0 and r.out.lstrip().startswith("{")
