@@ -48,11 +48,12 @@ class ChatCompletionsGuard(Guard):
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
         self._url = (config.effective_base_url or "").rstrip("/") + "/chat/completions"
-        self._client = httpx.AsyncClient(
-            transport=AiohttpTransport(limits=httpx.Limits(max_connections=max_connections,
-                                                            max_keepalive_connections=max_connections)),
-            timeout=httpx.Timeout(config.timeout_s),
-        )
+        # httpx Request/Response over the aiohttp transport, called directly: the client layer
+        # (cookies, auth flows, redirects) costs CPU per call and does nothing for this API.
+        self._transport = AiohttpTransport(limits=httpx.Limits(max_connections=max_connections,
+                                                               max_keepalive_connections=max_connections))
+        t = config.timeout_s
+        self._timeout = {"connect": t, "read": t, "write": t, "pool": t}
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,8 +88,13 @@ class ChatCompletionsGuard(Guard):
         try:
             # Overall deadline as well as httpx's per-phase timeouts: a stalled body counts too.
             with anyio.fail_after(self.config.timeout_s):
-                resp = await self._client.post(self._url, content=payload, headers=headers)
-                text = (await resp.aread()).decode("utf-8", errors="replace")
+                request = httpx.Request("POST", self._url, content=payload, headers=headers,
+                                        extensions={"timeout": self._timeout})
+                resp = await self._transport.handle_async_request(request)
+                try:
+                    text = (await resp.aread()).decode("utf-8", errors="replace")
+                finally:
+                    await resp.aclose()
         except TimeoutError:
             raise TransientError("timeout", f"no complete answer within {self.config.timeout_s:g} s") from None
         except httpx.TimeoutException as exc:
@@ -131,7 +137,7 @@ class ChatCompletionsGuard(Guard):
         return reply
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
 
 class OpenRouterGuard(ChatCompletionsGuard):

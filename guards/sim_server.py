@@ -1,0 +1,534 @@
+"""`guardeval sim-server`: the simulated provider (DESIGN §9) — an OpenRouter-style
+chat-completions server on aiohttp with a shortcut-prone guard (`guards.sim_guard`) and
+seeded fault injection.
+
+Usage:  guardeval sim-server [--host 127.0.0.1] [--port 0] [--latency-ms SPEC] [--faults SPEC]
+                             [--seed N] [--retry-after S] [--stall-s S] [--require-key]
+                             [--expect-key-env VAR] [--price-in USD] [--price-out USD]
+        python -m guards.sim_server ...   (same options)
+
+The first stdout line is exactly `listening on http://HOST:PORT` (flushed); that URL is a
+`base_url` as is: POST `{base_url}/chat/completions` (also `/v1/...` and `/api/v1/...`).
+Nothing else is printed per request. SIGTERM / SIGINT stop it cleanly (exit 0).
+
+Latency SPEC (milliseconds, added to every response): `N` fixed, `LO:HI` uniform, `exp:MEAN`
+exponential. Faults SPEC: comma-separated `KIND=PROB`; KIND is an HTTP status 400-599 or one of
+`malformed, error200, length, stall, drift`; probabilities in [0, 1] summing to ≤ 1. Per request
+at most one fault, drawn from (seed, body hash, call id, attempt number of that call id), so a
+retry of a failed call can succeed while the guard's answer stays the same.
+See docs/sim-server.md for the wire behaviour of each fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import math
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+from aiohttp import web
+
+from guards import sim_guard
+from harness.canon import canonical_bytes, sha256_hex
+from harness.errors import InputError
+
+NAMED_FAULTS = ("malformed", "error200", "length", "stall", "drift")
+CHAT_PATHS = ("/chat/completions", "/v1/chat/completions", "/api/v1/chat/completions")
+DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT = 1.0, 5.0   # USD per million tokens (Haiku 4.5 list price)
+ATTEMPT_MEMORY = 100_000                           # call ids remembered for the per-call attempt counter
+ASSESS_MEMORY = 20_000                             # body hashes whose features are cached
+DRIFT_PROVIDER = "driftco"
+
+
+# ---------------------------------------------------------------------------------------- specs
+
+@dataclass(frozen=True)
+class Latency:
+    kind: str = "fixed"        # fixed | uniform | exp
+    a: float = 0.0             # fixed value, uniform low, exp mean (ms)
+    b: float = 0.0             # uniform high (ms)
+
+    def sample_s(self, rng: random.Random) -> float:
+        if self.kind == "fixed":
+            ms = self.a
+        elif self.kind == "uniform":
+            ms = rng.uniform(self.a, self.b)
+        else:
+            ms = rng.expovariate(1.0 / self.a) if self.a > 0 else 0.0
+        return ms / 1000.0
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{what}: '{text}' is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"{what}: '{text}' must be a finite number ≥ 0")
+    return value
+
+
+def parse_latency(spec: str) -> Latency:
+    """`N` (fixed ms), `LO:HI` (uniform ms), `exp:MEAN` (exponential ms)."""
+    spec = spec.strip()
+    if spec.startswith("exp:"):
+        return Latency("exp", _number(spec[4:], "--latency-ms"))
+    if ":" in spec:
+        lo_s, _, hi_s = spec.partition(":")
+        lo, hi = _number(lo_s, "--latency-ms"), _number(hi_s, "--latency-ms")
+        if hi < lo:
+            raise InputError(f"--latency-ms: uniform range {spec!r} has HI < LO")
+        return Latency("uniform", lo, hi)
+    return Latency("fixed", _number(spec, "--latency-ms"))
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Fault kinds with probabilities, in a fixed order (status codes ascending, then named)."""
+
+    kinds: tuple[tuple[str, float], ...] = ()
+
+    def pick(self, u: float) -> str | None:
+        acc = 0.0
+        for kind, prob in self.kinds:
+            acc += prob
+            if u < acc:
+                return kind
+        return None
+
+
+def parse_faults(spec: str | None) -> FaultPlan:
+    """`429=0.2,500=0.05,malformed=0.02,...` → FaultPlan; bad input raises InputError (exit 2)."""
+    if not spec or not spec.strip():
+        return FaultPlan()
+    seen: dict[str, float] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip().lower()
+        if not eq:
+            raise InputError(f"--faults: '{item}' is not KIND=PROBABILITY")
+        if key.isdigit():
+            if not 400 <= int(key) <= 599:
+                raise InputError(f"--faults: status {key} is not an HTTP error status (400-599)")
+            key = str(int(key))
+        elif key not in NAMED_FAULTS:
+            raise InputError(f"--faults: unknown fault kind '{key}' (use a status 400-599 or one of "
+                             f"{', '.join(NAMED_FAULTS)})")
+        if key in seen:
+            raise InputError(f"--faults: '{key}' given twice")
+        prob = _number(value.strip(), f"--faults {key}")
+        if prob > 1:
+            raise InputError(f"--faults: probability of '{key}' is {value}, above 1")
+        seen[key] = prob
+    total = sum(seen.values())
+    if total > 1 + 1e-9:
+        raise InputError(f"--faults: probabilities sum to {total:g}, above 1")
+    order = sorted((k for k in seen if k.isdigit()), key=int) + [k for k in NAMED_FAULTS if k in seen]
+    return FaultPlan(tuple((k, seen[k]) for k in order if seen[k] > 0))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    latency: Latency = field(default_factory=Latency)
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    seed: int = 0
+    retry_after: str = "0.05"          # seconds, sent verbatim in Retry-After on 429
+    stall_s: float = 30.0
+    require_key: bool = False
+    expected_key: str | None = None    # when set, only this bearer key is accepted (never logged)
+    price_in: float = DEFAULT_PRICE_IN
+    price_out: float = DEFAULT_PRICE_OUT
+
+
+# -------------------------------------------------------------------------------------- server
+
+def _error_body(code: int, message: str, provider: str | None = None) -> bytes:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if provider is not None:
+        err["metadata"] = {"provider_name": provider, "raw": "simulated fault"}
+    return orjson.dumps({"error": err})
+
+
+def _pinned_provider(body: dict[str, Any]) -> str:
+    prov = body.get("provider")
+    if isinstance(prov, dict):
+        for key in ("only", "order"):
+            names = prov.get(key)
+            if isinstance(names, list) and names and isinstance(names[0], str):
+                return names[0]
+    return "sim"
+
+
+def _validate(body: Any) -> str | None:
+    """Why a request body is not a chat-completions request, or None."""
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return "'messages' must be a non-empty array"
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            return "each message needs a string 'role'"
+    mt = body.get("max_tokens")
+    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+        return "'max_tokens' must be a positive integer"
+    return None
+
+
+class SimProvider:
+    """Request handling state: config, a latency RNG, per-call-id attempt counters, a request
+    count, and a cache of per-body features."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.attempts: OrderedDict[str, int] = OrderedDict()
+        self.assessed: OrderedDict[str, tuple[sim_guard.Features, float, int]] = OrderedDict()
+        self.served = 0
+
+    def _next_attempt(self, key: str) -> int:
+        n = self.attempts.pop(key, 0) + 1
+        self.attempts[key] = n   # re-insert: most recent last, so eviction drops the oldest
+        if len(self.attempts) > ATTEMPT_MEMORY:
+            self.attempts.popitem(last=False)
+        return n
+
+    def _assess(self, body_sha: str, messages: list[dict[str, Any]]) -> tuple[sim_guard.Features, float, int]:
+        """Features, block probability and prompt size of a body; cached by body hash because
+        repetitions and retries of a call send the same body (only the call id differs)."""
+        hit = self.assessed.get(body_sha)
+        if hit is not None:
+            self.assessed.move_to_end(body_sha)
+            return hit
+        feats = sim_guard.features(sim_guard.judged_text(messages))
+        chars = sum(len(sim_guard.message_text(m.get("content"))) for m in messages)
+        hit = (feats, sim_guard.probability_from(feats), chars)
+        self.assessed[body_sha] = hit
+        if len(self.assessed) > ASSESS_MEMORY:
+            self.assessed.popitem(last=False)
+        return hit
+
+    def _json(self, status: int, body: bytes, headers: dict[str, str]) -> web.Response:
+        return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+    async def handle_chat(self, request: web.Request) -> web.StreamResponse:
+        cfg = self.config
+        self.served += 1
+        call_id = request.headers.get("X-Call-Id", "")
+        headers = {"X-Call-Id": call_id} if call_id else {}
+
+        if cfg.require_key or cfg.expected_key is not None:
+            auth = request.headers.get("Authorization", "")
+            key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if not key:
+                return self._json(401, _error_body(401, "No auth credentials found"), headers)
+            if cfg.expected_key is not None and not hmac.compare_digest(key.encode(), cfg.expected_key.encode()):
+                # Never echo the key, not even partially.
+                return self._json(401, _error_body(401, "Invalid credentials"), headers)
+
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return self._json(400, _error_body(400, "request body is not valid JSON"), headers)
+        problem = _validate(body)
+        if problem:
+            return self._json(400, _error_body(400, problem), headers)
+
+        body_sha = sha256_hex(canonical_bytes(body))
+        attempt = self._next_attempt(call_id or body_sha)
+        fault = cfg.faults.pick(sim_guard.unit_draw("fault", cfg.seed, body_sha, call_id, attempt)) \
+            if cfg.faults.kinds else None
+        provider = _pinned_provider(body)
+
+        delay = cfg.latency.sample_s(self.rng)
+        if fault == "stall":
+            delay += cfg.stall_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        if fault is not None and fault.isdigit():
+            code = int(fault)
+            if code == 429:
+                headers["Retry-After"] = cfg.retry_after
+                msg = "Rate limit exceeded (simulated)"
+            else:
+                msg = f"Simulated upstream error {code}"
+            return self._json(code, _error_body(code, msg, provider), headers)
+        if fault == "error200":
+            return self._json(200, _error_body(502, "Provider returned error (simulated)", provider), headers)
+        if fault == "drift":
+            provider = DRIFT_PROVIDER if provider != DRIFT_PROVIDER else DRIFT_PROVIDER + "-b"
+
+        feats, p, prompt_chars = self._assess(body_sha, body["messages"])
+        answer = sim_guard.verdict(feats, p, sim_guard.unit_draw("decide", cfg.seed, body_sha, call_id))
+        content = sim_guard.verdict_text(answer)
+        finish = "stop"
+        prompt_tokens = max(1, (prompt_chars + 3) // 4)
+        completion_tokens = max(1, (len(content) + 3) // 4)
+        max_tokens = body.get("max_tokens")
+        if fault == "length":
+            content, finish = content[: len(content) // 2], "length"
+            completion_tokens = max(1, (len(content) + 3) // 4)
+        elif max_tokens is not None and completion_tokens > max_tokens:
+            # A real model stops at max_tokens: same wire shape as the `length` fault.
+            content, finish, completion_tokens = content[: max_tokens * 4], "length", max_tokens
+        cost = (prompt_tokens * cfg.price_in + completion_tokens * cfg.price_out) / 1e6
+        reply = {
+            "id": "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24],
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "sim-guard"),
+            "provider": provider,
+            "choices": [{"index": 0, "finish_reason": finish, "native_finish_reason": finish,
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens, "cost": round(cost, 10)},
+        }
+        data = orjson.dumps(reply)
+        if fault == "malformed":
+            data = data[: len(data) // 2]   # HTTP 200, JSON cut in the middle
+        return self._json(200, data, headers)
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return self._json(200, b'{"status":"ok"}', {})
+
+    async def handle_stats(self, request: web.Request) -> web.Response:
+        """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
+        stats: dict[str, Any] = {"requests": self.served, "call_ids": len(self.attempts)}
+        cid = request.query.get("call_id")
+        if cid is not None:
+            stats["call_id"] = cid
+            stats["attempts"] = self.attempts.get(cid, 0)
+        return self._json(200, orjson.dumps(stats), {})
+
+    async def handle_unknown(self, request: web.Request) -> web.Response:
+        return self._json(404, _error_body(404, f"no route for {request.method} {request.path}"), {})
+
+
+def build_app(config: ServerConfig) -> web.Application:
+    sim = SimProvider(config)
+    # Trajectories can be long; OpenRouter accepts large bodies, so should we.
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    for path in CHAT_PATHS:
+        app.router.add_post(path, sim.handle_chat)
+    app.router.add_get("/health", sim.handle_health)
+    app.router.add_get("/stats", sim.handle_stats)
+    app.router.add_route("*", "/{tail:.*}", sim.handle_unknown)
+    app["sim"] = sim
+    return app
+
+
+async def serve(config: ServerConfig, *, stop: asyncio.Event | None = None, announce: bool = True) -> None:
+    """Run until `stop` is set (or SIGTERM/SIGINT when serving from the main thread).
+
+    Prints `listening on http://HOST:PORT` once bound (the real port when port is 0).
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
+            pass
+    # access_log=None: no per-request logging (throughput). handler_cancellation: a client that
+    # gives up on a stalled request frees its handler. Short shutdown: stalls must not delay exit.
+    runner = web.AppRunner(build_app(config), access_log=None, handler_cancellation=True,
+                           shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port, backlog=1024)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        shown = f"[{host}]" if ":" in host else host
+        if announce:
+            sys.stdout.write(f"listening on http://{shown}:{port}\n")
+            sys.stdout.flush()
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _loop_factory() -> Any:
+    """uvloop when installed (about twice the throughput of the stdlib loop), else None."""
+    if os.environ.get("GUARDEVAL_SIM_NO_UVLOOP"):
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_server(config: ServerConfig) -> int:
+    """Blocking entry: serve until SIGTERM/SIGINT; exit code 0."""
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(config))
+    except OSError as exc:   # e.g. the port is taken
+        print(f"sim-server: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port (default 0: a free port, shown on the first line)")
+    p.add_argument("--latency-ms", default="0", metavar="SPEC",
+                   help="added latency in ms: N fixed, LO:HI uniform, exp:MEAN exponential (default 0)")
+    p.add_argument("--faults", default="", metavar="SPEC",
+                   help="e.g. 429=0.2,500=0.05,malformed=0.02,error200=0.01,length=0.01,stall=0.01,drift=0.01")
+    p.add_argument("--seed", type=int, default=0, help="server seed of the guard noise and the fault draws")
+    p.add_argument("--retry-after", default="0.05", metavar="S",
+                   help="Retry-After value (seconds, sent as given) on simulated 429s (default 0.05)")
+    p.add_argument("--stall-s", default="30", metavar="S", help="extra delay of a `stall` fault (default 30)")
+    p.add_argument("--require-key", action="store_true",
+                   help="answer 401 to requests without `Authorization: Bearer ...`")
+    p.add_argument("--expect-key-env", metavar="VAR",
+                   help="accept only the bearer key held in environment variable VAR (others: 401)")
+    p.add_argument("--price-in", default=str(DEFAULT_PRICE_IN), metavar="USD",
+                   help=f"USD per million prompt tokens in usage.cost (default {DEFAULT_PRICE_IN})")
+    p.add_argument("--price-out", default=str(DEFAULT_PRICE_OUT), metavar="USD",
+                   help=f"USD per million completion tokens in usage.cost (default {DEFAULT_PRICE_OUT})")
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port {args.port} is out of range")
+    _number(args.retry_after, "--retry-after")
+    expected = None
+    if args.expect_key_env:
+        expected = os.environ.get(args.expect_key_env)
+        if not expected:
+            raise InputError(f"--expect-key-env: environment variable {args.expect_key_env} is not set",
+                             field="--expect-key-env")
+    return ServerConfig(
+        host=args.host, port=args.port, latency=parse_latency(args.latency_ms),
+        faults=parse_faults(args.faults), seed=args.seed, retry_after=args.retry_after.strip(),
+        stall_s=_number(args.stall_s, "--stall-s"), require_key=args.require_key, expected_key=expected,
+        price_in=_number(args.price_in, "--price-in"), price_out=_number(args.price_out, "--price-out"),
+    )
+
+
+def _handler(args: argparse.Namespace) -> int:
+    return run_server(config_from_args(args))
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("sim-server", help="run the simulated OpenRouter-style guard provider",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=_handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m guards.sim_server", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return _handler(args)
+    except InputError as exc:
+        print(f"sim-server: {exc}", file=sys.stderr)
+        return 2
+
+
+# ------------------------------------------------------------------------ subprocess launcher
+
+class SimServerProcess:
+    """A sim-server in its own process (for tests, `guardeval demo` and benchmarks).
+
+        with SimServerProcess(["--faults", "429=0.1"]) as sim:
+            use(sim.base_url)        # http://127.0.0.1:PORT
+    """
+
+    def __init__(self, args: Sequence[str] = (), *, startup_timeout: float = 30.0,
+                 stderr: Any = None, env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
+        self.startup_timeout = startup_timeout
+        self.stderr = stderr
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.base_url = ""
+
+    def launch(self) -> "SimServerProcess":
+        """Start the process without waiting (start several, then `wait_ready` each)."""
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "guards.sim_server", *self.args],
+                                     stdout=subprocess.PIPE, stderr=self.stderr, env=env, cwd=root)
+        return self
+
+    def wait_ready(self) -> "SimServerProcess":
+        """Read the first stdout line (`listening on URL`) and set `base_url`."""
+        assert self.proc is not None and self.proc.stdout is not None, "launch() first"
+        deadline = time.monotonic() + self.startup_timeout
+        line = b""
+        while b"\n" not in line:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            if not ready:
+                self.stop()
+                raise RuntimeError("sim-server did not announce its address in time")
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                code = self.proc.wait()
+                raise RuntimeError(f"sim-server exited with code {code} before listening")
+            line += chunk
+        first = line.split(b"\n", 1)[0].decode()
+        prefix = "listening on "
+        if not first.startswith(prefix):
+            self.stop()
+            raise RuntimeError(f"unexpected first line from sim-server: {first!r}")
+        self.base_url = first[len(prefix):]
+        return self
+
+    def start(self) -> "SimServerProcess":
+        return self.launch().wait_ready()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> "SimServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
