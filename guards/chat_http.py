@@ -47,7 +47,8 @@ class ChatCompletionsGuard(Guard):
 
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
-        self._url = (config.effective_base_url or "").rstrip("/") + "/chat/completions"
+        # Parsed once: httpx re-parses a string URL on every request.
+        self._url = httpx.URL((config.effective_base_url or "").rstrip("/") + "/chat/completions")
         # httpx Request/Response over the aiohttp transport, called directly: the client layer
         # (cookies, auth flows, redirects) costs CPU per call and does nothing for this API.
         self._transport = AiohttpTransport(limits=httpx.Limits(max_connections=max_connections,

@@ -11,6 +11,7 @@ stops admission; what is in flight finishes or is cancelled, and the run stays r
 from __future__ import annotations
 
 import math
+import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,6 @@ from typing import Any, Callable, Iterable
 
 import anyio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
-from tenacity.wait import wait_exponential_jitter
 
 from guards.base import Guard, Reply
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
@@ -72,16 +72,22 @@ class _Spacer:
 
 
 class _Wait:
-    """Jittered exponential backoff, but never shorter than the server's Retry-After."""
+    """Jittered exponential backoff, never shorter than the server's Retry-After.
 
-    def __init__(self, initial: float, maximum: float) -> None:
-        self._expo = wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)
+    `offset` counts attempts made before tenacity took over (the first attempt runs outside
+    it: the common, successful path then pays nothing for retry bookkeeping).
+    """
+
+    def __init__(self, initial: float, maximum: float, offset: int = 0) -> None:
+        self.initial, self.maximum, self.offset = initial, maximum, offset
+
+    def delay(self, failed_attempts: int, retry_after: float | None) -> float:
+        expo = min(self.maximum, self.initial * 2 ** (failed_attempts - 1)) + random.uniform(0, self.initial)
+        return max(expo, retry_after) if retry_after is not None else expo
 
     def __call__(self, state: RetryCallState) -> float:
-        base = self._expo(state)
         exc = state.outcome.exception() if state.outcome else None
-        ra = getattr(exc, "retry_after", None)
-        return max(base, ra) if ra is not None else base
+        return self.delay(state.attempt_number + self.offset, getattr(exc, "retry_after", None))
 
 
 class Dispatcher:
@@ -181,17 +187,22 @@ class Dispatcher:
                                error="re-rendered request differs from stimuli.jsonl; not sent")
             self._finish(rec)
             return
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.opt.max_attempts),
-            wait=_Wait(self.opt.retry_initial_s, self.opt.retry_max_s),
-            retry=retry_if_exception_type(TransientError),
-            reraise=True,
-        )
+        max_attempts = self.opt.max_attempts
+        wait = _Wait(self.opt.retry_initial_s, self.opt.retry_max_s, offset=1)
         try:
+            try:
+                await self._attempt(call_id, body, request_sha, last=max_attempts <= 1)
+                return
+            except TransientError as exc:
+                if max_attempts <= 1:
+                    return  # recorded as the final attempt; decision `exhausted` written
+                await anyio.sleep(wait.delay(1, exc.retry_after))
+            retrying = AsyncRetrying(stop=stop_after_attempt(max_attempts - 1), wait=wait,
+                                     retry=retry_if_exception_type(TransientError), reraise=True)
             async for attempt in retrying:
                 with attempt:
-                    n = attempt.retry_state.attempt_number
-                    await self._attempt(call_id, body, request_sha, last=(n >= self.opt.max_attempts))
+                    n = attempt.retry_state.attempt_number + 1
+                    await self._attempt(call_id, body, request_sha, last=n >= max_attempts)
         except TransientError:
             pass  # recorded as the final attempt; decision `exhausted` already written
         except FatalError as exc:

@@ -217,7 +217,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
                                    projected_cost_per_call=_projected_cost(config, manifest),
                                    progress=progress, handle_signals=handle_signals),
-                               len(rows) - len(pending), spent)
+                               len(rows) - len(pending), spent, backend_options=_backend_options())
             decided = len(state.decided)
             writer.event("stop", reason=result.stop_reason, decided=decided, total=len(rows),
                          last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
@@ -240,6 +240,15 @@ async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, coho
     finally:
         with anyio.CancelScope(shield=True):
             await guard.aclose()
+
+
+def _backend_options() -> dict[str, Any]:
+    """uvloop when installed: a cheaper event loop for thousands of concurrent calls."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
 
 
 def _spent_so_far(run_dir: Path) -> float:
