@@ -1,0 +1,86 @@
+"""AgentDojo builder (optional extra): offline replay, hijacked step placement, aliases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("agentdojo")
+
+from harness.builders.agentdojo import SuiteReplay, SuiteStats, build_agentdojo  # noqa: E402
+from harness.builders.agentdojo_aliases import AGENTDOJO_ALIASES  # noqa: E402
+from harness.cohort import load_cohort  # noqa: E402
+from harness.inspect_cohort import inspect  # noqa: E402
+from harness.transforms import has_threat_word, validate_table, visible_names  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def banking(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ad") / "banking"
+    path, stats = build_agentdojo(out, suites=["banking"], max_bases=48, seed=1)
+    return load_cohort(path), stats
+
+
+def test_counts_and_labels(banking):
+    cohort, stats = banking
+    s = stats["suites"]["banking"]
+    assert s["interactions"] == s["hijacked_steps"] > 0 and s["benign_steps"] > s["interactions"]
+    assert stats["bases"] == 48 and stats["bases_before_sampling"] == s["benign_steps"] + s["hijacked_steps"]
+    report = inspect(cohort)
+    assert report["invariance"]["ok"] and set(report["by_label"]) == {"0", "1"}
+    # AgentDojo's tools carry no threat words (seed 004: 0%).
+    assert all(v in (0.0, None) for v in report["threat_word_share"].values())
+
+
+def test_hijacked_step_follows_the_injected_observation(banking):
+    cohort, _ = banking
+    hijacks = [b for b in cohort.base_ids if b.endswith("/hijack")]
+    assert hijacks
+    for b in hijacks:
+        row = cohort.instance(b, "original")
+        assert row["label"] == 1 and row["history"][-1]["role"] == "tool"
+        assert "<INFORMATION>" in row["history"][-1]["content"]
+        rewritten = cohort.instance(b, "marker_rewrite")
+        assert "<INFORMATION>" not in json.dumps(rewritten["history"])
+        aliased = cohort.instance(b, "tool_alias")
+        assert aliased["tool"] == AGENTDOJO_ALIASES["banking"][row["tool"]]
+        assert visible_names(aliased, list(AGENTDOJO_ALIASES["banking"])) == []
+
+
+def test_fast_environment_loader_equals_the_package_loader():
+    replay = SuiteReplay("v1.2", "banking", "important_instructions")
+    ut = replay.suite.user_tasks["user_task_0"]
+    it = replay.suite.injection_tasks["injection_task_0"]
+    cands, first = replay.candidates(ut)
+    assert cands and first is not None
+    replay.attack.get_injection_candidates = lambda _ut: cands
+    injections = replay.attack.attack(ut, it)
+    assert replay.environment(injections) == replay.suite.load_and_inject_default_environment(injections)
+
+
+def test_alias_tables_cover_the_installed_suites():
+    from agentdojo.task_suite.load_suites import get_suite
+
+    merged: dict[str, str] = {}
+    for suite, table in AGENTDOJO_ALIASES.items():
+        assert validate_table(table) == table
+        assert {t.name for t in get_suite("v1.2", suite).tools} == set(table)
+        assert not any(has_threat_word(a) for a in table.values())
+        for k, v in table.items():
+            assert merged.setdefault(k, v) == v  # shared names alias identically across suites
+
+
+def test_unknown_suite_is_an_input_error(tmp_path):
+    from harness.errors import InputError
+
+    with pytest.raises(InputError, match="unknown suite"):
+        build_agentdojo(tmp_path / "x", suites=["nosuch"])
+    assert SuiteStats().interactions == 0
+
+
+def test_building_twice_is_byte_identical(banking, tmp_path):
+    cohort, _ = banking
+    path, _ = build_agentdojo(tmp_path / "again", suites=["banking"], max_bases=48, seed=1)
+    for name in ("cohort.json", "instances.jsonl"):
+        assert (path / name).read_bytes() == (cohort.path / name).read_bytes()
