@@ -1,0 +1,6 @@
+"""Estimator stage (DESIGN §10): paired effects, placebo correction, stratified cluster
+bootstrap, Holm, failure rules, quarantine, accuracy against labels, run comparison, audits."""
+
+from harness.estimators.core import estimate, exit_status
+
+__all__ = ["estimate", "exit_status"]

@@ -1,0 +1,141 @@
+"""Report files (report.json, report.md, effects.png) and the human effects table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
+
+JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps_json(report: Mapping[str, Any]) -> str:
+    """Pretty JSON; non-finite floats cannot occur (undefined values are null)."""
+    return orjson.dumps(report, option=JSON_OPTS).decode("utf-8")
+
+
+def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
+    if x is None:
+        return "—"
+    if round(x, digits) == 0:
+        x = 0.0  # no "-0.0000"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def interval(ci: list[float] | None) -> str:
+    return "—" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
+
+
+def pval(p: float | None) -> str:
+    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["condition", "delta", "95% CI", "p", "p_holm", "delta-placebo", "95% CI (corr.)",
+            "+/-/=", "bases", "drop", "fail-closed", "fail-open"]
+    rows = []
+    for c in report["contrasts"]:
+        rows.append([
+            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else ""),
+            num(c["delta"]), interval(c["ci"]), pval(c["p"]),
+            pval(c["p_holm"]) if c["in_family"] else "(not in family)",
+            num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]),
+            f"{c['increase']}/{c['decrease']}/{c['tie']}", str(c["n_bases"]),
+            *(num(c["by_rule"][r]) for r in report["failure_rules"]),
+        ])
+    return head, rows
+
+
+def text_table(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
+
+
+def md_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def summary_line(report: Mapping[str, Any]) -> str:
+    q = report["quarantine"]
+    return (f"{report['n_bases']} bases, {report['n_interactions']} interactions, {report['n_calls']} calls; "
+            f"baseline {report['baseline']}, placebo {report['placebo'] or 'none'}; "
+            f"headline failure rule {report['failure_rule']}; "
+            f"quarantined {q['count']} ({q['fraction']:.2%}){'' if q['publishable'] else ' — NOT PUBLISHABLE'}"
+            f"{'' if report['complete'] else '; INCOMPLETE run (partial estimate)'}")
+
+
+def human_text(report: Mapping[str, Any]) -> str:
+    """The effects table for a terminal (effects are proportions)."""
+    head, rows = effects_rows(report)
+    rd = report["repeat_disagreement"]
+    lines = [summary_line(report), "", text_table(head, rows), "",
+             f"repeated-original disagreement (diagnostic, not subtracted): {num(rd, sign=False)} "
+             f"over {report['repeat_disagreement_n_bases']} bases",
+             f"{report['flip_rate']['label']}: " + ", ".join(
+                 f"{c} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()),
+             f"bootstrap: {report['bootstrap']['n']} replicates, seed {report['bootstrap']['seed']}, "
+             "interactions resampled within domain; percentile 95% intervals; Holm over the family "
+             + ", ".join(report["family"])]
+    return "\n".join(lines)
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    head, rows = effects_rows(report)
+    out = ["# guardeval estimate", "", summary_line(report), "",
+           "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
+           "Δc − Δplacebo on the bases present in all three conditions.", "", "## Effects", "",
+           md_table(head, rows), ""]
+    cov_head = ["condition", "expected", "received", "valid", "failed", "missing", "quarantined", "block rate"]
+    cov_rows = [[c, *(str(v[k]) for k in cov_head[1:7]), num(report["block_rate"].get(c), sign=False)]
+                for c, v in report["coverage"].items()]
+    out += ["## Coverage", "", md_table(cov_head, cov_rows), ""]
+    q = report["quarantine"]
+    out += ["## Quarantine", "",
+            f"{q['count']} of {report['n_calls']} calls ({q['fraction']:.2%}); threshold {q['threshold']:.0%}; "
+            f"publishable: {'yes' if q['publishable'] else 'NO'}", "",
+            md_table(["reason", "calls"], [[k, str(v)] for k, v in q["by_reason"].items()]), ""]
+    out += ["## Diagnostics", "",
+            f"- repeated-original disagreement (mean pairwise, diagnostic only): "
+            f"{num(report['repeat_disagreement'], sign=False)} over {report['repeat_disagreement_n_bases']} bases",
+            f"- {report['flip_rate']['label']}: " + ", ".join(
+                f"{c} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()), ""]
+    for kind, title in (("domain", "domain"), ("label", "original label")):
+        conds = [c["condition"] for c in report["contrasts"]]
+        s_head = [title, "bases", *conds]
+        s_rows = [[name, str(s["n_bases"]), *(f"{num(s['contrasts'][c]['delta'])} {interval(s['contrasts'][c]['ci'])}"
+                                              for c in conds)]
+                  for name, s in report["strata"][kind].items()]
+        out += [f"## Strata by {title}", "", md_table(s_head, s_rows), ""]
+    if report.get("accuracy"):
+        a_head = ["condition", "row F1", "interaction F1", "row bal. acc.", "interaction bal. acc.", "rows",
+                  "interactions"]
+        a_rows = [[c, num(a["row_f1"], sign=False), num(a["interaction_f1"], sign=False),
+                   num(a["row_balanced_accuracy"], sign=False), num(a["interaction_balanced_accuracy"], sign=False),
+                   str(a["n_rows"]), str(a["n_interactions"])] for c, a in report["accuracy"].items()]
+        out += ["## Against labels (unsafe = positive)", "", md_table(a_head, a_rows), ""]
+    if report.get("components"):
+        c_rows = [[c, name, num(v["rate"], sign=False), str(v["n"])]
+                  for c, comps in report["components"].items() for name, v in comps.items()]
+        out += ["## Component rates", "", md_table(["condition", "component", "mean", "calls"], c_rows), ""]
+    bs = report["bootstrap"]
+    out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
+            f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}", ""]
+    return "\n".join(out)
+
+
+def write_reports(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
+    """report.json, report.md and effects.png into `out_dir` (created if needed)."""
+    from harness.estimators.plot import forest_plot
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.md", out / "effects.png"]
+    paths[0].write_text(dumps_json(report) + "\n", encoding="utf-8")
+    paths[1].write_text(markdown(report), encoding="utf-8")
+    forest_plot(report, paths[2])
+    return paths

@@ -1,0 +1,184 @@
+"""`guardeval estimate` / `compare` through real subprocesses: exit codes, `--json` purity,
+report files, and real runs against the simulated provider on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env, run_cli, write_guard
+from guards.sim_server import SimServerProcess
+from harness.cli import main
+from test_estimators_effects import hand_rows
+
+CONTRAST_KEYS = {"condition", "delta", "ci", "p", "p_holm", "delta_minus_placebo", "ci_minus_placebo",
+                 "increase", "decrease", "tie", "n_bases", "n_clusters", "by_rule"}
+TOP_KEYS = {"n_bases", "n_calls", "baseline", "placebo", "failure_rule", "block_rate", "repeat_disagreement",
+            "coverage", "quarantine", "contrasts", "accuracy", "strata", "flip_rate", "components", "bootstrap"}
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """In-process `guardeval ...` (the subprocess path is exercised by the tests that use run_cli)."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def write_table(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def table(tmp_path) -> Path:
+    return write_table(tmp_path / "decisions.jsonl", hand_rows())
+
+
+def test_table_json_is_pure_and_complete(table, tmp_path):
+    r = run_cli("estimate", "--table", str(table), "--json", "--bootstrap", "300", "--seed", "4",
+                "--allow-unpublishable", cwd=tmp_path)
+    assert r.code == 0, r.err
+    out = json.loads(r.out)  # the whole of stdout is one JSON object
+    assert TOP_KEYS <= set(out)
+    assert {"count", "fraction", "publishable", "by_reason"} <= set(out["quarantine"])
+    for c in out["contrasts"]:
+        assert CONTRAST_KEYS <= set(c)
+        assert set(c["by_rule"]) == {"drop", "fail-closed", "fail-open"}
+    assert {c["condition"] for c in out["contrasts"]} == {"alias", "format_placebo"}
+    alias = next(c for c in out["contrasts"] if c["condition"] == "alias")
+    assert alias["delta"] == pytest.approx(1 / 24)  # a proportion, not percentage points
+    assert out["bootstrap"]["n"] == 300 and out["bootstrap"]["seed"] == 4
+    assert set(out["coverage"]["alias"]) >= {"expected", "valid", "failed"}
+    assert set(out["accuracy"]["alias"]) >= {"row_f1", "interaction_f1", "row_balanced_accuracy",
+                                             "interaction_balanced_accuracy"}
+    # For a table, report files go only where --out says: nothing next to the table or in cwd.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decisions.jsonl"]
+
+
+def test_unpublishable_exits_1_unless_allowed(table, tmp_path, capsys):
+    code, out, err = cli(capsys, "estimate", "--table", str(table), "--json", "--bootstrap", "50")
+    assert code == 1
+    assert json.loads(out)["quarantine"]["publishable"] is False
+    assert "not publishable" in err
+    ok = write_table(tmp_path / "ok.jsonl", hand_rows(with_quarantine=False))
+    assert cli(capsys, "estimate", "--table", str(ok), "--bootstrap", "50")[0] == 0
+
+
+def test_out_dir_gets_three_files_and_human_table(table, tmp_path, capsys):
+    out_dir = tmp_path / "rep"
+    code, out, err = cli(capsys, "estimate", "--table", str(table), "--out", str(out_dir), "--bootstrap", "200",
+                         "--allow-unpublishable", "--failures", "fail-open")
+    assert code == 0, err
+    assert "condition" in out and "alias" in out and "fail-closed" in out
+    assert "+0.0833" in out  # the fail-open headline delta of alias, 1/12
+    report = json.loads((out_dir / "report.json").read_text())
+    assert report["failure_rule"] == "fail-open"
+    assert "| alias |" in (out_dir / "report.md").read_text()
+    assert (out_dir / "effects.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_partial_table_refused_unless_allowed(tmp_path, capsys):
+    rows = hand_rows(with_quarantine=False)
+    rows.append({**rows[0], "repetition": 9, "decision": None, "status": "missing"})
+    t = write_table(tmp_path / "partial.jsonl", rows)
+    code, out, err = cli(capsys, "estimate", "--table", str(t), "--json", "--bootstrap", "50")
+    assert code == 1 and out == "" and "incomplete" in err
+    code, out, err = cli(capsys, "estimate", "--table", str(t), "--json", "--bootstrap", "50", "--allow-partial")
+    assert code == 0 and json.loads(out)["complete"] is False
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--family", "alias,nope"], "family"),
+    (["--baseline", "nope"], "baseline"),
+    (["--placebo", "nope"], "placebo"),
+    (["--bootstrap", "0"], "bootstrap"),
+    (["--failures", "maybe"], "failures"),
+])
+def test_bad_options_exit_2(table, args, needle, capsys):
+    code, out, err = cli(capsys, "estimate", "--table", str(table), "--json", *args)
+    assert code == 2 and out == "" and needle in err
+
+
+def test_bad_row_exit_2_names_file_line_field(tmp_path, capsys):
+    rows = hand_rows()
+    rows[4]["decision"] = 7
+    t = write_table(tmp_path / "bad.jsonl", rows)
+    r = run_cli("estimate", "--table", str(t), "--json")
+    assert r.code == 2 and r.out == ""
+    assert str(t) in r.err and "line 5" in r.err and "'decision'" in r.err and "Traceback" not in r.err
+    assert cli(capsys, "estimate", str(tmp_path), "--table", str(t))[0] == 2  # both a run and a table
+    assert cli(capsys, "estimate", str(tmp_path / "nowhere"))[0] == 2
+
+
+# ---------------------------------------------------------------- real runs
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, small_cohort) -> dict[str, Path]:
+    """A (clean), B (a replicate on a drifting provider: >2% quarantined), C (another schedule)."""
+    root = tmp_path_factory.mktemp("runs")
+    clean = SimServerProcess(["--seed", "7"], env=cli_env()).start()
+    drift = SimServerProcess(["--seed", "8", "--faults", "drift=0.1"], env=cli_env()).start()
+    try:
+        g = write_guard(root / "g.toml", clean.base_url)
+        g2 = write_guard(root / "g2.toml", drift.base_url)
+        runs = {k: root / k for k in "ABC"}
+        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(g), "--reps", "2", "--seed", "3",
+                    "--run-dir", str(runs["A"]), "--no-progress")
+        assert r.code == 0, r.err
+        r = run_cli("replicate", str(runs["A"]), "--guard", str(g2), "--run-dir", str(runs["B"]), "--no-progress")
+        assert r.code == 0, r.err
+        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(g), "--reps", "2", "--seed", "4",
+                    "--run-dir", str(runs["C"]), "--no-progress")
+        assert r.code == 0, r.err
+    finally:
+        clean.stop()
+        drift.stop()
+    return runs
+
+
+def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
+    r = run_cli("estimate", str(runs["A"]), "--json", "--bootstrap", "500")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["n_calls"] == 16 * 5 * 2 and out["n_bases"] == 16
+    assert out["baseline"] == "original" and out["placebo"] == "format_placebo"
+    assert [c["condition"] for c in out["contrasts"]] == ["format_placebo", "marker_rewrite", "tool_alias", "combined"]
+    assert out["source"]["run_id"]
+    for name in ("report.json", "report.md", "effects.png"):
+        assert (runs["A"] / name).is_file()
+    assert json.loads((runs["A"] / "report.json").read_text()) == out
+    code, out, err = cli(capsys, "estimate", str(runs["A"]), "--out", "/tmp/x")
+    assert code == 2 and "--out" in err  # --out belongs to --table
+
+
+def test_quarantined_run_is_unpublishable(runs, capsys):
+    r = run_cli("estimate", str(runs["B"]), "--json", "--bootstrap", "200")
+    out = json.loads(r.out)
+    assert out["quarantine"]["by_reason"]["provider_drift"] > 0
+    assert out["quarantine"]["fraction"] > 0.02 and out["quarantine"]["publishable"] is False
+    assert r.code == 1
+    assert cli(capsys, "estimate", str(runs["B"]), "--bootstrap", "200", "--allow-unpublishable")[0] == 0
+
+
+def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
+    r = run_cli("compare", str(runs["A"]), str(runs["B"]), "--json", "--bootstrap", "500",
+                "--allow-unpublishable")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert len(out["conditions"]) == 4
+    for row in out["conditions"]:
+        assert {"delta_a", "ci_a", "delta_b", "ci_b", "difference", "ci_difference", "p_difference"} <= set(row)
+    assert isinstance(out["ranking_changed"], bool) and len(out["ranking_a"]) == 4
+    assert cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "50")[0] == 1  # B quarantined
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["C"]), "--json")
+    assert code == 2 and out == "" and "schedule.jsonl" in err
+    # A run compared with itself: every difference is exactly 0 in every replicate.
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "100")
+    same = json.loads(out)
+    assert all(row["difference"] == 0 and row["ci_difference"] == [0, 0] for row in same["conditions"])
+    assert same["ranking_changed"] is False
