@@ -75,6 +75,9 @@ def register(sub: Any) -> None:
     a.add_argument("preds", help="JSONL rows in source order: interaction_id, label_score, pred_score")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_audit_units)
+    from harness.cli_cohort import add_import_toolsafe
+
+    add_import_toolsafe(asub)
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:

@@ -34,4 +34,5 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
         raise_if_stopped(outcome)
     from harness.cli import main
 
+    # The same command a user would run next: prints the effects table (or the JSON).
     return main(["estimate", str(target), *(["--json"] if as_json else [])])
