@@ -159,6 +159,7 @@ class Dispatcher:
         # Keeps the display moving (rate, ETA) even when no call finishes for a while.
         while True:
             await anyio.sleep(0.5)
+            self.writer.flush()
             if self.progress is not None:
                 self.progress.refresh()
 

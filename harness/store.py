@@ -144,14 +144,12 @@ class RunState:
 class RunWriter:
     """Appends attempts and decisions; owns the two open file handles of a live run."""
 
-    def __init__(self, run_dir: Path, *, fsync_every: int = 0) -> None:
+    def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.fsync_every = fsync_every
         self.state = RunState()
         self._raw: BinaryIO | None = None
         self._dec: BinaryIO | None = None
         self._events: BinaryIO | None = None
-        self._since_sync = 0
 
     # -- opening and recovery ----------------------------------------------------------------
     def open(self) -> RunState:
@@ -198,27 +196,23 @@ class RunWriter:
         st.last_raw_sha = sha256_hex(line[:-1])
         cid = record["call_id"]
         st.attempts[cid] = st.attempts.get(cid, 0) + 1
-        self._maybe_sync(self._raw)
         return st.last_seq, st.last_raw_sha
 
     def append_decision(self, record: dict[str, Any]) -> None:
+        # Buffered, flushed by `flush()` (the dispatcher's ticker) and on close: a decision lost
+        # in a crash is re-derived from its final raw line on the next open, never re-sent.
         assert self._dec is not None
         self._dec.write(dumps_line(record))
-        self._dec.flush()
         self.state.decided.add(record["call_id"])
-        self._maybe_sync(self._dec)
+
+    def flush(self) -> None:
+        if self._dec is not None:
+            self._dec.flush()
 
     def event(self, kind: str, **fields: Any) -> None:
         assert self._events is not None
         self._events.write(dumps_line({"at": utcnow(), "event": kind, "pid": os.getpid(), **fields}))
         self._events.flush()
-
-    def _maybe_sync(self, fh: BinaryIO) -> None:
-        if self.fsync_every:
-            self._since_sync += 1
-            if self._since_sync >= self.fsync_every:
-                os.fsync(fh.fileno())
-                self._since_sync = 0
 
 
 def recover_torn(path: Path) -> Path | None:
