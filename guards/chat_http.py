@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import os
+import re
 import time
 from typing import Any, Mapping
 
@@ -19,10 +20,12 @@ from httpx_aiohttp import AiohttpTransport
 
 from guards.base import Guard, Reply
 from guards.config import GuardConfig
-from guards.errors import FatalError, TransientError
+from guards.errors import CallFailed, FatalError, TransientError
 from guards.prompts import Prompt
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
+_CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds the context|context_length_exceeded",
+                         re.IGNORECASE)
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -110,6 +113,10 @@ class ChatCompletionsGuard(Guard):
             if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
                 raise TransientError(f"http_{resp.status_code}", message, reply,
                                      retry_after=parse_retry_after(resp.headers.get("retry-after")))
+            if resp.status_code == 400 and _CONTEXT_RE.search(text):
+                # vLLM and llama.cpp answer 400 for a prompt longer than the context: a failure of
+                # this call (as with the mlx back-end), not a configuration error.
+                raise CallFailed("context_overflow", message, reply)
             raise FatalError(f"http_{resp.status_code}", message, reply)
         try:
             data = orjson.loads(text)

@@ -212,7 +212,8 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                          torn=[p.name for p in state.torn], recovered=recovered)
             result = anyio.run(_dispatch, config, prompt, writer, cohort, expected, parser, pending, rows,
                                DispatchOptions(
-                                   concurrency=concurrency or config.concurrency or 16, rpm=rpm,
+                                   concurrency=concurrency or config.concurrency or _default_concurrency(config),
+                                   rpm=rpm,
                                    max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
                                    projected_cost_per_call=_projected_cost(config, manifest),
@@ -240,6 +241,12 @@ async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, coho
     finally:
         with anyio.CancelScope(shield=True):
             await guard.aclose()
+
+
+def _default_concurrency(config: GuardConfig) -> int:
+    # One in-process model generates one call at a time; more would only queue inside the guard
+    # and inflate latency_s.
+    return 1 if config.backend == "mlx" else 16
 
 
 def _backend_options() -> dict[str, Any]:

@@ -25,9 +25,9 @@ def stratified_sample(bases: Sequence[dict[str, Any]], n: int, seed: int,
     total = len(bases)
     quota = {k: n * len(strata[k]) / total for k in keys}
     alloc = {k: int(quota[k]) for k in keys}
-    if n >= len(keys):  # every stratum represented
-        for k in keys:
-            alloc[k] = max(alloc[k], 1)
+    floor = 1 if n >= len(keys) else 0  # every stratum represented while n allows
+    for k in keys:
+        alloc[k] = max(alloc[k], floor)
     # Hand out what is left by largest remainder; trim any excess from the largest strata.
     for k in sorted(keys, key=lambda k: (-(quota[k] - int(quota[k])), repr(k))):
         if sum(alloc.values()) >= n:
@@ -35,7 +35,7 @@ def stratified_sample(bases: Sequence[dict[str, Any]], n: int, seed: int,
         if alloc[k] < len(strata[k]):
             alloc[k] += 1
     while sum(alloc.values()) > n:
-        k = max(keys, key=lambda k: (alloc[k] - quota[k], repr(k)))
+        k = max((k for k in keys if alloc[k] > floor), key=lambda k: (alloc[k] - quota[k], repr(k)))
         alloc[k] -= 1
     while sum(alloc.values()) < n:
         k = max((k for k in keys if alloc[k] < len(strata[k])), key=lambda k: (quota[k] - alloc[k], repr(k)))
