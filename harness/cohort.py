@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 import jsonschema
 import orjson
 
-from harness.canon import canonical_sha256, dumps_line, sha256_hex
+from harness.canon import canonical_sha256, sha256_hex
 from harness.errors import InputError
 
 CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
@@ -203,7 +203,9 @@ def write_cohort(out: str | Path, *, name: str, version: str, description: str,
     """Write `instances.jsonl` then `cohort.json` pinning it. Deterministic bytes."""
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    data = b"".join(dumps_line(r) for r in rows)
+    # Rows keep their content's key order (a repr-rendering prompt such as TS-Guard's shows it);
+    # identity does not depend on it: instance_sha256 hashes canonical (sorted-key) JSON.
+    data = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
     (root / "instances.jsonl").write_bytes(data)
     meta: dict[str, Any] = {
         "name": name, "version": version, "description": description,
