@@ -156,6 +156,11 @@ def load_guard_config(path: str | Path) -> GuardConfig:
             raise InputError("expected 'deny' or 'allow'", path=p, field="provider.data_collection")
     if data["backend"] == "openrouter":
         data.setdefault("api_key_env", "OPENROUTER_API_KEY")
+        if "provider" in data:
+            # DESIGN §8 defaults: a pinned provider means no silent fallback, no parameter
+            # dropping, no data collection unless the config says otherwise.
+            data["provider"] = {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
+                                **data["provider"]}
     if "api_key_env" in data and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", data["api_key_env"]):
         # A value that is not a variable name is probably a pasted key: refuse without echoing it.
         raise InputError("must be the NAME of an environment variable (is a key pasted here?)",

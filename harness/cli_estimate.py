@@ -7,19 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli_args import positive_int
 from harness.errors import InputError
 
 RULES = ("drop", "fail-closed", "fail-open")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return v
 
 
 def _name_list(text: str) -> list[str]:
@@ -39,7 +30,7 @@ def _int_list(text: str) -> list[int]:
 def _stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", help="baseline condition (default: the cohort's baseline, else 'original')")
     p.add_argument("--family", type=_name_list, help="Holm family c1,c2,... (default: every non-baseline condition)")
-    p.add_argument("--bootstrap", type=_positive_int, default=10000, metavar="N", help="replicates (default 10000)")
+    p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="replicates (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded; default 0)")
     p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
     p.add_argument("--allow-partial", action="store_true", help="estimate an incomplete run anyway")
@@ -68,7 +59,7 @@ def register(sub: Any) -> None:
     a = asub.add_parser("lookup", help="tool-name majority-label lookup: LODO and grouped k-fold F1")
     a.add_argument("rows", help="JSONL rows: interaction_id, domain, tool, label")
     a.add_argument("--seeds", type=_int_list, default=[42, 43, 44], help="k-fold seeds (default 42,43,44)")
-    a.add_argument("--folds", type=_positive_int, default=5)
+    a.add_argument("--folds", type=positive_int, default=5)
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_audit_lookup)
     a = asub.add_parser("units", help="row-level vs equal-interaction F1 / balanced accuracy")

@@ -9,44 +9,25 @@ from typing import Any
 
 import orjson
 
+from harness.cli_args import nonneg_float, positive_float, positive_int
 from harness.errors import InputError
 from harness.runner import (execute, finish_message, materialise, plan_launch, plan_replicate,
                             raise_if_stopped, resolve_run_dir)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return v
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("launch", help="launch a run: cohort x guard -> run folder")
     p.add_argument("--cohort", required=True, help="cohort folder (cohort.json + instances.jsonl)")
     p.add_argument("--guard", required=True, help="guard config (TOML)")
-    p.add_argument("--reps", type=_positive_int, default=3)
+    p.add_argument("--reps", type=positive_int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds")
-    p.add_argument("--concurrency", type=_positive_int)
-    p.add_argument("--rpm", type=_nonneg_float, help="cap on requests per minute")
+    p.add_argument("--concurrency", type=positive_int)
+    p.add_argument("--rpm", type=positive_float, help="cap on requests per minute")
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     p.add_argument("--base-url", help="override the guard's base URL")
-    p.add_argument("--max-cost", type=_nonneg_float, help="USD: stop launching calls when spent + in flight would pass it")
-    p.add_argument("--max-calls", type=_positive_int, help="dispatch at most N calls (pilot run)")
+    p.add_argument("--max-cost", type=nonneg_float, help="USD: stop launching calls when spent + in flight would pass it")
+    p.add_argument("--max-calls", type=positive_int, help="dispatch at most N calls (pilot run)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and a cost projection; send nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_launch)
@@ -54,10 +35,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
     p.add_argument("run")
     p.add_argument("--base-url")
-    p.add_argument("--concurrency", type=_positive_int)
-    p.add_argument("--rpm", type=_nonneg_float)
-    p.add_argument("--max-cost", type=_nonneg_float)
-    p.add_argument("--max-calls", type=_positive_int)
+    p.add_argument("--concurrency", type=positive_int)
+    p.add_argument("--rpm", type=positive_float)
+    p.add_argument("--max-cost", type=nonneg_float)
+    p.add_argument("--max-calls", type=positive_int)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_resume)
 
@@ -66,9 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", required=True)
     p.add_argument("--run-dir")
     p.add_argument("--base-url")
-    p.add_argument("--concurrency", type=_positive_int)
-    p.add_argument("--rpm", type=_nonneg_float)
-    p.add_argument("--max-cost", type=_nonneg_float)
+    p.add_argument("--concurrency", type=positive_int)
+    p.add_argument("--rpm", type=positive_float)
+    p.add_argument("--max-cost", type=nonneg_float)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_replicate)
 

@@ -90,6 +90,10 @@ class _Wait:
         return self.delay(state.attempt_number + self.offset, getattr(exc, "retry_after", None))
 
 
+class _CircuitOpen(Exception):
+    """Raised inside a call when the breaker has opened: end the call without a decision."""
+
+
 class Dispatcher:
     def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[dict[str, Any]], dict[str, Any]],
                  expected_sha: dict[str, str], parser: Callable[[str | None, str | None], Parsed],
@@ -105,6 +109,8 @@ class Dispatcher:
         self._cost_done = 0.0
         self._n_cost = 0
         self._bodies: dict[str, tuple[dict[str, Any], str]] = {}
+        self._unreachable_streak = 0
+        self._unreachable_limit = max(10, 2 * options.concurrency)
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
@@ -120,13 +126,10 @@ class Dispatcher:
                 tg.start_soon(self._ticker)
                 async with anyio.create_task_group() as calls:
                     for row in pending:
-                        if self._admission_closed():
-                            break
                         await limiter.acquire()
-                        if self._admission_closed():
+                        if not await self._admit():
                             limiter.release()
                             break
-                        await self._spacer.wait()
                         self._in_flight += 1
                         self.result.dispatched += 1
                         calls.start_soon(self._call_task, row, limiter)
@@ -134,18 +137,29 @@ class Dispatcher:
         return self.result
 
     # -- admission -------------------------------------------------------------------------
-    def _admission_closed(self) -> bool:
-        if self._stop:
-            return True
-        if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
-            self._stop = "max_calls"
-            return True
-        if self.opt.max_cost is not None:
-            per_call = self._cost_done / self._n_cost if self._n_cost else self.opt.projected_cost_per_call
-            if self._spent + (self._in_flight + 1) * per_call > self.opt.max_cost:
-                self._stop = "budget"
-                self.result.stop_reason = "budget"
+    async def _admit(self) -> bool:
+        """May one more call start? Waits while the budget cannot be judged yet."""
+        while True:
+            if self._stop:
+                return False
+            if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
+                self._stop = "max_calls"
+                return False
+            if self.opt.max_cost is None:
                 return True
+            if self._spent >= self.opt.max_cost:
+                return self._close_budget()
+            per_call = self._cost_done / self._n_cost if self._n_cost else self.opt.projected_cost_per_call
+            if per_call <= 0 and self._in_flight:
+                # No price known and no call priced yet: one call at a time until one is.
+                await anyio.sleep(0.01)
+                continue
+            if self._spent + (self._in_flight + 1) * per_call > self.opt.max_cost:
+                return self._close_budget()
+            return True
+
+    def _close_budget(self) -> bool:
+        self._stop = self.result.stop_reason = "budget"
         return False
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
@@ -206,21 +220,31 @@ class Dispatcher:
                     await self._attempt(call_id, body, request_sha, last=n >= max_attempts)
         except TransientError:
             pass  # recorded as the final attempt; decision `exhausted` already written
+        except _CircuitOpen:
+            pass  # left pending: the provider looks unreachable
         except FatalError as exc:
             if not self._stop:
                 self._stop = self.result.stop_reason = "fatal"
                 self.result.fatal_message = str(exc)
 
     async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
+        if self._stop == "unreachable":
+            raise _CircuitOpen()
         await self._spacer.wait()
         started, t0 = utcnow(), time.monotonic()
         try:
             reply = await self.guard.send(body, call_id)
         except TransientError as exc:
+            self._note_unreachable(exc)
+            # While the provider looks down, a call's last failure is not final: it stays pending
+            # for `resume` instead of being written off as `exhausted`.
+            final = last and self._stop != "unreachable"
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient",
-                               final=last, exc=exc)
-            if last:
+                               final=final, exc=exc)
+            if final:
                 self._finish(rec)
+            elif self._stop == "unreachable":
+                raise _CircuitOpen() from None
             elif self.progress is not None:
                 self.progress.retry()
             raise
@@ -232,9 +256,21 @@ class Dispatcher:
                                final=True, exc=exc)
             self._finish(rec)
             return
+        self._unreachable_streak = 0
         rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
                            reply=reply)
         self._finish(rec)
+
+    def _note_unreachable(self, exc: TransientError) -> None:
+        """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""
+        if exc.error_class in ("connection", "timeout") or exc.error_class.startswith("http_5"):
+            self._unreachable_streak += 1
+            if self._unreachable_streak >= self._unreachable_limit and self._stop != "unreachable":
+                self._stop = self.result.stop_reason = "unreachable"
+                self.result.fatal_message = (f"{self._unreachable_streak} attempts in a row failed with no answer "
+                                             f"in between; last: {exc}")
+        else:
+            self._unreachable_streak = 0
 
     def _record(self, call_id: str, body: dict[str, Any], request_sha: str, *, started: str, t0: float,
                 outcome: str, final: bool, reply: Reply | None = None, exc: AttemptError | None = None,

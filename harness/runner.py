@@ -25,7 +25,7 @@ from harness.decide import decide
 from harness.dispatch import DispatchOptions, DispatchResult, Dispatcher
 from harness.errors import InputError, RunStopped
 from harness.schedule import ALGORITHM, build_schedule, read_schedule, schedule_bytes
-from harness.store import (COHORT_DIR, DECISIONS, MANIFEST, SCHEDULE, STIMULI, RunLock, RunWriter,
+from harness.store import (COHORT_DIR, SCHEDULE, STIMULI, RunLock, RunWriter,
                            create_run_dir, iter_jsonl, new_run_id, read_manifest, utcnow)
 
 DEFAULT_RUNS_ROOT = Path("runs")
@@ -187,12 +187,16 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
         config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
         prompt = load_prompt(manifest["prompt"]["id"])
         if prompt.sha256 != manifest["prompt"]["sha256"]:
-            print(f"guardeval: warning: prompt '{prompt.id}' changed since launch; calls whose request "
-                  "differs from stimuli.jsonl will not be sent (replay_mismatch)", file=sys.stderr)
+            # Sending would only write every pending call off as a replay mismatch: refuse.
+            raise InputError(f"prompt '{prompt.id}' has changed since this run was launched (sha256 "
+                             f"{prompt.sha256[:12]}…, manifest {manifest['prompt']['sha256'][:12]}…); restore it, "
+                             "or start a new run with `guardeval replicate`", path=run_dir / "manifest.json",
+                             field="prompt.sha256")
         parser = get_parser(prompt.parser)
         expected = {}
         for _, _, rec in iter_jsonl(run_dir / STIMULI):
             expected[rec["call_id"]] = rec["request_sha256"]
+        _check_rendering(run_dir, cohort, config, prompt, expected)
         writer = RunWriter(run_dir)
         state = writer.open()
         try:
@@ -243,6 +247,19 @@ async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, coho
             await guard.aclose()
 
 
+def _check_rendering(run_dir: Path, cohort: Cohort, config: GuardConfig, prompt: Prompt,
+                     expected: dict[str, str]) -> None:
+    """Re-render the first scheduled call; if it no longer matches the launch, refuse to go on."""
+    first = next(iter(read_schedule(run_dir / SCHEDULE)), None)
+    if first is None:
+        return
+    body = make_guard(config, prompt, max_connections=1).render(cohort.instance(first["base_id"], first["condition"]))
+    if canonical_sha256(body) != expected.get(first["call_id"]):
+        raise InputError("the request re-rendered now differs from the one frozen at launch (stimuli.jsonl): the "
+                         "guard config or the rendering changed; restore them, or start a new run with "
+                         "`guardeval replicate`", path=run_dir / STIMULI, line=1)
+
+
 def _default_concurrency(config: GuardConfig) -> int:
     # One in-process model generates one call at a time; more would only queue inside the guard
     # and inflate latency_s.
@@ -288,6 +305,9 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     hint = f"resume with: guardeval resume {outcome.run_dir}"
     if r.stop_reason == "fatal":
         raise RunStopped(f"stopped by a fatal provider error: {r.fatal_message}. Fix the cause, then {hint}")
+    if r.stop_reason == "unreachable":
+        raise RunStopped(f"stopped: the provider looks unreachable ({r.fatal_message}); calls left pending. "
+                         f"When it is back, {hint}")
     if r.stop_reason == "budget":
         raise RunStopped(f"stopped: --max-cost reached. {hint}")
     if r.stop_reason and r.stop_reason.startswith("signal"):

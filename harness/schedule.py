@@ -67,8 +67,7 @@ def write_schedule(path: Path, rows: list[dict[str, Any]]) -> str:
 
 
 def read_schedule(path: Path) -> Iterator[dict[str, Any]]:
-    import orjson
+    from harness.store import iter_jsonl  # the store owns line-level checks
 
-    with open(path, "rb") as fh:
-        for line in fh:
-            yield orjson.loads(line)
+    for _, _, row in iter_jsonl(path):
+        yield row

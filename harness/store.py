@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Iterator
 import orjson
 
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
-from harness.errors import InputError, RunLocked
+from harness.errors import CheckFailed, InputError, RunLocked
 
 GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
@@ -100,7 +100,14 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
             if not line.endswith(b"\n"):
                 return  # a torn last line is handled by RunWriter.recover_torn
             body = line[:-1]
-            yield lineno, body, orjson.loads(body)
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                obj = None
+            if not isinstance(obj, dict):
+                raise CheckFailed(f"{path}: line {lineno}: not a JSON object (the file is damaged; "
+                                  f"`guardeval verify {path.parent}` lists every problem)")
+            yield lineno, body, obj
 
 
 class RunLock:
@@ -150,6 +157,7 @@ class RunWriter:
         self._raw: BinaryIO | None = None
         self._dec: BinaryIO | None = None
         self._events: BinaryIO | None = None
+        self._pending: list[bytes] = []
 
     # -- opening and recovery ----------------------------------------------------------------
     def open(self) -> RunState:
@@ -176,6 +184,7 @@ class RunWriter:
         return st
 
     def close(self) -> None:
+        self.flush()
         for fh in (self._raw, self._dec, self._events):
             if fh is not None:
                 fh.flush()
@@ -199,15 +208,23 @@ class RunWriter:
         return st.last_seq, st.last_raw_sha
 
     def append_decision(self, record: dict[str, Any]) -> None:
-        # Buffered, flushed by `flush()` (the dispatcher's ticker) and on close: a decision lost
-        # in a crash is re-derived from its final raw line on the next open, never re-sent.
-        assert self._dec is not None
-        self._dec.write(dumps_line(record))
+        # Held back until `flush()` (the dispatcher's ticker, and close): a decision lost in a
+        # crash is re-derived from its final raw line on the next open, never re-sent.
+        self._pending.append(dumps_line(record))
         self.state.decided.add(record["call_id"])
+        if len(self._pending) >= 4096:
+            self.flush()
 
     def flush(self) -> None:
-        if self._dec is not None:
-            self._dec.flush()
+        """fsync the raw log, then write the held decisions: on disk, a decision never points
+        at a raw line that a power loss could take away."""
+        if not self._pending or self._raw is None or self._dec is None:
+            return
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._dec.write(b"".join(self._pending))
+        self._dec.flush()
+        self._pending.clear()
 
     def event(self, kind: str, **fields: Any) -> None:
         assert self._events is not None

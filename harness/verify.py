@@ -142,7 +142,9 @@ def verify_run(run_dir: Path) -> dict[str, Any]:
             continue
         if render is not None and cohort is not None:
             s = sched_rows[lineno - 1]
-            key = s["instance_sha256"]
+            key = s.get("instance_sha256")
+            if not isinstance(key, str):
+                continue  # the schedule line itself is broken; reported above
             if key not in render_cache:
                 try:
                     render_cache[key] = canonical_sha256(render(cohort.instance(s["base_id"], s["condition"])))

@@ -68,3 +68,20 @@ def test_verify_cli_exit_code_and_message(tmp_path, finished_run):
     assert "raw.jsonl:2:" in r.err
     r = run_cli("verify", str(finished_run), "--json")
     assert r.code == 0 and r.out.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("name", ["raw.jsonl", "schedule.jsonl", "stimuli.jsonl", "decisions.jsonl"])
+def test_every_renamed_key_is_caught(tmp_path, finished_run, name):
+    import json
+
+    first = json.loads((finished_run / name).read_text().splitlines()[1])
+    for key in first:
+        run = tmp_path / f"{name}-{key}"
+        shutil.copytree(finished_run, run)
+        lines = (run / name).read_bytes().split(b"\n")
+        lines[1] = lines[1].replace(f'"{key}":'.encode(), f'"{key}X":'.encode(), 1)
+        (run / name).write_bytes(b"\n".join(lines))
+        report = verify_run(run)
+        assert not report["ok"], (name, key)
+        assert any(p["file"] == name and p["line"] in (1, 2, 3) for p in report["problems"]), (key, report)
+

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from harness.canon import file_sha256
 from harness.errors import InputError
@@ -39,3 +42,14 @@ def verify_file(path: Path, size: int, sha256: str) -> dict[str, object]:
     if digest != sha256:
         raise InputError(f"SHA-256 {digest} does not match the pinned {sha256}", path=path, field="sha256")
     return {"path": path.name, "bytes": size, "sha256": sha256}
+
+
+def read_json_array(path: Path) -> list[Any]:
+    """A source file that must hold one JSON array (TS-Bench records, ToolSafe logs)."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    if not isinstance(data, list):
+        raise InputError("expected a JSON array", path=path)
+    return data

@@ -15,24 +15,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-import orjson
 
-from harness.builders.pins import parse_pin_lines, verify_file
+from harness.builders.pins import parse_pin_lines, read_json_array, verify_file
 from harness.builders.tsbench import DEFAULT_PINS, agentharm_scores, strict_label
 from harness.canon import dumps_line
 from harness.errors import InputError
 
 _INTERACTION_KEYS = ("id-interaction", "id_interaction", "interaction_id")
-
-
-def _array(path: Path) -> list[Any]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
-    if not isinstance(data, list):
-        raise InputError("expected a JSON array", path=path)
-    return data
 
 
 def _score(value: Any, where: dict[str, Any], allow_null: bool) -> tuple[float | None, int | None]:
@@ -74,7 +63,7 @@ def import_toolsafe(logs: str | Path, out: str | Path, pins_file: str | Path | N
     summary: dict[str, Any] = {}
     for bench in sorted(complete):
         files = {k: Path(v.split("\0")[0]) for k, v in complete[bench].items()}
-        preds, labels, meta = (_array(files[k]) for k in ("preds.json", "labels.json", "meta_data.json"))
+        preds, labels, meta = (read_json_array(files[k]) for k in ("preds.json", "labels.json", "meta_data.json"))
         if not len(preds) == len(labels) == len(meta):
             raise InputError(f"lengths differ: preds {len(preds)}, labels {len(labels)}, meta_data {len(meta)}",
                              path=files["preds.json"].parent)

@@ -16,10 +16,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from harness.builders.common import ConditionSpec, build_rows
-from harness.builders.pins import parse_pin_lines, verify_file
+from harness.builders.pins import parse_pin_lines, read_json_array, verify_file
 from harness.cohort import write_cohort
 from harness.errors import InputError
 from harness.transforms import identity
@@ -57,16 +56,6 @@ def _domain(pinned: str) -> str:
     return bench.removesuffix("-traj")
 
 
-def _load_records(path: Path) -> list[Any]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
-    if not isinstance(data, list):
-        raise InputError("expected a JSON array of records", path=path)
-    return data
-
-
 def _text(value: Any) -> Any:
     return value if isinstance(value, (str, list, dict)) else str(value)
 
@@ -89,7 +78,7 @@ def load_bases(source: Path, pins: dict[str, tuple[int, str]]) -> tuple[list[dic
     for p in order:
         path = resolve(source, p)
         domain = _domain(p)
-        for idx, rec in enumerate(_load_records(path)):
+        for idx, rec in enumerate(read_json_array(path)):
             where = {"path": path, "line": idx + 1}
             if not isinstance(rec, dict):
                 raise InputError("record is not an object", **where)
@@ -128,7 +117,7 @@ def agentharm_scores(source: Path, pins: dict[str, tuple[int, str]]) -> list[flo
     for p in AGENTHARM_ORDER:
         path = resolve(source, p)
         verify_file(path, *pins[p])
-        for idx, rec in enumerate(_load_records(path)):
+        for idx, rec in enumerate(read_json_array(path)):
             if not isinstance(rec, dict) or "score" not in rec:
                 raise InputError("missing required field", path=path, line=idx + 1, field="score")
             strict_label(rec["score"], {"path": path, "line": idx + 1, "field": "score"})

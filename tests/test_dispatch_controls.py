@@ -1,0 +1,113 @@
+"""Admission controls and failure handling: rpm, budget without prices, outages, changed
+prompts, damaged files, provider defaults."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+from conftest import REPO, run_cli, write_guard
+from guards.config import load_guard_config
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _t(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_rpm_spaces_attempt_starts(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--rpm", "600", "--max-calls", "12", "--concurrency", "8")
+    assert r.code == 0, r.err
+    starts = sorted(_t(rec["started"]) for rec in _jsonl(run / "raw.jsonl"))
+    assert len(starts) == 12
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert min(gaps) >= 0.09, gaps          # 600 per minute = one start per 0.1 s
+    assert starts[-1] - starts[0] < 11 * 0.1 * 1.8, gaps  # and not half that rate
+
+
+def test_max_cost_zero_admits_nothing_and_unknown_price_goes_one_at_a_time(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url, price_in_per_mtok=None, price_out_per_mtok=None)
+    run = tmp_path / "run0"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--max-cost", "0")
+    assert r.code == 1 and "--max-cost" in r.err
+    assert _jsonl(run / "raw.jsonl") == []
+    run = tmp_path / "run1"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--max-cost", "0.0005", "--concurrency", "16")
+    assert r.code == 1
+    raw = _jsonl(run / "raw.jsonl")
+    # The first call priced the rest: one sim call costs ~$0.001, so only it was sent.
+    assert len(raw) == 1
+
+
+def test_unreachable_provider_leaves_calls_pending(tmp_path, small_cohort):
+    guard = write_guard(tmp_path / "g.toml", "http://127.0.0.1:9", max_attempts=3)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--concurrency", "4")
+    assert r.code == 1 and "unreachable" in r.err and "resume" in r.err
+    decisions = _jsonl(run / "decisions.jsonl")
+    assert len(decisions) <= 1  # at most a call that ran out before the breaker opened
+    raw = _jsonl(run / "raw.jsonl")
+    assert raw and all(rec["error_class"] in ("connection", "timeout") for rec in raw)
+    st = json.loads(run_cli("status", str(run), "--json").out)
+    assert st["pending"] >= 79
+    assert run_cli("verify", str(run)).code == 0
+
+
+def test_resume_refuses_a_changed_prompt(tmp_path, small_cohort, sim):
+    prompts = tmp_path / "prompts"
+    shutil.copytree(REPO / "prompts" / "guardeval-json-v1", prompts / "guardeval-json-v1")
+    env = {"GUARDEVAL_PROMPTS": str(prompts)}
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--max-calls", "3", env=env)
+    assert r.code == 0, r.err
+    # Edit the template and re-pin it, as a careless hand would.
+    folder = prompts / "guardeval-json-v1"
+    (folder / "system.txt").write_text((folder / "system.txt").read_text() + "\nBe brief.\n")
+    import hashlib
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["system.txt"] = hashlib.sha256((folder / "system.txt").read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    r = run_cli("resume", str(run), env=env)
+    assert r.code == 2 and "changed since this run was launched" in r.err and "Traceback" not in r.err
+    assert len(_jsonl(run / "decisions.jsonl")) == 3  # nothing written off
+
+
+def test_damaged_line_is_a_clean_error(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    assert run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                   "--run-dir", str(run), "--max-calls", "5").code == 0
+    data = bytearray((run / "decisions.jsonl").read_bytes())
+    data[0] = ord("#")
+    (run / "decisions.jsonl").write_bytes(bytes(data))
+    for args in (("status", str(run)), ("resume", str(run)), ("estimate", str(run), "--allow-partial")):
+        r = run_cli(*args)
+        assert r.code in (1, 2) and "Traceback" not in r.err, (args, r.err)
+        assert "decisions.jsonl" in r.err and "line 1" in r.err, (args, r.err)
+
+
+def test_provider_table_defaults_pin_without_fallbacks(tmp_path):
+    g = tmp_path / "g.toml"
+    g.write_text('name = "x"\nbackend = "openrouter"\nmodel = "m"\nprompt = "guardeval-json-v1"\n'
+                 '[provider]\norder = ["anthropic"]\n')
+    cfg = load_guard_config(g)
+    assert cfg.provider == {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
+                            "order": ["anthropic"]}
+    assert cfg.pinned_provider == "anthropic"
+    g.write_text('name = "x"\nbackend = "openrouter"\nmodel = "m"\nprompt = "guardeval-json-v1"\n'
+                 '[provider]\norder = ["a", "b"]\nallow_fallbacks = true\n')
+    assert load_guard_config(g).pinned_provider is None
