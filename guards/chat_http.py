@@ -56,8 +56,11 @@ class ChatCompletionsGuard(Guard):
         # (cookies, auth flows, redirects) costs CPU per call and does nothing for this API.
         self._transport = AiohttpTransport(limits=httpx.Limits(max_connections=max_connections,
                                                                max_keepalive_connections=max_connections))
+        # Connection timeouts here; the whole-attempt deadline is `fail_after` in `send` (a per-read
+        # timeout as well would only re-arm a timer on every chunk).
         t = config.timeout_s
-        self._timeout = {"connect": t, "read": t, "write": t, "pool": t}
+        self._timeout = {"connect": t, "pool": t}
+        self._payloads: dict[int, tuple[Mapping[str, Any], bytes]] = {}
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,7 +91,7 @@ class ChatCompletionsGuard(Guard):
         headers = {"Content-Type": "application/json", "X-Call-Id": call_id}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        payload = orjson.dumps(body)
+        payload = self._payload(body)
         try:
             # Overall deadline as well as httpx's per-phase timeouts: a stalled body counts too.
             with anyio.fail_after(self.config.timeout_s):
@@ -143,6 +146,13 @@ class ChatCompletionsGuard(Guard):
         prov = data.get("provider")
         reply.provider = prov if isinstance(prov, str) else None
         return reply
+
+    def _payload(self, body: Mapping[str, Any]) -> bytes:
+        """Serialised body, once per body object (repetitions and retries reuse one body)."""
+        hit = self._payloads.get(id(body))
+        if hit is None or hit[0] is not body:
+            hit = self._payloads[id(body)] = (body, orjson.dumps(body))
+        return hit[1]
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -6,10 +6,11 @@ then > 0.5 -> 1.0, = 0.5 -> 0.5, else 0.0; strict decision = composite != 0.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+import orjson
 
 STATUSES = ("ok", "unparseable", "truncated", "provider_error", "refused", "exhausted")
 
@@ -44,10 +45,9 @@ def parse_json_three_field(content: str | None, finish_reason: str | None) -> Pa
         return Parsed("truncated", detail="finish_reason length")
     if content is None:
         return Parsed("unparseable", detail="no content")
-    text = content.strip()
     try:
-        obj = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
-    except (json.JSONDecodeError, ValueError) as exc:
+        obj = orjson.loads(content)  # strict JSON: NaN/Infinity and trailing text are errors
+    except orjson.JSONDecodeError as exc:
         return Parsed("unparseable", detail=f"not JSON: {exc}")
     if not isinstance(obj, dict) or set(obj) != set(JSON_FIELDS):
         keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__

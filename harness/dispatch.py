@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from guards.base import Guard, Reply
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guards.parsers import Parsed
-from harness.canon import canonical_sha256, sha256_hex
+from harness.canon import canonical_bytes, sha256_hex
 from harness.decide import decide
 from harness.progress import RunProgress
 from harness.store import RunWriter, utcnow
@@ -109,6 +109,7 @@ class Dispatcher:
         self._cost_done = 0.0
         self._n_cost = 0
         self._bodies: dict[str, tuple[dict[str, Any], str]] = {}
+        self._request_json: dict[str, bytes] = {}   # request_sha256 -> canonical body bytes
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
 
@@ -192,7 +193,9 @@ class Dispatcher:
         cached = self._bodies.get(row["instance_sha256"])
         if cached is None:
             body = self.guard.render(self.instance_for(row))
-            cached = self._bodies[row["instance_sha256"]] = (body, canonical_sha256(body))
+            data = canonical_bytes(body)
+            cached = self._bodies[row["instance_sha256"]] = (body, sha256_hex(data))
+            self._request_json[cached[1]] = data
         body, request_sha = cached
         if request_sha != expected:
             # The re-rendered stimulus is not the one frozen at launch: never send it.
@@ -289,7 +292,7 @@ class Dispatcher:
             "call_id": call_id,
             "attempt": self.writer.state.attempts.get(call_id, 0) + 1,
             "started": started, "finished": utcnow(),
-            "request_sha256": request_sha, "request": body,
+            "request_sha256": request_sha,
             "status": reply.status if reply is not None else None,
             "response": response,
             "response_sha256": sha256_hex(response.encode("utf-8")) if response is not None else None,
@@ -302,7 +305,7 @@ class Dispatcher:
             "answers_call_id": reply.answers_call_id if reply is not None else None,
             "outcome": outcome, "final": final,
         }
-        seq, line_sha = self.writer.append_raw(rec)
+        seq, line_sha = self.writer.append_raw(rec, request_json=self._request_json[request_sha])
         rec["seq"] = seq
         return rec, seq, line_sha
 

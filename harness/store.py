@@ -193,13 +193,23 @@ class RunWriter:
         self._raw = self._dec = self._events = None
 
     # -- appends -----------------------------------------------------------------------------
-    def append_raw(self, record: dict[str, Any]) -> tuple[int, str]:
-        """Add seq and prev_sha256, write one line; return (seq, sha256 of the line)."""
+    def append_raw(self, record: dict[str, Any], *, request_json: bytes | None = None) -> tuple[int, str]:
+        """Add seq and prev_sha256, write one line; return (seq, sha256 of the line).
+
+        `request_json` is the request body already in canonical JSON: it is spliced in as the
+        `request` field (the same bytes `dumps_line` would produce, without re-sorting the body
+        on every attempt).
+        """
         assert self._raw is not None
         st = self.state
         st.last_seq += 1
         record = {**record, "seq": st.last_seq, "prev_sha256": st.last_raw_sha}
         line = dumps_line(record)
+        if request_json is not None:
+            # Keys are sorted, so "request" goes right before "request_sha256"; inside string
+            # values a quote is escaped, so this pattern can only be that key.
+            at = line.index(b',"request_sha256":')
+            line = line[:at] + b',"request":' + request_json + line[at:]
         self._raw.write(line)
         self._raw.flush()
         st.last_raw_sha = sha256_hex(line[:-1])

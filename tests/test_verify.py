@@ -85,3 +85,12 @@ def test_every_renamed_key_is_caught(tmp_path, finished_run, name):
         assert not report["ok"], (name, key)
         assert any(p["file"] == name and p["line"] in (1, 2, 3) for p in report["problems"]), (key, report)
 
+
+
+def test_raw_lines_are_canonical_with_the_request_spliced_in(finished_run):
+    from harness.canon import dumps_line
+
+    for line in (finished_run / "raw.jsonl").read_bytes().splitlines()[:20]:
+        rec = __import__("orjson").loads(line)
+        assert isinstance(rec["request"], dict) and rec["request"]["messages"]
+        assert dumps_line(rec)[:-1] == line
