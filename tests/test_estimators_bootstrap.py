@@ -9,15 +9,26 @@ from harness.estimators import bootstrap as bs
 from harness.estimators.holm import holm
 
 
-def test_counts_keep_each_domain_size():
+def test_rescaled_weights_keep_each_domain_size():
     cluster_domain = np.array([0, 0, 0, 1, 1, 2])
     w = bs.draw_counts(np.random.default_rng(0), cluster_domain, 3, 500)
     assert w.shape == (500, 6)
-    assert np.all(w[:, :3].sum(axis=1) == 3)
-    assert np.all(w[:, 3:5].sum(axis=1) == 2)
-    assert np.all(w[:, 5] == 1)  # a one-cluster domain is always drawn once
-    # uniform over a domain's clusters: each has mean count 1
+    # m − 1 draws, each weighing m / (m − 1): a domain's weights add up to its size m
+    assert np.allclose(w[:, :3].sum(axis=1), 3) and set(np.unique(w[:, :3])) <= {0.0, 1.5, 3.0}
+    assert np.allclose(w[:, 3:5].sum(axis=1), 2) and set(np.unique(w[:, 3:5])) <= {0.0, 2.0}
+    assert np.all(w[:, 5] == 1)  # a one-cluster domain is always there, weight 1
+    # uniform over a domain's clusters: each has mean weight 1
     assert w[:, :3].mean(axis=0) == pytest.approx([1, 1, 1], abs=0.15)
+
+
+def test_rescaled_bootstrap_variance_of_a_mean_is_unbiased():
+    # One domain of m clusters, one base each: the bootstrap variance of the mean should match
+    # the usual unbiased s²/m, not the (m − 1)/m-shrunk plug-in of a plain m-of-m draw.
+    rng = np.random.default_rng(3)
+    m = 6
+    x = rng.normal(size=m)
+    ratios = bs.bootstrap_ratios(x[:, None], np.ones((m, 1)), np.zeros(m, dtype=int), 200_000, seed=5)[:, 0]
+    assert ratios.var() == pytest.approx(x.var(ddof=1) / m, rel=0.03)
 
 
 def test_chunks_are_deterministic_and_cover_n_boot(monkeypatch):
@@ -42,17 +53,19 @@ def test_matrix_form_equals_explicit_resampling_of_bases():
     fast = bs.bootstrap_ratios(num_g, den_g, cluster_domain, 50, seed=4)[:, 0]
     weights = np.vstack(list(bs.iter_counts(cluster_domain, 50, seed=4)))
     for r in range(50):
-        sample = [diff[i] for g, times in enumerate(weights[r]) for _ in range(int(times))
-                  for i in np.nonzero((base_cluster == g) & present)[0]]
-        expected = np.mean(sample) if sample else np.nan
+        # every present base counts with its interaction's weight
+        num = sum(weights[r][base_cluster[i]] * diff[i] for i in range(8) if present[i])
+        den = sum(weights[r][base_cluster[i]] for i in range(8) if present[i])
+        expected = num / den if den > 0 else np.nan
         assert fast[r] == pytest.approx(expected, nan_ok=True)
 
 
 def test_undefined_replicates_are_nan_and_ignored():
-    # Only cluster 0 of a two-cluster domain has a paired base: 1/4 of replicates draw none.
+    # Only cluster 0 of a two-cluster domain has a paired base; one draw of two: half the
+    # replicates draw none.
     ratios = bs.bootstrap_ratios(np.array([[1.0], [0.0]]), np.array([[1.0], [0.0]]), np.array([0, 0]), 4000, 2)
     share = np.isnan(ratios[:, 0]).mean()
-    assert share == pytest.approx(0.25, abs=0.03)
+    assert share == pytest.approx(0.5, abs=0.03)
     assert bs.percentile_ci(ratios[:, 0]) == [1.0, 1.0]
 
 

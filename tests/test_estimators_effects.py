@@ -200,8 +200,9 @@ def test_degenerate_bootstrap_gives_exact_interval_and_p():
 
 
 def test_two_cluster_bootstrap_distribution_matches_hand_calculation():
-    # One domain, two single-base clusters with effects 1 and 0. Replicates draw (2,0), (1,1),
-    # (0,2) with probabilities 1/4, 1/2, 1/4 -> Δ* = 1, 1/2, 0; p ≈ 2·P(Δ* ≤ 0) = 1/2.
+    # One domain, two single-base clusters with effects 1 and 0. The rescaled bootstrap draws
+    # m − 1 = 1 cluster with weight 2: Δ* = 1 or 0, each with probability 1/2;
+    # p = min(1, 2·min(P(Δ* ≤ 0), P(Δ* ≥ 0))) ≈ min(1, 2·1/2) = 1.
     rows = []
     for base, eff in (("x", 1), ("y", 0)):
         rows.append({"base_id": base, "interaction_id": base, "domain": "D", "condition": "original",
@@ -211,7 +212,7 @@ def test_two_cluster_bootstrap_distribution_matches_hand_calculation():
     rep = estimate(rows, n_boot=20000, seed=5)
     t = contrast(rep, "t")
     assert t["delta"] == 0.5 and t["ci"] == [0.0, 1.0]
-    assert t["p"] == pytest.approx(0.5, abs=0.02)
+    assert t["p"] == pytest.approx(1.0, abs=0.02)
 
 
 def test_components_rates():

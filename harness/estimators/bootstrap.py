@@ -1,10 +1,10 @@
 """Stratified interaction-cluster bootstrap, vectorised (DESIGN §10).
 
 Every estimate here is a ratio of base-level sums, Σ_i num_i / Σ_i den_i (a base-equal mean
-over the bases a contrast uses). A replicate draws, inside each domain, as many interactions
-as that domain has, with replacement; interaction g drawn w_g times contributes w_g times its
-sums. So a replicate is W·num_g / W·den_g with W a (replicates × clusters) matrix of
-multinomial counts: one matrix product per chunk of replicates, no Python loop over replicates.
+over the bases a contrast uses). A replicate resamples interactions with replacement inside
+each domain (see `draw_counts` for the rescaling); interaction g with weight w_g contributes
+w_g times its sums. So a replicate is W·num_g / W·den_g with W a (replicates × clusters)
+weight matrix: one matrix product per chunk of replicates, no Python loop over replicates.
 """
 
 from __future__ import annotations
@@ -31,8 +31,12 @@ def cluster_sums(values: np.ndarray, base_cluster: np.ndarray, n_clusters: int) 
 
 def draw_counts(rng: np.random.Generator, cluster_domain: np.ndarray, n_domains: int,
                 k: int) -> np.ndarray:
-    """(k × n_clusters) counts: per replicate and domain, m_d draws with replacement among the
-    domain's m_d clusters (a multinomial draw, done as uniform indices + bincount)."""
+    """(k × n_clusters) weights: per replicate and domain, m_d − 1 draws with replacement among
+    the domain's m_d clusters, each count scaled by m_d / (m_d − 1) (Rao & Wu's rescaled
+    bootstrap). Drawing m_d of m_d would shrink the variance by (m_d − 1) / m_d, which makes
+    intervals too narrow when a domain has few interactions; the rescaled draw keeps every
+    cluster's expected weight at 1 and the variance unbiased. A domain with a single cluster
+    contributes it with weight 1 in every replicate (it carries no between-cluster variance)."""
     g = len(cluster_domain)
     w = np.zeros((k, g))
     for dom in range(n_domains):
@@ -40,9 +44,13 @@ def draw_counts(rng: np.random.Generator, cluster_domain: np.ndarray, n_domains:
         m = len(members)
         if m == 0:
             continue
-        picks = rng.integers(0, m, size=(k, m))
+        if m == 1:
+            w[:, members] = 1.0
+            continue
+        n = m - 1
+        picks = rng.integers(0, m, size=(k, n))
         picks += (np.arange(k) * m)[:, None]
-        w[:, members] = np.bincount(picks.ravel(), minlength=k * m).reshape(k, m)
+        w[:, members] = np.bincount(picks.ravel(), minlength=k * m).reshape(k, m) * (m / n)
     return w
 
 
