@@ -50,6 +50,7 @@ class DispatchResult:
     stop_reason: str | None = None      # None = every pending call was handled
     fatal_message: str | None = None
     statuses: dict[str, int] = field(default_factory=dict)
+    min_concurrency: int = 0            # lowest adaptive limit reached (429s halve it)
 
 
 class _Spacer:
@@ -112,6 +113,10 @@ class Dispatcher:
         self._request_json: dict[str, bytes] = {}   # request_sha256 -> canonical body bytes
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
+        # Adaptive concurrency (AIMD): halve on 429, grow back slowly; never above --concurrency.
+        self._limit = float(max(1, options.concurrency))
+        self._last_cut = 0.0
+        self.result.min_concurrency = int(self._limit)
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
@@ -139,10 +144,14 @@ class Dispatcher:
 
     # -- admission -------------------------------------------------------------------------
     async def _admit(self) -> bool:
-        """May one more call start? Waits while the budget cannot be judged yet."""
+        """May one more call start? Waits while the budget cannot be judged yet, and while the
+        adaptive limit (cut on 429) is below the calls in flight."""
         while True:
             if self._stop:
                 return False
+            if self._in_flight >= int(self._limit):
+                await anyio.sleep(0.01)
+                continue
             if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
                 self._stop = "max_calls"
                 return False
@@ -239,6 +248,8 @@ class Dispatcher:
             reply = await self.guard.send(body, call_id)
         except TransientError as exc:
             self._note_unreachable(exc)
+            if exc.error_class == "http_429":
+                self._cut_limit()
             # While the provider looks down, a call's last failure is not final: it stays pending
             # for `resume` instead of being written off as `exhausted`.
             final = last and self._stop != "unreachable"
@@ -260,9 +271,20 @@ class Dispatcher:
             self._finish(rec)
             return
         self._unreachable_streak = 0
+        # Additive increase: about +1 call in flight per `limit` answers, up to --concurrency.
+        self._limit = min(float(self.opt.concurrency), self._limit + 1.0 / self._limit)
         rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
                            reply=reply)
         self._finish(rec)
+
+    def _cut_limit(self) -> None:
+        """Multiplicative decrease on a rate limit, at most once a second (one burst of 429s
+        from many calls in flight is one signal, not many)."""
+        now = time.monotonic()
+        if now - self._last_cut >= 1.0:
+            self._last_cut = now
+            self._limit = max(1.0, self._limit / 2)
+            self.result.min_concurrency = min(self.result.min_concurrency, int(self._limit))
 
     def _note_unreachable(self, exc: TransientError) -> None:
         """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""

@@ -225,6 +225,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                len(rows) - len(pending), spent, backend_options=_backend_options())
             decided = len(state.decided)
             writer.event("stop", reason=result.stop_reason, decided=decided, total=len(rows),
+                         min_concurrency=result.min_concurrency,
                          last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
                          fatal=result.fatal_message)
         finally:

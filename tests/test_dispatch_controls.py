@@ -111,3 +111,25 @@ def test_provider_table_defaults_pin_without_fallbacks(tmp_path):
     g.write_text('name = "x"\nbackend = "openrouter"\nmodel = "m"\nprompt = "guardeval-json-v1"\n'
                  '[provider]\norder = ["a", "b"]\nallow_fallbacks = true\n')
     assert load_guard_config(g).pinned_provider is None
+
+
+def test_rate_limits_halve_concurrency_and_calls_still_finish(tmp_path, small_cohort, sim_factory):
+    sim = sim_factory("--faults", "429=0.4", "--retry-after", "0.01", "--latency-ms", "20")
+    guard = write_guard(tmp_path / "g.toml", sim.base_url, max_attempts=12)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--concurrency", "16")
+    assert r.code == 0, r.err
+    stop = [e for e in _jsonl(run / "events.jsonl") if e["event"] == "stop"][-1]
+    assert stop["min_concurrency"] < 16
+    decisions = _jsonl(run / "decisions.jsonl")
+    assert len(decisions) == 80 and all(d["status"] == "ok" for d in decisions)
+
+
+def test_no_rate_limits_keep_full_concurrency(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    assert run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                   "--run-dir", str(run), "--concurrency", "16").code == 0
+    stop = [e for e in _jsonl(run / "events.jsonl") if e["event"] == "stop"][-1]
+    assert stop["min_concurrency"] == 16
