@@ -22,35 +22,21 @@ def register(sub: Any) -> None:
     p.add_argument("--reps", type=positive_int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds")
-    p.add_argument("--concurrency", type=positive_int)
-    p.add_argument("--rpm", type=positive_float, help="cap on requests per minute")
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
-    p.add_argument("--base-url", help="override the guard's base URL")
-    p.add_argument("--max-cost", type=nonneg_float, help="USD: stop launching calls when spent + in flight would pass it")
-    p.add_argument("--max-calls", type=positive_int, help="dispatch at most N calls (pilot run)")
+    _dispatch_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan and a cost projection; send nothing")
-    p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
     p.add_argument("run")
-    p.add_argument("--base-url")
-    p.add_argument("--concurrency", type=positive_int)
-    p.add_argument("--rpm", type=positive_float)
-    p.add_argument("--max-cost", type=nonneg_float)
-    p.add_argument("--max-calls", type=positive_int)
-    p.add_argument("--no-progress", action="store_true")
+    _dispatch_options(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("replicate", help="run a finished run's schedule on another guard")
     p.add_argument("run")
     p.add_argument("--guard", required=True)
-    p.add_argument("--run-dir")
-    p.add_argument("--base-url")
-    p.add_argument("--concurrency", type=positive_int)
-    p.add_argument("--rpm", type=positive_float)
-    p.add_argument("--max-cost", type=nonneg_float)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
+    _dispatch_options(p, max_calls=False)
     p.set_defaults(func=cmd_replicate)
 
     p = sub.add_parser("status", help="what a run has done so far")
@@ -68,6 +54,18 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+
+def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> None:
+    """The options every command that sends calls shares (launch, resume, replicate)."""
+    p.add_argument("--base-url", help="override the guard's base URL")
+    p.add_argument("--concurrency", type=positive_int, help="calls in flight at most")
+    p.add_argument("--rpm", type=positive_float, help="cap on requests per minute")
+    p.add_argument("--max-cost", type=nonneg_float,
+                   help="USD: stop launching calls when spent + in flight would pass it")
+    if max_calls:
+        p.add_argument("--max-calls", type=positive_int, help="dispatch at most N calls (pilot run)")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
 def _existing_run(path: str) -> Path:

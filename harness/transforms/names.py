@@ -298,8 +298,10 @@ def name_table(names: Iterable[str], fn: NameFn, select: Callable[[str], bool] =
     return validate_table(table, where)
 
 
-def cue_remove_table(names: Iterable[str], select: Callable[[str], bool] | None = None) -> dict[str, str]:
-    """Bijective cue-removal table: on a collision, later names take their next neutral option."""
+def _unique_table(names: Iterable[str], select: Callable[[str], bool] | None,
+                  candidates: Callable[[str], Iterable[str]], failure: str, where: str) -> dict[str, str]:
+    """Bijective table: each selected name takes its first candidate not already in use (an
+    original name or an earlier pick), in sorted name order, so the table is deterministic."""
     from harness.transforms.lexicon import has_threat_word
 
     select = select or has_threat_word
@@ -309,47 +311,33 @@ def cue_remove_table(names: Iterable[str], select: Callable[[str], bool] | None 
     for n in names:
         if not select(n):
             continue
-        for choice in range(4):
-            cand = cue_remove(n, choice)
-            if cand not in taken:
-                break
-        else:
-            raise InputError(f"cue removal of '{n}' collides with another name", field="alias")
+        cand = next((c for c in candidates(n) if c and c not in taken), None)
+        if cand is None:
+            raise InputError(failure.format(name=n), field="alias")
         table[n] = cand
         taken.add(cand)
-    return validate_table(table, "cue_altering table")
+    return validate_table(table, where)
+
+
+def cue_remove_table(names: Iterable[str], select: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """Bijective cue-removal table: on a collision, later names take their next neutral option."""
+    return _unique_table(names, select, lambda n: (cue_remove(n, choice) for choice in range(4)),
+                         "cue removal of '{name}' collides with another name", "cue_altering table")
 
 
 def form_matched_table(names: Iterable[str], select: Callable[[str], bool] | None = None,
                        token_count: Callable[[str], int] | None = None) -> dict[str, str]:
     """Bijective form-matched table: a name whose match is taken moves to its next candidate."""
-    from harness.transforms.lexicon import has_threat_word
 
-    select = select or has_threat_word
-    names = sorted(set(names))
-    taken = set(names)
-    table: dict[str, str] = {}
-    for n in names:
-        if not select(n):
-            continue
+    def candidates(n: str) -> Iterable[str]:
         for start in range(0, 64 * 16, 64):
-            cand = form_matched_neutral(n, token_count, start=start)
-            if cand not in taken:
-                break
-            if token_count is None:  # without a tokenizer the first attempt of each block is the candidate
-                cand = ""
+            yield form_matched_neutral(n, token_count, start=start)
+            if token_count is None:  # without a tokenizer each attempt of the block is a candidate
                 for k in range(start, start + 64):
-                    c = form_matched_neutral(n, None, attempts=1, start=k)
-                    if c not in taken:
-                        cand = c
-                        break
-                if cand:
-                    break
-        else:
-            raise InputError(f"no unused form-matched name for '{n}'", field="alias")
-        table[n] = cand
-        taken.add(cand)
-    return validate_table(table, "form_matched_neutral table")
+                    yield form_matched_neutral(n, None, attempts=1, start=k)
+
+    return _unique_table(names, select, candidates, "no unused form-matched name for '{name}'",
+                         "form_matched_neutral table")
 
 
 def family_table(family: str, names: Iterable[str], select: Callable[[str], bool] | None = None,
