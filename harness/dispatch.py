@@ -121,7 +121,9 @@ class _WireGate:
 
     @property
     def capacity(self) -> int:
-        return max(1, int(self.limit))
+        # Rounded, not truncated: at a limit of 1.9 (a cut just under 2 served) truncation
+        # would halve the rate.
+        return max(1, int(self.limit + 0.5))
 
     @property
     def saturated(self) -> bool:
@@ -172,11 +174,14 @@ class _AnswerMeter:
             self._seen.popleft()
         if len(self._seen) < 10:
             return None
-        mean_latency = sum(lat for _, lat in self._seen) / len(self._seen)
+        mean_latency = self.mean_latency()
         span = now - self._seen[0][0]
         if span < 2 * mean_latency:
             return None
         return len(self._seen) / span * mean_latency
+
+    def mean_latency(self) -> float:
+        return sum(lat for _, lat in self._seen) / len(self._seen) if self._seen else 0.0
 
 
 class _CircuitOpen(Exception):
@@ -205,6 +210,8 @@ class Dispatcher:
         self._gate = _WireGate(max(1, options.concurrency))
         self._meter = _AnswerMeter()
         self._last_cut = -math.inf      # monotonic time of the last cut
+        self._ceiling: float | None = None  # requests served at once when the last cut measured it
+        self._hold_until = 0.0          # no probing above the ceiling before this time
         self._pause_until = 0.0         # Retry-After honoured for every new attempt
         self.result.min_concurrency = self._gate.capacity
 
@@ -383,10 +390,13 @@ class Dispatcher:
         now = time.monotonic()
         self._meter.add(now, now - t0)
         gate = self._gate
-        if self.opt.adaptive and gate.limit < self.opt.concurrency and gate.saturated:
-            # Additive increase: about +1 request in flight per round trip of `limit` answers.
-            gate.limit = min(float(self.opt.concurrency), gate.limit + 1.0 / gate.limit)
-            gate.wake()
+        if not (self.opt.adaptive and gate.limit < self.opt.concurrency and gate.saturated):
+            return
+        if self._ceiling is not None and gate.limit >= self._ceiling and now < self._hold_until:
+            return  # back at the measured ceiling: wait before probing past it again
+        # Additive increase: about +1 request in flight per round trip of `limit` answers.
+        gate.limit = min(float(self.opt.concurrency), gate.limit + 1.0 / gate.limit)
+        gate.wake()
 
     def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
         self.result.rate_limited += 1
@@ -404,6 +414,10 @@ class Dispatcher:
         # the cap), and never by less than 10%; with no measurement yet, halve.
         new = gate.limit / 2 if served is None else min(gate.limit * 0.9, served * 0.95)
         gate.limit = max(1.0, new)
+        # Near a measured ceiling, probing again every round trip would cost a 429 each time:
+        # hold there for several round trips (at least a second) first.
+        self._ceiling = served
+        self._hold_until = now + max(1.0, 8 * self._meter.mean_latency())
         self.result.limit_cuts += 1
         self.result.min_concurrency = min(self.result.min_concurrency, gate.capacity)
 
