@@ -5,6 +5,7 @@ seeded fault injection.
 Usage:  guardeval sim-server [--host 127.0.0.1] [--port 0] [--latency-ms SPEC] [--faults SPEC]
                              [--seed N] [--retry-after S] [--stall-s S] [--require-key]
                              [--expect-key-env VAR] [--price-in USD] [--price-out USD]
+                             [--rps-cap R [--rps-burst B]]
         python -m guards.sim_server ...   (same options)
 
 The first stdout line is exactly `listening on http://HOST:PORT` (flushed); that URL is a
@@ -155,6 +156,8 @@ class ServerConfig:
     expected_key: str | None = None    # when set, only this bearer key is accepted (never logged)
     price_in: float = DEFAULT_PRICE_IN
     price_out: float = DEFAULT_PRICE_OUT
+    rps_cap: float | None = None       # hard cap: requests admitted per second (token bucket)
+    rps_burst: float | None = None     # bucket size (default: a tenth of a second's worth, at least 1)
 
 
 # -------------------------------------------------------------------------------------- server
@@ -192,6 +195,28 @@ def _validate(body: Any) -> str | None:
     return None
 
 
+class TokenBucket:
+    """A provider's hard rate limit: `rate` requests per second, at most `burst` at once.
+
+    A request that finds no token is refused (not queued), and the refusal costs no token, as
+    with hosted APIs. `take` returns 0.0 when admitted, else the seconds until a token is free.
+    """
+
+    def __init__(self, rate: float, burst: float, clock: Any = time.monotonic) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._tokens = burst
+        self._at = clock()
+
+    def take(self) -> float:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0 - 1e-9:    # float refills must not starve a due token
+            self._tokens = max(0.0, self._tokens - 1.0)
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+
 class SimProvider:
     """Request handling state: config, a latency RNG, per-call-id attempt counters, a request
     count, and a cache of per-body features."""
@@ -202,6 +227,10 @@ class SimProvider:
         self.attempts: OrderedDict[str, int] = OrderedDict()
         self.assessed: OrderedDict[str, tuple[sim_guard.Features, float, int]] = OrderedDict()
         self.served = 0
+        self.ok = 0                # 200 chat completions sent (not malformed, not error200)
+        self.rate_limited = 0      # 429s sent by the --rps-cap bucket
+        self.bucket = (TokenBucket(config.rps_cap, config.rps_burst or max(1.0, config.rps_cap / 10))
+                       if config.rps_cap else None)
 
     def _next_attempt(self, key: str) -> int:
         n = self.attempts.pop(key, 0) + 1
@@ -242,6 +271,16 @@ class SimProvider:
             if cfg.expected_key is not None and not hmac.compare_digest(key.encode(), cfg.expected_key.encode()):
                 # Never echo the key, not even partially.
                 return self._json(401, _error_body(401, "Invalid credentials"), headers)
+
+        if self.bucket is not None:
+            wait = self.bucket.take()
+            if wait > 0:
+                # Refused at once, before any work: the caller learns when a token frees up.
+                self.rate_limited += 1
+                headers["Retry-After"] = f"{wait:.3f}"
+                headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+                return self._json(429, _error_body(429, "Rate limit exceeded: requests per second cap "
+                                                        "(simulated)"), headers)
 
         raw = await request.read()
         try:
@@ -305,6 +344,8 @@ class SimProvider:
         data = orjson.dumps(reply)
         if fault == "malformed":
             data = data[: len(data) // 2]   # HTTP 200, JSON cut in the middle
+        else:
+            self.ok += 1
         return self._json(200, data, headers)
 
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -312,7 +353,8 @@ class SimProvider:
 
     async def handle_stats(self, request: web.Request) -> web.Response:
         """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
-        stats: dict[str, Any] = {"requests": self.served, "call_ids": len(self.attempts)}
+        stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
+                                 "call_ids": len(self.attempts)}
         cid = request.query.get("call_id")
         if cid is not None:
             stats["call_id"] = cid
@@ -413,12 +455,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"USD per million prompt tokens in usage.cost (default {DEFAULT_PRICE_IN})")
     p.add_argument("--price-out", default=str(DEFAULT_PRICE_OUT), metavar="USD",
                    help=f"USD per million completion tokens in usage.cost (default {DEFAULT_PRICE_OUT})")
+    p.add_argument("--rps-cap", metavar="R",
+                   help="hard rate limit: admit at most R requests per second (token bucket); others get "
+                        "an immediate 429 with Retry-After and retry-after-ms")
+    p.add_argument("--rps-burst", metavar="B",
+                   help="token bucket size for --rps-cap (default max(1, R/10))")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port} is out of range")
     _number(args.retry_after, "--retry-after")
+    cap = _number(args.rps_cap, "--rps-cap") if args.rps_cap is not None else None
+    burst = _number(args.rps_burst, "--rps-burst") if args.rps_burst is not None else None
+    if cap is not None and cap <= 0:
+        raise InputError("--rps-cap must be above 0")
+    if burst is not None and (cap is None or burst < 1):
+        raise InputError("--rps-burst needs --rps-cap and must be at least 1")
     expected = None
     if args.expect_key_env:
         expected = os.environ.get(args.expect_key_env)
@@ -430,6 +483,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         faults=parse_faults(args.faults), seed=args.seed, retry_after=args.retry_after.strip(),
         stall_s=_number(args.stall_s, "--stall-s"), require_key=args.require_key, expected_key=expected,
         price_in=_number(args.price_in, "--price-in"), price_out=_number(args.price_out, "--price-out"),
+        rps_cap=cap, rps_burst=burst,
     )
 
 

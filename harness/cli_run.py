@@ -60,6 +60,8 @@ def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> 
     """The options every command that sends calls shares (launch, resume, replicate)."""
     p.add_argument("--base-url", help="override the guard's base URL")
     p.add_argument("--concurrency", type=positive_int, help="calls in flight at most")
+    p.add_argument("--fixed-concurrency", action="store_true",
+                   help="keep --concurrency fixed: no cut on 429 episodes, Retry-After honoured per call only")
     p.add_argument("--rpm", type=positive_float, help="cap on requests per minute")
     p.add_argument("--max-cost", type=nonneg_float,
                    help="USD: stop launching calls when spent + in flight would pass it")
@@ -101,7 +103,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
     outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
-                      max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress)
+                      max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
+                      adaptive=not args.fixed_concurrency)
     for torn in outcome.torn:
         print(f"guardeval: recovered a torn last line into {torn}", file=sys.stderr)
     if outcome.recovered:

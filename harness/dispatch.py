@@ -6,6 +6,12 @@ backlog) and an optional requests-per-minute spacer. Each call retries transient
 tenacity (jittered exponential backoff, `Retry-After` honoured) and logs every attempt to the
 hash-chained raw log before its decision. A fatal error, the budget, `--max-calls` or a signal
 stops admission; what is in flight finishes or is cancelled, and the run stays resumable.
+
+Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose capacity
+starts at `concurrency`. A 429 episode cuts it towards the number of requests the provider was
+actually answering (Little's law: recent answer rate x latency), and every 429's `Retry-After`
+pauses all new attempts until then. Capacity grows back by about one request per round trip,
+and only while the gate is full: a limit that is not being used is not evidence of headroom.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import math
 import random
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -41,6 +48,7 @@ class DispatchOptions:
     projected_cost_per_call: float = 0.0
     progress: bool = True
     handle_signals: bool = True
+    adaptive: bool = True               # False: --fixed-concurrency (429s only back off per call)
 
 
 @dataclass
@@ -50,7 +58,9 @@ class DispatchResult:
     stop_reason: str | None = None      # None = every pending call was handled
     fatal_message: str | None = None
     statuses: dict[str, int] = field(default_factory=dict)
-    min_concurrency: int = 0            # lowest adaptive limit reached (429s halve it)
+    min_concurrency: int = 0            # lowest adaptive limit reached
+    rate_limited: int = 0               # attempts answered 429
+    limit_cuts: int = 0                 # 429 episodes that cut the limit
 
 
 class _Spacer:
@@ -76,19 +86,97 @@ class _Wait:
     """Jittered exponential backoff, never shorter than the server's Retry-After.
 
     `offset` counts attempts made before tenacity took over (the first attempt runs outside
-    it: the common, successful path then pays nothing for retry bookkeeping).
+    it: the common, successful path then pays nothing for retry bookkeeping). With `paced`
+    (adaptive concurrency), a 429 that says when to come back is retried then, plus a little
+    jitter: the shared limit and the global Retry-After pause already slow every call down, and
+    an exponential wait on top would only leave the provider's capacity unused.
     """
 
-    def __init__(self, initial: float, maximum: float, offset: int = 0) -> None:
-        self.initial, self.maximum, self.offset = initial, maximum, offset
+    def __init__(self, initial: float, maximum: float, offset: int = 0, paced: bool = False) -> None:
+        self.initial, self.maximum, self.offset, self.paced = initial, maximum, offset, paced
 
-    def delay(self, failed_attempts: int, retry_after: float | None) -> float:
+    def delay(self, failed_attempts: int, exc: BaseException | None) -> float:
+        retry_after = getattr(exc, "retry_after", None)
+        if self.paced and retry_after is not None and getattr(exc, "error_class", None) == "http_429":
+            return min(self.maximum, retry_after) + random.uniform(0, self.initial / 10)
         expo = min(self.maximum, self.initial * 2 ** (failed_attempts - 1)) + random.uniform(0, self.initial)
         return max(expo, retry_after) if retry_after is not None else expo
 
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        return self.delay(state.attempt_number + self.offset, getattr(exc, "retry_after", None))
+        return self.delay(state.attempt_number + self.offset, exc)
+
+
+class _WireGate:
+    """A semaphore whose capacity can change while calls wait (the adaptive limit).
+
+    Waiters queue FIFO and each release wakes at most the waiters that now fit, so a gate far
+    below the calls waiting on it costs O(1) per release, not a wake-up of everyone.
+    """
+
+    def __init__(self, capacity: float) -> None:
+        self.limit = float(capacity)
+        self.active = 0
+        self._queue: deque[anyio.Event] = deque()
+
+    @property
+    def capacity(self) -> int:
+        return max(1, int(self.limit))
+
+    @property
+    def saturated(self) -> bool:
+        return bool(self._queue) or self.active >= self.capacity
+
+    async def acquire(self) -> None:
+        if not self._queue and self.active < self.capacity:
+            self.active += 1
+            return
+        ev = anyio.Event()
+        self._queue.append(ev)
+        try:
+            await ev.wait()
+        except BaseException:
+            if ev.is_set():
+                self.release()      # handed a slot while being cancelled: give it back
+            else:
+                self._queue.remove(ev)
+            raise
+
+    def release(self) -> None:
+        self.active -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        # The releaser counts the slot for the woken waiter, so nobody can take it in between.
+        while self._queue and self.active < self.capacity:
+            self.active += 1
+            self._queue.popleft().set()
+
+
+class _AnswerMeter:
+    """Recent answers (time, latency): what the provider is delivering right now."""
+
+    def __init__(self, horizon_s: float = 2.0) -> None:
+        self.horizon = horizon_s
+        self._seen: deque[tuple[float, float]] = deque()
+
+    def add(self, now: float, latency: float) -> None:
+        self._seen.append((now, latency))
+        while self._seen and now - self._seen[0][0] > self.horizon:
+            self._seen.popleft()
+
+    def in_flight_served(self, now: float) -> float | None:
+        """Requests the provider was serving at once (answers/s x mean latency), or None while
+        too few answers are known to say."""
+        while self._seen and now - self._seen[0][0] > self.horizon:
+            self._seen.popleft()
+        if len(self._seen) < 10:
+            return None
+        mean_latency = sum(lat for _, lat in self._seen) / len(self._seen)
+        span = now - self._seen[0][0]
+        if span < 2 * mean_latency:
+            return None
+        return len(self._seen) / span * mean_latency
 
 
 class _CircuitOpen(Exception):
@@ -113,10 +201,12 @@ class Dispatcher:
         self._request_json: dict[str, bytes] = {}   # request_sha256 -> canonical body bytes
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
-        # Adaptive concurrency (AIMD): halve on 429, grow back slowly; never above --concurrency.
-        self._limit = float(max(1, options.concurrency))
-        self._last_cut = 0.0
-        self.result.min_concurrency = int(self._limit)
+        # Adaptive concurrency: a gate on attempts in flight, cut by 429 episodes.
+        self._gate = _WireGate(max(1, options.concurrency))
+        self._meter = _AnswerMeter()
+        self._last_cut = -math.inf      # monotonic time of the last cut
+        self._pause_until = 0.0         # Retry-After honoured for every new attempt
+        self.result.min_concurrency = self._gate.capacity
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
@@ -144,14 +234,10 @@ class Dispatcher:
 
     # -- admission -------------------------------------------------------------------------
     async def _admit(self) -> bool:
-        """May one more call start? Waits while the budget cannot be judged yet, and while the
-        adaptive limit (cut on 429) is below the calls in flight."""
+        """May one more call start? Waits while the budget cannot be judged yet."""
         while True:
             if self._stop:
                 return False
-            if self._in_flight >= int(self._limit):
-                await anyio.sleep(0.01)
-                continue
             if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
                 self._stop = "max_calls"
                 return False
@@ -215,7 +301,7 @@ class Dispatcher:
             self._finish(rec)
             return
         max_attempts = self.opt.max_attempts
-        wait = _Wait(self.opt.retry_initial_s, self.opt.retry_max_s, offset=1)
+        wait = _Wait(self.opt.retry_initial_s, self.opt.retry_max_s, offset=1, paced=self.opt.adaptive)
         try:
             try:
                 await self._attempt(call_id, body, request_sha, last=max_attempts <= 1)
@@ -223,7 +309,7 @@ class Dispatcher:
             except TransientError as exc:
                 if max_attempts <= 1:
                     return  # recorded as the final attempt; decision `exhausted` written
-                await anyio.sleep(wait.delay(1, exc.retry_after))
+                await anyio.sleep(wait.delay(1, exc))
             retrying = AsyncRetrying(stop=stop_after_attempt(max_attempts - 1), wait=wait,
                                      retry=retry_if_exception_type(TransientError), reraise=True)
             async for attempt in retrying:
@@ -243,13 +329,17 @@ class Dispatcher:
         if self._stop == "unreachable":
             raise _CircuitOpen()
         await self._spacer.wait()
+        await self._pass_gate()
         started, t0 = utcnow(), time.monotonic()
         try:
-            reply = await self.guard.send(body, call_id)
+            try:
+                reply = await self.guard.send(body, call_id)
+            finally:
+                self._gate.release()
         except TransientError as exc:
             self._note_unreachable(exc)
             if exc.error_class == "http_429":
-                self._cut_limit()
+                self._on_rate_limited(t0, exc.retry_after)
             # While the provider looks down, a call's last failure is not final: it stays pending
             # for `resume` instead of being written off as `exhausted`.
             final = last and self._stop != "unreachable"
@@ -266,25 +356,56 @@ class Dispatcher:
             self._record(call_id, body, request_sha, started=started, t0=t0, outcome="fatal", final=False, exc=exc)
             raise
         except CallFailed as exc:
+            self._answered(t0)
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="call_failed",
                                final=True, exc=exc)
             self._finish(rec)
             return
         self._unreachable_streak = 0
-        # Additive increase: about +1 call in flight per `limit` answers, up to --concurrency.
-        self._limit = min(float(self.opt.concurrency), self._limit + 1.0 / self._limit)
+        self._answered(t0)
         rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
                            reply=reply)
         self._finish(rec)
 
-    def _cut_limit(self) -> None:
-        """Multiplicative decrease on a rate limit, at most once a second (one burst of 429s
-        from many calls in flight is one signal, not many)."""
+    async def _pass_gate(self) -> None:
+        """Take a slot under the adaptive limit, outside any Retry-After pause (a pause can
+        begin while a call waits for its slot, so it is checked again once the slot is held)."""
+        while True:
+            while (delay := self._pause_until - time.monotonic()) > 0:
+                await anyio.sleep(delay)
+            await self._gate.acquire()
+            if self._pause_until <= time.monotonic():
+                return
+            self._gate.release()
+
+    def _answered(self, t0: float) -> None:
+        """An answer that was not a rate limit: meter it; grow the limit if it was binding."""
         now = time.monotonic()
-        if now - self._last_cut >= 1.0:
-            self._last_cut = now
-            self._limit = max(1.0, self._limit / 2)
-            self.result.min_concurrency = min(self.result.min_concurrency, int(self._limit))
+        self._meter.add(now, now - t0)
+        gate = self._gate
+        if self.opt.adaptive and gate.limit < self.opt.concurrency and gate.saturated:
+            # Additive increase: about +1 request in flight per round trip of `limit` answers.
+            gate.limit = min(float(self.opt.concurrency), gate.limit + 1.0 / gate.limit)
+            gate.wake()
+
+    def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
+        self.result.rate_limited += 1
+        if not self.opt.adaptive:
+            return
+        now = time.monotonic()
+        if retry_after:
+            self._pause_until = max(self._pause_until, now + min(retry_after, self.opt.retry_max_s))
+        if t0 < self._last_cut:
+            return  # sent before the last cut: part of the episode already acted on
+        self._last_cut = now
+        gate = self._gate
+        served = self._meter.in_flight_served(now)
+        # Cut to what the provider was serving (a little under, so the next probe starts below
+        # the cap), and never by less than 10%; with no measurement yet, halve.
+        new = gate.limit / 2 if served is None else min(gate.limit * 0.9, served * 0.95)
+        gate.limit = max(1.0, new)
+        self.result.limit_cuts += 1
+        self.result.min_concurrency = min(self.result.min_concurrency, gate.capacity)
 
     def _note_unreachable(self, exc: TransientError) -> None:
         """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""

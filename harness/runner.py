@@ -179,7 +179,7 @@ class RunOutcome:
 
 def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
-            progress: bool = True, handle_signals: bool = True) -> RunOutcome:
+            progress: bool = True, handle_signals: bool = True, adaptive: bool = True) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
     with RunLock(run_dir):
@@ -221,11 +221,12 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
                                    projected_cost_per_call=_projected_cost(config, manifest),
-                                   progress=progress, handle_signals=handle_signals),
+                                   progress=progress, handle_signals=handle_signals, adaptive=adaptive),
                                len(rows) - len(pending), spent, backend_options=_backend_options())
             decided = len(state.decided)
             writer.event("stop", reason=result.stop_reason, decided=decided, total=len(rows),
-                         min_concurrency=result.min_concurrency,
+                         adaptive=adaptive, min_concurrency=result.min_concurrency,
+                         rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
                          last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
                          fatal=result.fatal_message)
         finally:
