@@ -361,23 +361,24 @@ def run_guardeval(*, tmp: Path, tag: str, guard: Path, n: int, concurrency: int,
     attempts = count_lines(run_dir / "raw.jsonl")
     m.detail = {"decided": decided, "ok": statuses.get("ok", 0), "statuses": dict(statuses),
                 "attempts": attempts, "retries": attempts - decided,
-                "min_concurrency": _min_concurrency(run_dir), "output_bytes": tree_bytes(run_dir) if run_dir.exists() else 0}
+                **_stop_event(run_dir), "output_bytes": tree_bytes(run_dir) if run_dir.exists() else 0}
     if m.exit_code != 0:
         m.detail["stderr_tail"] = (work / "stderr.txt").read_text(errors="replace")[-2000:]
     return m, run_dir
 
 
-def _min_concurrency(run_dir: Path) -> int | None:
-    """Lowest adaptive limit guardeval reached (its `stop` event in events.jsonl)."""
+def _stop_event(run_dir: Path) -> dict[str, Any]:
+    """guardeval's own account of the run (the last `stop` event in events.jsonl): lowest
+    adaptive limit, 429s seen, limit cuts."""
     try:
         lines = (run_dir / "events.jsonl").read_text().splitlines()
     except FileNotFoundError:
-        return None
+        return {}
     for line in reversed(lines):
         ev = json.loads(line)
-        if ev.get("event") == "stop" or ev.get("type") == "stop":
-            return ev.get("min_concurrency")
-    return None
+        if ev.get("event") == "stop":
+            return {k: ev.get(k) for k in ("adaptive", "min_concurrency", "rate_limited", "limit_cuts")}
+    return {}
 
 
 def run_inspect(*, tmp: Path, tag: str, py: Path, dataset: Path, n: int, concurrency: int, latency_ms: float,
@@ -612,7 +613,10 @@ def rate_cap_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[
     cap = args.rate_cap
     c = args.concurrency[0]
     n = args.calls[0]
-    extra = ["--rps-cap", f"{cap:g}"] + (["--rps-burst", f"{args.rps_burst:g}"] if args.rps_burst is not None else [])
+    # The burst is passed explicitly (the server's own default, a tenth of a second's worth) so the
+    # JSON records exactly what ran.
+    burst = args.rps_burst if args.rps_burst is not None else max(1.0, cap / 10)
+    extra = ["--rps-cap", f"{cap:g}", "--rps-burst", f"{burst:g}"]
     variants = [v for v in RATE_VARIANTS if (v.startswith("guardeval") and args.only != "inspect")
                 or (v.startswith("inspect") and args.only != "guardeval")]
     ds = tmp / f"dataset-{n}.jsonl"
@@ -633,7 +637,10 @@ def rate_cap_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[
             d = derive(m, n, c, args.latency_ms)
             d.update(d.pop("detail"))
             ok = d["ok"]
-            window = (d["last_request_s"] - d["first_request_s"]) if d["first_request_s"] is not None and d["last_request_s"] else None
+            # Server-side active window: first request seen to last request seen, plus one latency
+            # for the last answer (polling resolution ~50 ms).
+            window = (d["last_request_s"] - d["first_request_s"] + args.latency_ms / 1000) \
+                if d["first_request_s"] is not None and d["last_request_s"] is not None else None
             d.update({
                 "repeat": k + 1,
                 "goodput": ok / d["wall_s"],
@@ -648,18 +655,18 @@ def rate_cap_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[
                   f"429s {d['rate_limited']}", file=sys.stderr)
     metrics = ("wall_s", "goodput_over_cap", "window_goodput_over_cap", "rate_limited", "attempts_per_call",
                "cpu_s_per_1k", "peak_rss_mib")
-    return {"rate_cap_rps": cap, "rps_burst": args.rps_burst, "concurrency": c, "calls": n,
+    return {"rate_cap_rps": cap, "rps_burst": burst, "concurrency": c, "calls": n,
             "latency_ms": args.latency_ms, "runs": runs, "summary": summarize(runs, metrics)}
 
 
 def print_rate_cap(res: dict[str, Any]) -> None:
-    print_table(f"\nRate cap {res['rate_cap_rps']:g} requests/s (burst {fmt(res['rps_burst'])}), concurrency "
+    print_table(f"\nRate cap {res['rate_cap_rps']:g} requests/s (burst {fmt(res['rps_burst'], 'g')}), concurrency "
                 f"{res['concurrency']}, N = {res['calls']}, latency {res['latency_ms']:g} ms",
                 res["runs"], [("harness", "harness", ""), ("rep", "repeat", ""), ("exit", "exit_code", ""),
                               ("wall s", "wall_s", ".2f"), ("ok", "ok", ""), ("goodput/cap", "goodput_over_cap", ".3f"),
                               ("window g/cap", "window_goodput_over_cap", ".3f"), ("429s", "rate_limited", ""),
                               ("srv req", "server_requests", ""), ("att/call", "attempts_per_call", ".2f"),
-                              ("min conc", "min_concurrency", ""), ("CPU s/1k", "cpu_s_per_1k", ".2f"),
+                              ("min conc", "min_concurrency", ""), ("cuts", "limit_cuts", ""), ("CPU s/1k", "cpu_s_per_1k", ".2f"),
                               ("RSS MiB", "peak_rss_mib", ".0f")])
 
 
@@ -690,7 +697,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="run one side only (guardeval needs no peer venv)")
     ap.add_argument("--peer-version", default=PEER_VERSION, help=f"inspect-ai version (default {PEER_VERSION})")
     ap.add_argument("--rate-cap", type=float, metavar="RPS", help="rate-cap mode: the sim-server's requests/s cap")
-    ap.add_argument("--rps-burst", type=float, metavar="B", help="token-bucket burst in rate-cap mode (server default if unset)")
+    ap.add_argument("--rps-burst", type=float, metavar="B",
+                    help="token-bucket size in rate-cap mode (default max(1, RPS/10), the server's default)")
     ap.add_argument("--json", metavar="FILE", help="write every raw measurement here")
     args = ap.parse_args(argv)
     if args.repeats < 1:
