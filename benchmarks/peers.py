@@ -42,16 +42,19 @@ Fairness rules
 - Work per call: guardeval does what it always does (strict JSON parse, decision line, hash
   chain); inspect_ai runs `generate()` with no scorer: its lightest configuration.
 - Concurrency: guardeval `--concurrency C`; inspect `max_connections = C` (which also switches its
-  adaptive controller off) and `max_samples = C`. The server counts arrivals (`/stats`, polled
+  adaptive controller off) and `max_samples = C`; its HTTP pool allows 1,000 connections, above
+  every C tested. In rate-cap mode the `inspect_ai-adaptive` variant passes
+  `adaptive_connections = C` instead: inspect's controller with its defaults (min 10, start 20,
+  cut ×0.8 at most every 15 s) and max C. The server counts arrivals (`/stats`, polled
   by this script every 50 ms); with a fixed latency L, calls in flight ≈ arrival rate × L
   (Little's law), reported as the peak over 0.5 s windows, so the concurrency each harness
   actually reached is checked from the server side.
 - Retries: both harnesses keep their default retry settings. inspect_ai 0.3.285's
-  `openai-api` provider uses the OpenAI SDK client with its default `max_retries=2` (backoff
-  0.5 s · 2^n, at most 8 s, honouring `retry-after-ms` / `Retry-After` up to its ceiling),
-  wrapped in inspect's own tenacity loop: unlimited retries (`max_retries=None`, `timeout=None`),
-  `wait_exponential_jitter(initial=3, max=1800, jitter=3)`; 429s also feed its adaptive
-  controller when that is on. guardeval uses the guard config defaults (`max_attempts = 6`,
+  `openai-api` provider uses the OpenAI SDK client with its default `max_retries=2` (waits
+  `retry-after-ms` / `Retry-After` when the server gives one of at most 120 s, else
+  0.5 s · 2^n up to 8 s with jitter), wrapped in inspect's own tenacity loop: unlimited retries
+  (`max_retries=None`, `timeout=None`), `wait_exponential_jitter(initial=3, max=1800, jitter=3)`,
+  which does not read Retry-After; 429s also feed its adaptive controller when that is on. guardeval uses the guard config defaults (`max_attempts = 6`,
   backoff from 1 s up to 60 s, never shorter than Retry-After; adaptive concurrency halves on a
   429). With no faults both should show zero retries: the server's request count must equal N.
 - Measurements alternate (g, i, g, i, … at each concurrency) so drift in machine load hits
