@@ -380,7 +380,8 @@ def _stop_event(run_dir: Path) -> dict[str, Any]:
     for line in reversed(lines):
         ev = json.loads(line)
         if ev.get("event") == "stop":
-            return {k: ev.get(k) for k in ("adaptive", "min_concurrency", "rate_limited", "limit_cuts")}
+            return {"adaptive": ev.get("adaptive"), "min_concurrency": ev.get("min_concurrency"),
+                    "limit_cuts": ev.get("limit_cuts"), "harness_rate_limited": ev.get("rate_limited")}
     return {}
 
 
