@@ -54,9 +54,12 @@ Fairness rules
   `retry-after-ms` / `Retry-After` when the server gives one of at most 120 s, else
   0.5 s · 2^n up to 8 s with jitter), wrapped in inspect's own tenacity loop: unlimited retries
   (`max_retries=None`, `timeout=None`), `wait_exponential_jitter(initial=3, max=1800, jitter=3)`,
-  which does not read Retry-After; 429s also feed its adaptive controller when that is on. guardeval uses the guard config defaults (`max_attempts = 6`,
-  backoff from 1 s up to 60 s, never shorter than Retry-After; adaptive concurrency halves on a
-  429). With no faults both should show zero retries: the server's request count must equal N.
+  which does not read Retry-After; 429s also feed its adaptive controller when that is on.
+  guardeval uses the guard config defaults (`max_attempts = 6`, backoff from 1 s up to 60 s,
+  never shorter than Retry-After; with adaptive concurrency a 429 episode cuts the wire limit
+  to the rate being served, Retry-After pauses new attempts, and a refused call retries when
+  Retry-After says). With no faults both should show zero retries: the server's request count
+  must equal N.
 - Measurements alternate (g, i, g, i, … at each concurrency) so drift in machine load hits
   both; with `--repeats K` the median and every value are reported, and ratios are the median
   of the per-pair ratios. A fresh sim-server (same seed) serves each run; its own CPU use is
