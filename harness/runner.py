@@ -82,7 +82,8 @@ class Plan:
                 sched.append(line)
                 stim.append(dumps_line({"call_id": row["call_id"], "request_sha256": self._request_sha(row)}))
                 n += 1
-                if len(sched) >= 8192:
+                # Small blocks: each orjson result holds a 4 KiB allocation until joined.
+                if len(sched) >= 1024:
                     _emit(hashes, out, sched, stim)
             _emit(hashes, out, sched, stim)
         if self.parent_schedule_sha256 is not None and hashes[SCHEDULE].hexdigest() != self.parent_schedule_sha256:

@@ -33,15 +33,7 @@ def iter_schedule(cohort: Cohort, *, reps: int, seed: int, order: str = "rounds"
     The random draws are exactly those of the list-building version (`ALGORITHM` names them),
     so a schedule is byte-identical however it is produced.
     """
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}")
-    rng = random.Random(seed)
-    bases = cohort.base_ids
-    conds = cohort.condition_names
-    if order == "rounds":
-        cells = _rounds(rng, bases, conds, reps)
-    else:
-        cells = _shuffled(rng, bases, conds, reps)
+    cells = iter_cells(cohort.base_ids, cohort.condition_names, reps=reps, seed=seed, order=order)
     for index, (b, c, rep) in enumerate(cells):
         key = cohort.key_fields(b, c)
         yield {
@@ -50,6 +42,15 @@ def iter_schedule(cohort: Cohort, *, reps: int, seed: int, order: str = "rounds"
             "base_id": b, "interaction_id": key.interaction_id, "domain": key.domain,
             "condition": c, "repetition": rep, "instance_sha256": key.instance_sha256,
         }
+
+
+def iter_cells(bases: list[str], conds: list[str], *, reps: int, seed: int,
+               order: str = "rounds") -> Iterator[tuple[str, str, int]]:
+    """(base, condition, repetition) of each call, in dispatch order."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}")
+    rng = random.Random(seed)
+    return (_rounds if order == "rounds" else _shuffled)(rng, bases, conds, reps)
 
 
 def _rounds(rng: random.Random, bases: list[str], conds: list[str], reps: int) -> Iterator[tuple[str, str, int]]:
