@@ -22,6 +22,7 @@ from guards.base import Guard, Reply
 from guards.config import GuardConfig
 from guards.errors import CallFailed, FatalError, TransientError
 from guards.prompts import Prompt
+from harness.lru import LRU
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
 _CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds the context|context_length_exceeded",
@@ -60,7 +61,9 @@ class ChatCompletionsGuard(Guard):
         # timeout as well would only re-arm a timer on every chunk).
         t = config.timeout_s
         self._timeout = {"connect": t, "pool": t}
-        self._payloads: dict[int, tuple[Mapping[str, Any], bytes]] = {}
+        # Serialised bodies by body object, bounded like the dispatcher's body cache (a large run
+        # has ~100,000 distinct bodies; only those of calls in flight are needed).
+        self._payloads: LRU[int, tuple[Mapping[str, Any], bytes]] = LRU(4096)
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,7 +154,7 @@ class ChatCompletionsGuard(Guard):
         """Serialised body, once per body object (repetitions and retries reuse one body)."""
         hit = self._payloads.get(id(body))
         if hit is None or hit[0] is not body:
-            hit = self._payloads[id(body)] = (body, orjson.dumps(body))
+            hit = self._payloads.put(id(body), (body, orjson.dumps(body)))
         return hit[1]
 
     async def aclose(self) -> None:

@@ -14,7 +14,7 @@ import pprint
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from harness.canon import canonical_sha256, sha256_hex
 from harness.errors import InputError
@@ -40,7 +40,7 @@ class Prompt:
     sha256: str                              # over the manifest's file hashes + settings
 
     def render_messages(self, instance: Mapping[str, Any]) -> list[dict[str, str]]:
-        values = placeholder_values(instance, self.action_format)
+        values = placeholder_values(instance, self.action_format, only=self.placeholders)
         return [{"role": role, "content": _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], text)}
                 for role, text in self.messages]
 
@@ -53,22 +53,25 @@ def _dump(value: Any, indent: int | None, action_format: str) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
-def placeholder_values(instance: Mapping[str, Any], action_format: str = "json") -> dict[str, str]:
-    """String value of every known placeholder for one instance.
+def placeholder_values(instance: Mapping[str, Any], action_format: str = "json",
+                       only: Iterable[str] | None = None) -> dict[str, str]:
+    """String value of every known placeholder (or of those in `only`) for one instance.
 
     `render.indent` (the formatting placebo) changes whitespace only; values are unchanged.
     `agent_action` follows ToolSafe's shape: {'interaction_history': ..., 'current_action': ...}.
+    Serialising is most of a render's cost, so a prompt renders only the placeholders it uses.
     """
     indent = (instance.get("render") or {}).get("indent")
-    action = {"interaction_history": instance["history"], "current_action": instance["current_action"]}
-    return {
-        "user_request": instance["user_request"],
-        "history": _dump(instance["history"], indent, action_format),
-        "current_action": _dump(instance["current_action"], indent, action_format),
-        "tool_descriptions": _dump(instance["tool_descriptions"], indent, action_format),
-        "agent_action": _dump(action, indent, action_format),
-        "env_info": _dump(instance["tool_descriptions"], indent, action_format),
+    makers: dict[str, Callable[[], str]] = {
+        "user_request": lambda: instance["user_request"],
+        "history": lambda: _dump(instance["history"], indent, action_format),
+        "current_action": lambda: _dump(instance["current_action"], indent, action_format),
+        "tool_descriptions": lambda: _dump(instance["tool_descriptions"], indent, action_format),
+        "agent_action": lambda: _dump({"interaction_history": instance["history"],
+                                       "current_action": instance["current_action"]}, indent, action_format),
+        "env_info": lambda: _dump(instance["tool_descriptions"], indent, action_format),
     }
+    return {name: makers[name]() for name in (KNOWN_PLACEHOLDERS if only is None else only)}
 
 
 def load_prompt(prompt_id: str, root: Path | None = None) -> Prompt:

@@ -82,6 +82,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                        order=args.order, base_url=args.base_url)
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
     if args.dry_run:
+        plan.digest()   # hashes the schedule as it would be written; writes nothing
         proj = plan.projection()
         print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
               f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")

@@ -32,8 +32,12 @@ from guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guards.parsers import Parsed
 from harness.canon import canonical_bytes, sha256_hex
 from harness.decide import decide
+from harness.lru import LRU
 from harness.progress import RunProgress
 from harness.store import RunWriter, utcnow
+
+
+BODY_CACHE = 4096   # distinct instances whose rendered body is kept
 
 
 @dataclass
@@ -190,10 +194,12 @@ class _CircuitOpen(Exception):
 
 class Dispatcher:
     def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[dict[str, Any]], dict[str, Any]],
-                 expected_sha: dict[str, str], parser: Callable[[str | None, str | None], Parsed],
-                 options: DispatchOptions) -> None:
+                 parser: Callable[[str | None, str | None], Parsed], options: DispatchOptions) -> None:
         self.guard, self.writer, self.instance_for = guard, writer, instance_for
-        self.expected_sha, self.parser, self.opt = expected_sha, parser, options
+        self.parser, self.opt = parser, options
+        # Each pending row carries its frozen `request_sha256` (stimuli.jsonl); it is kept here
+        # only while its call is in flight (for `_finish`), so this stays as small as --concurrency.
+        self.expected_sha: dict[str, str] = {}
         self.result = DispatchResult()
         self.progress: RunProgress | None = None
         self._spacer = _Spacer(options.rpm)
@@ -202,8 +208,10 @@ class Dispatcher:
         self._spent = 0.0
         self._cost_done = 0.0
         self._n_cost = 0
-        self._bodies: dict[str, tuple[dict[str, Any], str]] = {}
-        self._request_json: dict[str, bytes] = {}   # request_sha256 -> canonical body bytes
+        # Rendered bodies by instance (repetitions and retries share one), bounded: a million-call
+        # run has ~100,000 distinct instances, and a body is only needed while its calls run.
+        self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
+        self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
         # Adaptive concurrency: a gate on attempts in flight, cut by 429 episodes.
@@ -285,19 +293,20 @@ class Dispatcher:
         try:
             await self._call(row)
         finally:
+            self.expected_sha.pop(row["call_id"], None)
             self._in_flight -= 1
             limiter.release()
 
     async def _call(self, row: dict[str, Any]) -> None:
         call_id = row["call_id"]
-        expected = self.expected_sha[call_id]
+        expected = self.expected_sha[call_id] = row["request_sha256"]
         # Repetitions of one instance send the same body: render and hash it once.
         cached = self._bodies.get(row["instance_sha256"])
         if cached is None:
             body = self.guard.render(self.instance_for(row))
             data = canonical_bytes(body)
-            cached = self._bodies[row["instance_sha256"]] = (body, sha256_hex(data))
-            self._request_json[cached[1]] = data
+            cached = self._bodies.put(row["instance_sha256"], (body, sha256_hex(data)))
+            self._request_json.put(cached[1], data)
         body, request_sha = cached
         if request_sha != expected:
             # The re-rendered stimulus is not the one frozen at launch: never send it.
@@ -462,7 +471,9 @@ class Dispatcher:
             "answers_call_id": reply.answers_call_id if reply is not None else None,
             "outcome": outcome, "final": final,
         }
-        seq, line_sha = self.writer.append_raw(rec, request_json=self._request_json[request_sha])
+        # An evicted body (a call retried for long while thousands of others ran) is serialised again.
+        request_json = self._request_json.get(request_sha) or canonical_bytes(body)
+        seq, line_sha = self.writer.append_raw(rec, request_json=request_json)
         rec["seq"] = seq
         return rec, seq, line_sha
 

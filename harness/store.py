@@ -10,13 +10,14 @@ when the holder dies, even by SIGKILL.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
 import orjson
 
@@ -44,8 +45,13 @@ def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
-                   schedule_data: bytes, stimuli_data: bytes) -> None:
-    """Materialise a new run folder atomically: build it beside, then rename into place."""
+                   fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Materialise a new run folder atomically: build it beside, then rename into place.
+
+    `fill(partial_folder)` streams `schedule.jsonl` and `stimuli.jsonl` into the partial folder
+    and returns the manifest fields it learned on the way (their SHA-256); the manifest is
+    written last. Returns the manifest as written (with its own `sha256`).
+    """
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise InputError("run folder already exists and is not empty", path=run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -55,14 +61,12 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
     tmp.mkdir()
     try:
         (tmp / COHORT_DIR).mkdir()
-        for name in ("cohort.json", "instances.jsonl"):
-            shutil.copyfile(cohort_src / name, tmp / COHORT_DIR / name)
-        (tmp / SCHEDULE).write_bytes(schedule_data)
-        (tmp / STIMULI).write_bytes(stimuli_data)
+        _copy_cohort(cohort_src, tmp / COHORT_DIR, manifest.get("cohort") or {})
+        manifest = {**manifest, **fill(tmp)}
         (tmp / RAW).write_bytes(b"")
         (tmp / DECISIONS).write_bytes(b"")
-        (tmp / MANIFEST).write_bytes(orjson.dumps(manifest_with_hash(manifest),
-                                                  option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+        manifest = manifest_with_hash(manifest)
+        (tmp / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
                                                   | orjson.OPT_APPEND_NEWLINE))
         for p in tmp.rglob("*"):
             if p.is_file():
@@ -73,6 +77,19 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return manifest
+
+
+def _copy_cohort(src: Path, dst: Path, pins: dict[str, Any]) -> None:
+    """Copy the cohort, hashing on the way: the copy must be the bytes the plan validated."""
+    for name, pin in (("cohort.json", pins.get("sha256")), ("instances.jsonl", pins.get("instances_sha256"))):
+        h = hashlib.sha256()
+        with open(src / name, "rb") as fin, open(dst / name, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                h.update(chunk)
+                fout.write(chunk)
+        if pin is not None and h.hexdigest() != pin:
+            raise InputError("the cohort changed while the run was being planned", path=src / name)
 
 
 def _fsync_path(p: Path) -> None:
@@ -95,19 +112,12 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
     """(line number, line bytes without newline, parsed object) for every complete line."""
-    with open(path, "rb") as fh:
+    with open(path, "rb", buffering=1 << 20) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.endswith(b"\n"):
                 return  # a torn last line is handled by RunWriter.recover_torn
             body = line[:-1]
-            try:
-                obj = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                obj = None
-            if not isinstance(obj, dict):
-                raise CheckFailed(f"{path}: line {lineno}: not a JSON object (the file is damaged; "
-                                  f"`guardeval verify {path.parent}` lists every problem)")
-            yield lineno, body, obj
+            yield lineno, body, parse_line(body, path, lineno)
 
 
 class RunLock:
@@ -138,14 +148,76 @@ class RunLock:
 
 @dataclass
 class RunState:
-    """What the files say has happened; rebuilt by scanning on open (O(schedule))."""
+    """What the files say has happened; rebuilt by one scan of each log on open.
+
+    Per-call state is kept only where a run cannot go on without it: the set of decided call
+    ids (to skip them), and attempt counts and final raw lines of the calls *not* yet decided
+    (a decided call is never sent again, so its history is not needed here).
+    """
 
     last_seq: int = 0
     last_raw_sha: str = GENESIS
-    attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged
+    attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
     decided: set[str] = field(default_factory=set)
-    final_raw: dict[str, tuple[int, str, dict[str, Any]]] = field(default_factory=dict)  # undecided finals
+    final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
+    spent: float = 0.0                                            # usage.cost summed over every attempt
     torn: list[Path] = field(default_factory=list)
+
+
+class RawFields(NamedTuple):
+    call_id: Any
+    final: Any
+    outcome: Any
+    cost: Any
+
+
+def raw_fields(line: bytes) -> RawFields | None:
+    """call_id, final, outcome and usage.cost of one raw line, without parsing the request.
+
+    A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
+    `request` are scalars and whose last field is `usage`; inside a JSON string every `"` is
+    escaped, so `,"request":` can only be that key and `,"usage":` (from the end) only the
+    top-level usage. The head and the usage object are parsed on their own: ~5x cheaper than
+    parsing a line whose request carries the whole trajectory. Anything unexpected (a line not
+    in that shape) returns None and the caller parses the whole line: the answer is exact.
+    """
+    body = line.rstrip(b"\n")
+    cut = body.find(b',"request":')
+    at = body.rfind(b',"usage":')
+    if cut < 0 or at < cut or not body.endswith(b"}"):
+        return None
+    try:
+        head = orjson.loads(body[:cut] + b"}")
+        usage = orjson.loads(body[at + 9:-1])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(usage, dict) or not {"call_id", "final", "outcome"} <= head.keys():
+        return None
+    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"))
+
+
+def raw_fields_or_parse(line: bytes, path: Path, lineno: int) -> RawFields:
+    """`raw_fields`, falling back to a full parse (CheckFailed, as iter_jsonl, if not an object)."""
+    fields = raw_fields(line)
+    if fields is not None:
+        return fields
+    rec = parse_line(line.rstrip(b"\n"), path, lineno)
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
+
+
+def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise CheckFailed(f"{path}: line {lineno}: not a JSON object (the file is damaged; "
+                          f"`guardeval verify {path.parent}` lists every problem)")
+    return obj
+
+
+def is_cost(value: Any) -> bool:
+    return isinstance(value, (int, float))
 
 
 class RunWriter:
@@ -166,22 +238,48 @@ class RunWriter:
             if moved:
                 self.state.torn.append(moved)
         st = self.state
-        for _, body, rec in iter_jsonl(self.run_dir / RAW):
-            st.last_seq = rec["seq"]
-            st.last_raw_sha = sha256_hex(body)
-            cid = rec["call_id"]
-            st.attempts[cid] = st.attempts.get(cid, 0) + 1
-            if rec.get("final"):
-                st.final_raw[cid] = (rec["seq"], st.last_raw_sha, rec)
-            else:
-                st.final_raw.pop(cid, None)
+        # Decisions first, so that the raw scan keeps history only for undecided calls.
         for _, _, rec in iter_jsonl(self.run_dir / DECISIONS):
             st.decided.add(rec["call_id"])
-            st.final_raw.pop(rec["call_id"], None)
+        self._scan_raw()
         self._raw = open(self.run_dir / RAW, "ab")
         self._dec = open(self.run_dir / DECISIONS, "ab")
         self._events = open(self.run_dir / EVENTS, "ab")
         return st
+
+    def _scan_raw(self) -> None:
+        """One pass over raw.jsonl: spend, attempts and final lines of undecided calls, chain head."""
+        st, path = self.state, self.run_dir / RAW
+        offset, last, lineno = 0, b"", 0
+        with open(path, "rb", buffering=1 << 20) as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.endswith(b"\n"):
+                    break  # cannot happen after recover_torn; iter_jsonl ignores it likewise
+                f = raw_fields_or_parse(line, path, lineno)
+                if is_cost(f.cost):
+                    st.spent += f.cost
+                cid = f.call_id
+                if cid not in st.decided:
+                    st.attempts[cid] = st.attempts.get(cid, 0) + 1
+                    if f.final:
+                        st.final_raw[cid] = (offset, lineno)
+                    else:
+                        st.final_raw.pop(cid, None)
+                offset += len(line)
+                last = line
+        if last:
+            body = last[:-1]
+            st.last_seq = parse_line(body, path, lineno)["seq"]
+            st.last_raw_sha = sha256_hex(body)
+
+    def undecided_finals(self) -> Iterator[tuple[dict[str, Any], str]]:
+        """(record, line sha256) of each final raw line whose decision is missing, in log order."""
+        path = self.run_dir / RAW
+        with open(path, "rb") as fh:
+            for offset, lineno in sorted(self.state.final_raw.values()):
+                fh.seek(offset)
+                body = fh.readline()[:-1]
+                yield parse_line(body, path, lineno), sha256_hex(body)
 
     def close(self) -> None:
         self.flush()
