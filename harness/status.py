@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from array import array
 from pathlib import Path
 from typing import Any
 
-from harness.errors import GuardevalError
 from harness.store import (DECISIONS, EVENTS, RAW, decision_fields, is_cost, iter_jsonl, iter_lines, iter_raw_fields,
-                           parse_line, read_manifest)
+                           line_boundary, parse_line, read_manifest)
 
 
 PARALLEL_MIN_BYTES = 64 << 20   # raw.jsonl size above which a worker reads it
@@ -26,22 +26,25 @@ PARALLEL_MIN_BYTES = 64 << 20   # raw.jsonl size above which a worker reads it
 
 def run_status(run_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
-    raw_counts = _RawCounts(run_dir / RAW)   # a worker reads the raw log while this reads decisions
+    raw_counts = _RawCounts(run_dir / RAW)   # workers read the raw log while this reads decisions
     statuses: dict[str, int] = {}
     quarantine: dict[str, int] = {}
     decided: set[str] = set()   # distinct call ids: a call decided twice (a damaged log) counts once
     path = run_dir / DECISIONS
-    for lineno, line in iter_lines(path):
-        fields = decision_fields(line)
-        if fields is None:
-            rec = parse_line(line[:-1], path, lineno)
-            fields = rec["call_id"], rec["status"], rec.get("quarantine_reason")
-        cid, status, reason = fields
-        decided.add(cid)
-        statuses[status] = statuses.get(status, 0) + 1
-        if reason:
-            quarantine[reason] = quarantine.get(reason, 0) + 1
-    attempts, spend, retries = raw_counts.result()
+    try:
+        for lineno, line in iter_lines(path):
+            fields = decision_fields(line)
+            if fields is None:
+                rec = parse_line(line[:-1], path, lineno)
+                fields = rec["call_id"], rec["status"], rec.get("quarantine_reason")
+            cid, status, reason = fields
+            decided.add(cid)
+            statuses[status] = statuses.get(status, 0) + 1
+            if reason:
+                quarantine[reason] = quarantine.get(reason, 0) + 1
+        attempts, spend, retries = raw_counts.result()
+    finally:
+        raw_counts.close()
     last_stop = None
     events = run_dir / EVENTS
     if events.exists():
@@ -59,51 +62,80 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _raw_counts(path: Path) -> tuple[int, float, int]:
-    """(attempts, spend, retries) over every complete line of raw.jsonl."""
-    attempts, spend, retries = 0, 0.0, 0
-    for _, _, _, f in iter_raw_fields(path):
+def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> tuple[int, int, array]:
+    """(attempts, retries, the numeric usage.cost of each attempt in order) over the complete
+    lines of raw.jsonl (of bytes [start, end), when given)."""
+    attempts, retries, costs = 0, 0, array("d")
+    for _, _, _, f in iter_raw_fields(path, start, end):
         attempts += 1
         if is_cost(f.cost):
-            spend += f.cost
+            costs.append(f.cost)
         if f.outcome == "transient" and not f.final:
             retries += 1
-    return attempts, spend, retries
+    return attempts, retries, costs
+
+
+def _totals(parts: list[tuple[int, int, array]]) -> tuple[int, float, int]:
+    # Spend is summed one attempt at a time, in log order, whoever read which part.
+    spend = 0.0
+    for _, _, costs in parts:
+        for cost in costs:
+            spend += cost
+    return sum(p[0] for p in parts), spend, sum(p[1] for p in parts)
 
 
 class _RawCounts:
-    """`_raw_counts` in a forked worker when the log is large and a second CPU is there: the
-    raw log (GB) and the decisions (hundreds of MB) are then read at the same time."""
+    """The raw-log counts, read by two forked workers (each half of the log) when the log is
+    large and a second CPU is there, while this process reads the decisions: a 1M-call raw
+    log is GB, its decisions a few hundred MB."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._proc: Any = None
-        if path.exists() and path.stat().st_size >= PARALLEL_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
+        self._jobs: list[tuple[Any, Any]] = []
+        size = path.stat().st_size if path.exists() else 0
+        if size >= PARALLEL_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
             ctx = multiprocessing.get_context("fork")
-            self._conn, child = ctx.Pipe(duplex=False)
-            self._proc = ctx.Process(target=_worker, args=(path, child), daemon=True)
-            self._proc.start()
-            child.close()
+            middle = line_boundary(path, size // 2)
+            for start, end in ((0, middle), (middle, size)):
+                conn, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker, args=(path, start, end, child), daemon=True)
+                proc.start()
+                child.close()
+                self._jobs.append((proc, conn))
 
     def result(self) -> tuple[int, float, int]:
-        if self._proc is None:
-            return _raw_counts(self.path)
+        parts = [self._collect(proc, conn) for proc, conn in self._jobs]
+        self._jobs = []
+        if not parts or any(p is None for p in parts):
+            # Inline (small logs), or a worker failed or met a damaged line: read it here, so
+            # that the error names the right line.
+            return _totals([_raw_counts(self.path)])
+        return _totals(parts)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Stop workers whose result was not collected (the decisions pass raised)."""
+        for proc, conn in self._jobs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            conn.close()
+        self._jobs = []
+
+    @staticmethod
+    def _collect(proc: Any, conn: Any) -> tuple[int, int, array] | None:
         try:
-            outcome = self._conn.recv()
+            return conn.recv()
         except (EOFError, OSError):
-            outcome = None
+            return None
         finally:
-            self._conn.close()
-            self._proc.join()
-        if isinstance(outcome, GuardevalError):
-            raise outcome      # a damaged line: the same error as reading here
-        return outcome if outcome is not None else _raw_counts(self.path)
+            conn.close()
+            proc.join()
 
 
-def _worker(path: Path, conn: Any) -> None:
+def _worker(path: Path, start: int, end: int, conn: Any) -> None:
     try:
-        conn.send(_raw_counts(path))
-    except GuardevalError as exc:
-        conn.send(exc)
+        conn.send(_raw_counts(path, start, end))
+    except Exception:  # noqa: BLE001 - the parent reads the log itself and raises the error
+        pass
     finally:
         conn.close()

@@ -207,8 +207,11 @@ def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
     return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
 
 
-def iter_raw_fields(path: Path, window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
-    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl.
+def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
+                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
+    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
+    (of the lines in bytes [start, end), when given: both line boundaries; line numbers then
+    count from `start`).
 
     A 1M-call raw log is several GB. It is mapped a window at a time (the page cache is read
     in place: no copy into the process, and resident memory stays one window), newlines are
@@ -216,7 +219,8 @@ def iter_raw_fields(path: Path, window: int = 64 << 20) -> Iterator[tuple[int, i
     newline) is left out, as `iter_jsonl` does.
     """
     size = path.stat().st_size if path.exists() else 0
-    base, lineno = 0, 0
+    size = size if end is None else min(end, size)
+    base, lineno = start, 0
     with open(path, "rb") as fh:
         while base < size:
             start = base - base % mmap.ALLOCATIONGRANULARITY
@@ -252,7 +256,9 @@ def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
 # the shape, so the few fields a scan needs are read without parsing the line.
 STIMULUS_LINE = re.compile(rb'\{"call_id":"([0-9a-f]{32})","request_sha256":"([0-9a-f]{64})"\}\n')
 _DECISION_HEAD = re.compile(rb'\{"attributable":(?:true|false),"call_id":"([0-9a-f]{32})","components":')
-_DECISION_TAIL = frozenset(("quarantine_reason", "raw_line_sha256", "raw_seq", "score", "status"))
+# The last five fields of a decision line, all scalars (nothing nested from here on).
+_DECISION_TAIL = re.compile(rb',"quarantine_reason":(?:null|"([a-z_]+)"),"raw_line_sha256":"[0-9a-f]{64}",'
+                            rb'"raw_seq":[0-9]+,"score":(?:null|-?[0-9][0-9.eE+-]*),"status":"([a-z_]+)"\}\n')
 
 
 def decision_call_id(line: bytes) -> str | None:
@@ -262,20 +268,24 @@ def decision_call_id(line: bytes) -> str | None:
 
 
 def decision_fields(line: bytes) -> tuple[str, Any, Any] | None:
-    """(call_id, status, quarantine_reason) of a decision line in the writer's shape, from its
-    head and its last five fields (all scalars: from the last `,"quarantine_reason":` on there
-    is nothing nested); None: parse the line."""
+    """(call_id, status, quarantine_reason) of a decision line in the writer's shape, read
+    from its head and its last five fields; None: parse the line."""
     m = _DECISION_HEAD.match(line)
     at = line.rfind(b',"quarantine_reason":')
-    if m is None or at < 0:
+    tail = _DECISION_TAIL.fullmatch(line, at) if at >= 0 else None
+    if m is None or tail is None:
         return None
-    try:
-        tail = orjson.loads(b"{" + line[at + 1:])
-    except orjson.JSONDecodeError:
-        return None
-    if type(tail) is not dict or tail.keys() != _DECISION_TAIL:
-        return None
-    return m[1].decode(), tail["status"], tail["quarantine_reason"]
+    reason = tail[1].decode() if tail[1] is not None else None
+    return m[1].decode(), tail[2].decode(), reason
+
+
+def line_boundary(path: Path, near: int) -> int:
+    """The first line start at or after byte `near` (the file size when there is none)."""
+    with open(path, "rb") as fh:
+        fh.seek(max(near - 1, 0))
+        if near > 0:
+            fh.readline()   # the rest of the line that byte near-1 is in
+        return fh.tell()
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
