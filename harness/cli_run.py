@@ -11,8 +11,9 @@ import orjson
 
 from harness.cli_args import nonneg_float, positive_float, positive_int
 from harness.errors import InputError
-from harness.runner import (execute, finish_message, materialise, plan_launch, plan_replicate,
-                            raise_if_stopped, resolve_run_dir)
+
+# harness.runner (and with it the HTTP client and jsonschema) is imported by the commands that
+# run calls, not when the parser is built: `status` and `verify` start in a fraction of a second.
 
 
 def register(sub: Any) -> None:
@@ -78,6 +79,8 @@ def _existing_run(path: str) -> Path:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from harness.runner import materialise, plan_launch, resolve_run_dir
+
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url)
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
@@ -103,6 +106,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
+    from harness.runner import execute, finish_message, raise_if_stopped
+
     outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                       max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
                       adaptive=not args.fixed_concurrency)
@@ -123,6 +128,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
+    from harness.runner import materialise, plan_replicate, resolve_run_dir
+
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url)
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])

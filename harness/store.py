@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import mmap
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -171,8 +173,9 @@ class RawFields(NamedTuple):
     cost: Any
 
 
-def raw_fields(line: bytes) -> RawFields | None:
-    """call_id, final, outcome and usage.cost of one raw line, without parsing the request.
+def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
+    """call_id, final, outcome and usage.cost of the raw line `buf[start:end]` (no newline),
+    without parsing its request.
 
     A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
     `request` are scalars and whose last field is `usage`; inside a JSON string every `"` is
@@ -180,29 +183,62 @@ def raw_fields(line: bytes) -> RawFields | None:
     top-level usage. The head and the usage object are parsed on their own: ~5x cheaper than
     parsing a line whose request carries the whole trajectory. Anything unexpected (a line not
     in that shape) returns None and the caller parses the whole line: the answer is exact.
+    `buf` may be bytes or an mmap.
     """
-    body = line.rstrip(b"\n")
-    cut = body.find(b',"request":')
-    at = body.rfind(b',"usage":')
-    if cut < 0 or at < cut or not body.endswith(b"}"):
+    end = len(buf) if end is None else end
+    cut = buf.find(b',"request":', start, end)
+    at = buf.rfind(b',"usage":', start, end)
+    if cut < 0 or at < cut or buf[end - 1] != 0x7D:   # "}"
         return None
     try:
-        head = orjson.loads(body[:cut] + b"}")
-        usage = orjson.loads(body[at + 9:-1])
-    except orjson.JSONDecodeError:
+        # One parse of `[head, usage]`: the two fragments, each a whole JSON object.
+        head, usage = orjson.loads(b"".join((b"[", buf[start:cut], b"},", buf[at + 9:end - 1], b"]")))
+    except (orjson.JSONDecodeError, ValueError):
         return None
-    if not isinstance(usage, dict) or not {"call_id", "final", "outcome"} <= head.keys():
+    if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
+            or "outcome" not in head:
         return None
     return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"))
 
 
-def raw_fields_or_parse(line: bytes, path: Path, lineno: int) -> RawFields:
-    """`raw_fields`, falling back to a full parse (CheckFailed, as iter_jsonl, if not an object)."""
-    fields = raw_fields(line)
-    if fields is not None:
-        return fields
-    rec = parse_line(line.rstrip(b"\n"), path, lineno)
+def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
+    """The same fields from a full parse (CheckFailed, as iter_jsonl, if not a JSON object)."""
+    rec = parse_line(body, path, lineno)
     return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
+
+
+def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
+                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
+    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
+    (of the lines in bytes [start, end), when given: both line boundaries; line numbers then
+    count from `start`).
+
+    A 1M-call raw log is several GB. It is mapped a window at a time (the page cache is read
+    in place: no copy into the process, and resident memory stays one window), newlines are
+    found with memchr, and each line's few fields come from `raw_fields`. A torn last line (no
+    newline) is left out, as `iter_jsonl` does.
+    """
+    size = path.stat().st_size if path.exists() else 0
+    size = size if end is None else min(end, size)
+    base, lineno = start, 0
+    with open(path, "rb") as fh:
+        while base < size:
+            start = base - base % mmap.ALLOCATIONGRANULARITY
+            length = min(size - start, window)
+            with mmap.mmap(fh.fileno(), length, offset=start, access=mmap.ACCESS_READ) as mm:
+                pos = base - start
+                while (nl := mm.find(b"\n", pos)) >= 0:
+                    lineno += 1
+                    fields = raw_fields(mm, pos, nl)
+                    if fields is None:
+                        fields = full_raw_fields(mm[pos:nl], path, lineno)
+                    yield lineno, start + pos, nl + 1 - pos, fields
+                    pos = nl + 1
+            if start + pos == base:          # no complete line in this window
+                if start + length >= size:
+                    return                   # a torn last line
+                window *= 2                  # a line longer than the window
+            base = start + pos
 
 
 def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
@@ -214,6 +250,52 @@ def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
         raise CheckFailed(f"{path}: line {lineno}: not a JSON object (the file is damaged; "
                           f"`guardeval verify {path.parent}` lists every problem)")
     return obj
+
+
+# Lines exactly as the writers write them (canonical JSON, lower-case hex ids): a match proves
+# the shape, so the few fields a scan needs are read without parsing the line.
+STIMULUS_LINE = re.compile(rb'\{"call_id":"([0-9a-f]{32})","request_sha256":"([0-9a-f]{64})"\}\n')
+_DECISION_HEAD = re.compile(rb'\{"attributable":(?:true|false),"call_id":"([0-9a-f]{32})","components":')
+# The last five fields of a decision line, all scalars (nothing nested from here on).
+_DECISION_TAIL = re.compile(rb',"quarantine_reason":(?:null|"([a-z_]+)"),"raw_line_sha256":"[0-9a-f]{64}",'
+                            rb'"raw_seq":[0-9]+,"score":(?:null|-?[0-9][0-9.eE+-]*),"status":"([a-z_]+)"\}\n')
+
+
+def decision_call_id(line: bytes) -> str | None:
+    """The call id of a decision line in the writer's shape (None: parse the line)."""
+    m = _DECISION_HEAD.match(line)
+    return m[1].decode() if m is not None else None
+
+
+def decision_fields(line: bytes) -> tuple[str, Any, Any] | None:
+    """(call_id, status, quarantine_reason) of a decision line in the writer's shape, read
+    from its head and its last five fields; None: parse the line."""
+    m = _DECISION_HEAD.match(line)
+    at = line.rfind(b',"quarantine_reason":')
+    tail = _DECISION_TAIL.fullmatch(line, at) if at >= 0 else None
+    if m is None or tail is None:
+        return None
+    reason = tail[1].decode() if tail[1] is not None else None
+    return m[1].decode(), tail[2].decode(), reason
+
+
+def line_boundary(path: Path, near: int) -> int:
+    """The first line start at or after byte `near` (the file size when there is none)."""
+    with open(path, "rb") as fh:
+        fh.seek(max(near - 1, 0))
+        if near > 0:
+            fh.readline()   # the rest of the line that byte near-1 is in
+        return fh.tell()
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line with its newline) of every complete line; a torn last line is left
+    out, as `iter_jsonl` does."""
+    with open(path, "rb", buffering=1 << 20) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n"):
+                return
+            yield lineno, line
 
 
 def is_cost(value: Any) -> bool:
@@ -239,8 +321,10 @@ class RunWriter:
                 self.state.torn.append(moved)
         st = self.state
         # Decisions first, so that the raw scan keeps history only for undecided calls.
-        for _, _, rec in iter_jsonl(self.run_dir / DECISIONS):
-            st.decided.add(rec["call_id"])
+        path = self.run_dir / DECISIONS
+        for lineno, line in iter_lines(path):
+            cid = decision_call_id(line)
+            st.decided.add(cid if cid is not None else parse_line(line[:-1], path, lineno)["call_id"])
         self._scan_raw()
         self._raw = open(self.run_dir / RAW, "ab")
         self._dec = open(self.run_dir / DECISIONS, "ab")
@@ -250,25 +334,22 @@ class RunWriter:
     def _scan_raw(self) -> None:
         """One pass over raw.jsonl: spend, attempts and final lines of undecided calls, chain head."""
         st, path = self.state, self.run_dir / RAW
-        offset, last, lineno = 0, b"", 0
-        with open(path, "rb", buffering=1 << 20) as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.endswith(b"\n"):
-                    break  # cannot happen after recover_torn; iter_jsonl ignores it likewise
-                f = raw_fields_or_parse(line, path, lineno)
-                if is_cost(f.cost):
-                    st.spent += f.cost
-                cid = f.call_id
-                if cid not in st.decided:
-                    st.attempts[cid] = st.attempts.get(cid, 0) + 1
-                    if f.final:
-                        st.final_raw[cid] = (offset, lineno)
-                    else:
-                        st.final_raw.pop(cid, None)
-                offset += len(line)
-                last = line
-        if last:
-            body = last[:-1]
+        last = None
+        for lineno, offset, length, f in iter_raw_fields(path):
+            if is_cost(f.cost):
+                st.spent += f.cost
+            cid = f.call_id
+            if cid not in st.decided:
+                st.attempts[cid] = st.attempts.get(cid, 0) + 1
+                if f.final:
+                    st.final_raw[cid] = (offset, lineno)
+                else:
+                    st.final_raw.pop(cid, None)
+            last = (lineno, offset, length)
+        if last is not None:
+            lineno, offset, length = last
+            with open(path, "rb") as fh:
+                body = os.pread(fh.fileno(), length, offset)[:-1]
             st.last_seq = parse_line(body, path, lineno)["seq"]
             st.last_raw_sha = sha256_hex(body)
 

@@ -36,7 +36,7 @@ from harness.cohort import Cohort
 from harness.errors import GuardevalError
 from harness.schedule import ORDERS, call_id_for, iter_cells
 from harness import verify_raw
-from harness.store import DECISIONS, EVENTS, GENESIS, MANIFEST, RAW, SCHEDULE, STIMULI
+from harness.store import DECISIONS, EVENTS, GENESIS, MANIFEST, RAW, SCHEDULE, STIMULI, STIMULUS_LINE
 from harness.verify_raw import MISSING
 
 MAX_PROBLEMS = 50
@@ -45,8 +45,6 @@ _HEX32 = re.compile(r"[0-9a-f]{32}")
 # A schedule line as `dumps_line` writes it (sorted keys, no spaces), from encoded fields.
 _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"index":%d,"instance_sha256":"%s",'
                   b'"interaction_id":%s,"repetition":%d}\n')
-# A stimuli line exactly as the planner writes it (canonical JSON, lower-case hex values).
-_STIMULUS_LINE = re.compile(rb'\{"call_id":"([0-9a-f]{32})","request_sha256":"([0-9a-f]{64})"\}\n')
 
 
 class _Report:
@@ -525,7 +523,7 @@ class _Verifier:
         path = self.run_dir / STIMULI
         if not path.exists():
             return rep, (render_cell, render_sha), h.hexdigest()
-        match, n, unique = _STIMULUS_LINE.fullmatch, len(s), s.calls.unique
+        match, n, unique = STIMULUS_LINE.fullmatch, len(s), s.calls.unique
         with open(path, "rb", buffering=1 << 20) as fh:
             for lineno, line in enumerate(fh, start=1):
                 h.update(line)
