@@ -63,7 +63,7 @@ class ChatCompletionsGuard(Guard):
         self._timeout = {"connect": t, "pool": t}
         # Serialised bodies by body object, bounded like the dispatcher's body cache (a large run
         # has ~100,000 distinct bodies; only those of calls in flight are needed).
-        self._payloads: LRU[int, tuple[Mapping[str, Any], bytes]] = LRU(4096)
+        self._payloads: LRU[int, tuple[Mapping[str, Any], bytes]] = LRU(1024)
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:

@@ -88,7 +88,7 @@ class InstanceKey(NamedTuple):
 
 # Parsed rows read back by offset, most recent first: renderers touch each instance a few times
 # in a row (its repetitions), never all of them at once.
-ROW_CACHE = 4096
+ROW_CACHE = 1024
 
 
 class Cohort:

@@ -37,7 +37,7 @@ from harness.progress import RunProgress
 from harness.store import RunWriter, utcnow
 
 
-BODY_CACHE = 4096   # distinct instances whose rendered body is kept
+BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
 
 
 @dataclass

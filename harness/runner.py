@@ -28,7 +28,7 @@ from harness.dispatch import DispatchOptions, DispatchResult, Dispatcher
 from harness.errors import CheckFailed, InputError, RunStopped
 from harness.schedule import ALGORITHM, iter_schedule, read_schedule
 from harness.store import (COHORT_DIR, SCHEDULE, STIMULI, STIMULUS_LINE, RunLock, RunWriter, create_run_dir,
-                           iter_jsonl, iter_lines, new_run_id, parse_line, read_manifest, utcnow)
+                           iter_jsonl, new_run_id, parse_line, read_manifest, utcnow)
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -243,7 +243,6 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
     with RunLock(run_dir):
-        cohort = load_run_cohort(run_dir, manifest)
         config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
         prompt = load_prompt(manifest["prompt"]["id"])
         if prompt.sha256 != manifest["prompt"]["sha256"]:
@@ -253,8 +252,16 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                              "or start a new run with `guardeval replicate`", path=run_dir / "manifest.json",
                              field="prompt.sha256")
         parser = get_parser(prompt.parser)
-        _check_rendering(run_dir, cohort, config, prompt)
         writer = RunWriter(run_dir)
+        # The logs are read (a large raw log by workers) while the cohort is loaded; nothing is
+        # changed on disk until the checks below have passed (`open` moves torn lines aside).
+        writer.scan()
+        try:
+            cohort = load_run_cohort(run_dir, manifest)
+            _check_rendering(run_dir, cohort, config, prompt)
+        except BaseException:
+            writer.abandon_scan()
+            raise
         state = writer.open()
         try:
             recovered = _recover_decisions(run_dir, writer, parser, config)
@@ -327,7 +334,7 @@ class PendingRows:
         sched, stim = self.run_dir / SCHEDULE, self.run_dir / STIMULI
         lineno = 0
         try:
-            for (lineno, sline), (_, tline) in zip(iter_lines(sched), iter_lines(stim), strict=True):
+            for lineno, sline, tline in _line_pairs(sched, stim):
                 cid, request_sha = _call_id_pair(sline, tline)
                 if cid is not None and cid in self.decided:
                     continue  # half a million of these in a half-done large run: no parse
@@ -353,6 +360,23 @@ class PendingRows:
     def _damaged(self, what: str) -> CheckFailed:
         return CheckFailed(f"{self.run_dir}: {what} (the run is damaged; `guardeval verify {self.run_dir}` "
                            "lists every problem)")
+
+
+def _line_pairs(a: Path, b: Path) -> Iterator[tuple[int, bytes, bytes]]:
+    """(line number, line of a, line of b), complete lines only (a torn last line is left out,
+    as `iter_jsonl` does); ValueError when one file has more lines than the other."""
+    with open(a, "rb", buffering=1 << 20) as fa, open(b, "rb", buffering=1 << 20) as fb:
+        ra, rb = fa.readline, fb.readline
+        lineno = 0
+        while True:
+            la, lb = ra(), rb()
+            done_a, done_b = not la.endswith(b"\n"), not lb.endswith(b"\n")
+            if done_a or done_b:
+                if done_a != done_b:
+                    raise ValueError("one file has more lines than the other")
+                return
+            lineno += 1
+            yield lineno, la, lb
 
 
 def _call_id_pair(sline: bytes, tline: bytes) -> tuple[str | None, str | None]:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import mmap
+import multiprocessing
 import os
 import re
 import shutil
 import time
+from array import array
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -312,45 +314,63 @@ class RunWriter:
         self._dec: BinaryIO | None = None
         self._events: BinaryIO | None = None
         self._pending: list[bytes] = []
+        self._scan: _RawScan | None = None
 
     # -- opening and recovery ----------------------------------------------------------------
-    def open(self) -> RunState:
-        for name in (RAW, DECISIONS):
-            moved = recover_torn(self.run_dir / name)
-            if moved:
-                self.state.torn.append(moved)
+    def scan(self) -> None:
+        """Start reading the logs: the decisions here, then the raw log in workers when it is
+        large (`open` collects them), so that the caller can load the cohort meanwhile.
+        Complete lines only: a torn last line is moved aside by `open`, after the scan."""
+        if self._scan is not None:
+            return
         st = self.state
         # Decisions first, so that the raw scan keeps history only for undecided calls.
         path = self.run_dir / DECISIONS
         for lineno, line in iter_lines(path):
             cid = decision_call_id(line)
             st.decided.add(cid if cid is not None else parse_line(line[:-1], path, lineno)["call_id"])
-        self._scan_raw()
+        self._scan = _RawScan(self.run_dir / RAW, st.decided)
+
+    def abandon_scan(self) -> None:
+        if self._scan is not None:
+            self._scan.stop()
+
+    def open(self) -> RunState:
+        self.scan()
+        assert self._scan is not None
+        self._merge_raw(self._scan.parts())
+        for name in (RAW, DECISIONS):
+            moved = recover_torn(self.run_dir / name)
+            if moved:
+                self.state.torn.append(moved)
+        st = self.state
         self._raw = open(self.run_dir / RAW, "ab")
         self._dec = open(self.run_dir / DECISIONS, "ab")
         self._events = open(self.run_dir / EVENTS, "ab")
         return st
 
-    def _scan_raw(self) -> None:
-        """One pass over raw.jsonl: spend, attempts and final lines of undecided calls, chain head."""
+    def _merge_raw(self, parts: list[RawPart]) -> None:
+        """Spend, attempts and final lines of undecided calls, chain head: the parts of the raw
+        log merged in log order, so the state is that of one sequential pass."""
         st, path = self.state, self.run_dir / RAW
-        last = None
-        for lineno, offset, length, f in iter_raw_fields(path):
-            if is_cost(f.cost):
-                st.spent += f.cost
-            cid = f.call_id
-            if cid not in st.decided:
-                st.attempts[cid] = st.attempts.get(cid, 0) + 1
-                if f.final:
-                    st.final_raw[cid] = (offset, lineno)
-                else:
+        lines_before = 0
+        for part in parts:
+            for cost in part.costs:    # one at a time, in log order, as the attempts were written
+                st.spent += cost
+            for cid, n in part.attempts.items():
+                st.attempts[cid] = st.attempts.get(cid, 0) + n
+            for cid, where in part.finals.items():
+                if where is None:
                     st.final_raw.pop(cid, None)
-            last = (lineno, offset, length)
+                else:
+                    st.final_raw[cid] = (where[0], where[1] + lines_before)
+            lines_before += part.n_lines
+        last = next((part.last for part in reversed(parts) if part.last is not None), None)
         if last is not None:
-            lineno, offset, length = last
+            offset, length = last
             with open(path, "rb") as fh:
                 body = os.pread(fh.fileno(), length, offset)[:-1]
-            st.last_seq = parse_line(body, path, lineno)["seq"]
+            st.last_seq = parse_line(body, path, lines_before)["seq"]
             st.last_raw_sha = sha256_hex(body)
 
     def undecided_finals(self) -> Iterator[tuple[dict[str, Any], str]]:
@@ -419,6 +439,84 @@ class RunWriter:
         assert self._events is not None
         self._events.write(dumps_line({"at": utcnow(), "event": kind, "pid": os.getpid(), **fields}))
         self._events.flush()
+
+
+@dataclass
+class RawPart:
+    """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
+
+    n_lines: int = 0
+    costs: array = field(default_factory=lambda: array("d"))   # numeric usage.cost, in log order
+    attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
+    finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)
+    last: tuple[int, int] | None = None                         # (offset, length) of the last line
+
+
+def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) -> RawPart:
+    part = RawPart()
+    for lineno, offset, length, f in iter_raw_fields(path, start, end):
+        if is_cost(f.cost):
+            part.costs.append(f.cost)
+        cid = f.call_id
+        if cid not in decided:
+            part.attempts[cid] = part.attempts.get(cid, 0) + 1
+            part.finals[cid] = (offset, lineno) if f.final else None
+        part.n_lines = lineno
+        part.last = (offset, length)
+    return part
+
+
+PARALLEL_SCAN_MIN_BYTES = 64 << 20   # raw.jsonl size above which two workers read it
+
+
+class _RawScan:
+    """`scan_raw_part` over raw.jsonl: each half of a large log in a forked worker (they
+    inherit the set of decided calls), started now and collected by `parts`; a small log, one
+    CPU, or a failed worker: read here (a damaged line then raises, named by its number)."""
+
+    def __init__(self, path: Path, decided: set[str]) -> None:
+        self.path, self.decided = path, decided
+        self._jobs: list[tuple[Any, Any]] = []
+        size = path.stat().st_size if path.exists() else 0
+        if size >= PARALLEL_SCAN_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
+            ctx = multiprocessing.get_context("fork")
+            middle = line_boundary(path, size // 2)
+            for start, end in ((0, middle), (middle, size)):
+                conn, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_scan_worker, args=(path, start, end, decided, child), daemon=True)
+                proc.start()
+                child.close()
+                self._jobs.append((proc, conn))
+
+    def parts(self) -> list[RawPart]:
+        parts: list[RawPart] = []
+        for proc, conn in self._jobs:
+            try:
+                parts.append(conn.recv())
+            except (EOFError, OSError):
+                pass
+            finally:
+                conn.close()
+                proc.join()
+        complete = bool(self._jobs) and len(parts) == len(self._jobs)
+        self._jobs = []
+        return parts if complete else [scan_raw_part(self.path, 0, None, self.decided)]
+
+    def stop(self) -> None:
+        for proc, conn in self._jobs:
+            proc.kill()
+            proc.join()
+            conn.close()
+        self._jobs = []
+
+
+def _scan_worker(path: Path, start: int, end: int, decided: set[str], conn: Any) -> None:
+    try:
+        conn.send(scan_raw_part(path, start, end, decided))
+    except Exception:  # noqa: BLE001 - the parent reads the log itself and raises the error
+        pass
+    finally:
+        conn.close()
 
 
 def recover_torn(path: Path) -> Path | None:

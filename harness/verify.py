@@ -4,16 +4,23 @@ Checks are independent of the guard's availability, except the optional re-rende
 stimuli and re-derivation of decisions, which run when the run's prompt is loadable.
 
 Each file is read once, as a stream, and what is kept between files is compact per-call
-state, so a 1,000,000-call run verifies in a few hundred MB:
+state, so a 1,000,000-call run verifies in about 200 MB:
 
-* call ids as 16 raw bytes (`_CallIndex`: call id -> schedule line), per schedule line its
-  call id and cohort cell, per call its stimulus as an index into the distinct request hashes;
+* per schedule line its call id (16 raw bytes), cohort cell and flags, in arrays; call id ->
+  line through a sorted array of those ids (`_CallIndex`), not a dict of a million keys;
+* per call its stimulus as an index into the distinct request hashes;
 * per raw line its SHA-256, its call id, and a digest of the decision re-derived from it
   (16 bytes), instead of the raw records themselves;
 * bitmaps for decided calls and scheduled cells.
 
-Re-rendering every instance is the most expensive check; with a second CPU it runs in a
-forked worker, in parallel with the passes over the logs (the results are the same).
+Where a line is exactly what the writer wrote, the cheap path proves it: a schedule line equal
+to its regeneration from the seed and the cohort, a stimuli line matching the writer's form.
+Any other line gets every check one by one, with the same messages as always.
+
+The work runs in three processes when there is a second CPU: a forked worker computes the
+per-line facts of raw.jsonl (`verify_raw`, most of the work), another re-renders every
+instance, and this process checks the cohort, schedule and stimuli meanwhile, then walks the
+raw facts and the decisions in order. The report is the same either way.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ import orjson
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line
 from harness.cohort import Cohort
 from harness.errors import GuardevalError
-from harness.schedule import ORDERS, call_id_for, iter_cells
 from harness import verify_raw
+from harness.schedule import ORDERS, call_id_for, iter_cells
 from harness.store import DECISIONS, EVENTS, GENESIS, MANIFEST, RAW, SCHEDULE, STIMULI, STIMULUS_LINE
 from harness.verify_raw import MISSING
 
