@@ -199,11 +199,13 @@ def test_api_key_never_written_or_printed(tmp_path, small_cohort, sim_factory):
 
 
 def test_second_process_on_one_run_is_refused(tmp_path, small_cohort, sim_factory):
-    sim = sim_factory("--latency-ms", "50")
+    # 80 calls one at a time at 200 ms: the launch is still dispatching (16 s) when SIGTERM comes,
+    # even on a loaded machine where the second process takes seconds to start.
+    sim = sim_factory("--latency-ms", "200")
     guard = write_guard(tmp_path / "g.toml", sim.base_url)
     run = tmp_path / "run"
     proc = _spawn("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
-                  "--run-dir", str(run), "--concurrency", "2", "--no-progress")
+                  "--run-dir", str(run), "--concurrency", "1", "--no-progress")
     try:
         _wait_for_lines(run / "decisions.jsonl", 2, proc)
         r = run_cli("resume", str(run))
