@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guards.sim_server import SimServerProcess  # noqa: E402
-from harness.runner import execute, materialise, plan_launch  # noqa: E402
+from guards.sim import SimServerProcess  # noqa: E402
+from harness.run.runner import execute, materialise, plan_launch  # noqa: E402
 
 
 def main() -> int:

@@ -51,8 +51,8 @@ def make_rows(n_bases: int, per_interaction: int, reps: int = 3, seed: int = 0) 
 def run_case(case: str, per_interaction: int, n_boot: int) -> dict:
     import numpy as np
 
-    from harness.estimators import estimate
     from harness.estimators import bootstrap as bs
+    from harness.estimators import estimate
 
     n_bases = CASES[case]
     rows = make_rows(n_bases, per_interaction)

@@ -85,15 +85,16 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guards.sim_server import SimServerProcess  # noqa: E402
+from guards.sim import SimServerProcess  # noqa: E402
 from harness.canon import canonical_sha256  # noqa: E402
 
 PEER_PACKAGE = "inspect-ai"
@@ -262,7 +263,7 @@ def write_dataset(guard: Path, n: int, path: Path) -> Counter[str]:
     """The inspect dataset: the messages of guardeval's first `n` scheduled calls, rendered by
     the guard itself. Returns the multiset of message hashes for the same-content check."""
     from guards.registry import make_guard
-    from harness.runner import plan_launch
+    from harness.run.runner import plan_launch
 
     plan = plan_launch(cohort_dir=COHORT, guard_path=guard, reps=reps_for(n), seed=SEED, order="rounds",
                        base_url=None)
@@ -604,7 +605,7 @@ def check_rate_features() -> list[str]:
     """What the checkout lacks for rate-cap mode (the sim-server's cap, launch --fixed-concurrency)."""
     missing = []
     env = child_env(guardeval=True)
-    sim_help = subprocess.run([sys.executable, "-m", "guards.sim_server", "--help"], capture_output=True,
+    sim_help = subprocess.run([sys.executable, "-m", "guards.sim", "--help"], capture_output=True,
                               text=True, env=env, cwd=REPO).stdout
     if "--rps-cap" not in sim_help:
         missing.append("sim-server --rps-cap")

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.scale_build import write_guard  # noqa: E402
-from guards.sim_server import SimServerProcess  # noqa: E402
+from guards.sim import SimServerProcess  # noqa: E402
 
 N_CONDITIONS = 5   # the demo conditions the synthetic cohort is crossed with
 GNU_TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None

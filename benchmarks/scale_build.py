@@ -11,7 +11,7 @@
   first call.
 * `fill`: the first N calls of the schedule answered as the simulated provider would answer
   them (same verdict model, seed, reply shape and usage), logged with `RunWriter.append_raw`
-  and decided with `harness.decide.decide` + `RunWriter.append_decision`, as the dispatcher
+  and decided with `harness.run.decide.decide` + `RunWriter.append_decision`, as the dispatcher
   does; every `--retry-every`-th call first gets a 429 attempt. The run then looks like a
   launch interrupted half way (events carry a stop with the chain head).
 """
@@ -22,27 +22,28 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guards import sim_guard  # noqa: E402
 from guards.config import GuardConfig  # noqa: E402
 from guards.parsers import get_parser  # noqa: E402
 from guards.prompts import load_prompt  # noqa: E402
 from guards.registry import make_guard  # noqa: E402
-from guards.sim_server import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
-from harness.builders.common import build_rows  # noqa: E402
-from harness.builders.demo import conditions, demo_bases  # noqa: E402
+from guards.sim import guard as sim_guard  # noqa: E402
+from guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
 from harness.canon import canonical_bytes, sha256_hex  # noqa: E402
-from harness.cohort import write_cohort  # noqa: E402
-from harness.decide import decide  # noqa: E402
-from harness.runner import load_run_cohort, materialise, plan_launch  # noqa: E402
-from harness.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, read_manifest, utcnow  # noqa: E402
+from harness.cohorts.builders.common import build_rows  # noqa: E402
+from harness.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
+from harness.cohorts.model import write_cohort  # noqa: E402
+from harness.run.decide import decide  # noqa: E402
+from harness.run.runner import load_run_cohort, materialise, plan_launch  # noqa: E402
+from harness.run.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, read_manifest, utcnow  # noqa: E402
 
 SIM_SEED = 7
 NEUTRAL = ("account report weekly summary invoice meeting calendar folder note draft review status "

@@ -8,8 +8,9 @@ secrets) and sends that body, returning the reply exactly as received. Parsing i
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from guards.config import GuardConfig
 from guards.prompts import Prompt

@@ -11,7 +11,8 @@ import email.utils
 import os
 import re
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import httpx
@@ -134,14 +135,14 @@ class ChatCompletionsGuard(Guard):
             raise TransientError("error200", f"HTTP 200 carrying an error: {_error_message(text)}", reply)
         try:
             choice = data["choices"][0]
-            message = choice.get("message") or {}
-            content = message.get("content")
+            msg = choice.get("message") or {}
+            content = msg.get("content")
             finish = choice.get("finish_reason")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise TransientError("malformed", "HTTP 200 without choices[0]", reply) from None
         if content is not None and not isinstance(content, str):
             raise TransientError("malformed", "message content is not a string", reply)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
         reply.content = content
         reply.finish_reason = finish if isinstance(finish, str) else None
         reply.usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cost")

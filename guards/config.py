@@ -79,7 +79,7 @@ class GuardConfig:
     def sha256(self) -> str:
         return canonical_sha256(self.to_manifest())
 
-    def with_base_url(self, url: str | None) -> "GuardConfig":
+    def with_base_url(self, url: str | None) -> GuardConfig:
         if not url:
             return self
         return GuardConfig(**{**self.to_manifest(), "base_url": url, "source": self.source})

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 class AttemptError(Exception):
     """An attempt that did not yield a usable reply."""
 
-    def __init__(self, error_class: str, message: str, reply: "Reply | None" = None,
+    def __init__(self, error_class: str, message: str, reply: Reply | None = None,
                  retry_after: float | None = None) -> None:
         super().__init__(message)
         self.error_class = error_class

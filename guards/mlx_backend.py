@@ -21,8 +21,9 @@ import importlib.util
 import json
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
@@ -221,7 +222,8 @@ class MlxGuard(Guard):
             from mlx_lm import load
 
             try:
-                model, tokenizer = load(str(self.folder))
+                loaded = load(str(self.folder))
+                model, tokenizer = loaded[0], loaded[1]
             except Exception as exc:  # a broken folder stops the run (resumable), clearly
                 raise FatalError("model_load", f"cannot load model folder '{self.folder.name}': "
                                  f"{type(exc).__name__}: {exc}") from None
@@ -244,7 +246,7 @@ class MlxGuard(Guard):
             except Exception as exc:  # e.g. a template that rejects this message sequence
                 raise CallFailed("chat_template_error", f"{type(exc).__name__}: {exc}") from None
             if len(ids) + max_tokens > self.context_tokens:
-                usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "cost": 0.0,
+                usage: dict[str, Any] = {"prompt_tokens": len(ids), "completion_tokens": 0, "cost": 0.0,
                          "max_tokens": max_tokens, "context_tokens": self.context_tokens}
                 raise CallFailed(
                     "context_overflow",

@@ -12,9 +12,10 @@ import json
 import os
 import pprint
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from harness.canon import canonical_sha256, sha256_hex
 from harness.errors import InputError

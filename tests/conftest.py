@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
-from guards.sim_server import SimServerProcess
+from guards.sim import SimServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_COHORT = REPO / "cohorts" / "demo"
@@ -94,7 +94,7 @@ def _toml(v: object) -> str:
 @pytest.fixture(scope="session")
 def small_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 16 demo bases (80 instances): the same content, a quicker run."""
-    from harness.cohort import Condition, load_cohort, write_cohort
+    from harness.cohorts.model import Condition, load_cohort, write_cohort
 
     demo = load_cohort(DEMO_COHORT)
     keep = set(demo.base_ids[:16])

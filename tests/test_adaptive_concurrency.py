@@ -14,9 +14,10 @@ import anyio
 import httpx
 import pytest
 
+from guards.sim.server import TokenBucket
+from harness.run.dispatch import _WireGate
+
 from conftest import run_cli, write_guard
-from guards.sim_server import TokenBucket
-from harness.dispatch import _WireGate
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("agentdojo")
 
-from harness.builders.agentdojo import SuiteReplay, SuiteStats, build_agentdojo  # noqa: E402
-from harness.builders.agentdojo_aliases import AGENTDOJO_ALIASES  # noqa: E402
-from harness.cohort import load_cohort  # noqa: E402
-from harness.inspect_cohort import inspect  # noqa: E402
-from harness.transforms import has_threat_word, validate_table, visible_names  # noqa: E402
+from harness.cohorts.builders.agentdojo import SuiteReplay, SuiteStats, build_agentdojo  # noqa: E402
+from harness.cohorts.builders.agentdojo_aliases import AGENTDOJO_ALIASES  # noqa: E402
+from harness.cohorts.model import load_cohort  # noqa: E402
+from harness.cohorts.report import inspect  # noqa: E402
+from harness.cohorts.transforms import has_threat_word, validate_table, visible_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")

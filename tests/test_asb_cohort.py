@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.builders.asb import build_asb
-from harness.cohort import load_cohort
+from harness.cohorts.builders.asb import build_asb
+from harness.cohorts.model import load_cohort
+from harness.cohorts.report import inspect
+from harness.cohorts.transforms import has_threat_word
 from harness.errors import InputError
-from harness.inspect_cohort import inspect
-from harness.transforms import has_threat_word
 
 REPO = Path(__file__).resolve().parents[1]
 ASB = REPO.parent / "shared" / "data" / "asb"
@@ -98,8 +98,9 @@ def test_manifest_must_agree_with_the_pins(tmp_path):
 def test_cli_build_and_inspect_json(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "c"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "harness", *a], env=env, capture_output=True,
-                                    text=True, timeout=120)
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "harness", *a], env=env, capture_output=True,
+                              text=True, timeout=120)
     p = run("cohort", "build", "asb", "--source", str(ASB), "--out", str(out), "--max-bases", "40",
             "--conditions", "A1")
     assert p.returncode == 0, p.stderr

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from conftest import run_cli
 from harness.errors import InputError
 from harness.estimators.audits import fit_lookup, lookup_audit_file, predict_lookup, units_audit_file
+
+from conftest import run_cli
 
 # D1: g1 (x 1, y 0), g2 (x 0, z 1); D2: g3 (x 1, y 1), g4 (w 0, y 0)
 LOOKUP_ROWS = [

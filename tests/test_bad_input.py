@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, write_guard
 from harness.canon import sha256_hex
+
+from conftest import run_cli, write_guard
 
 
 def _copy_cohort(src: Path, dst: Path) -> Path:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.builders.demo import conditions, demo_bases
-from harness.builders.demo_data import ALIASES
-from harness.cohort import load_cohort
-from harness.transforms import apply_checked, count_markers, has_threat_word, validate_table, visible_names
+from harness.cohorts.builders.demo import conditions, demo_bases
+from harness.cohorts.builders.demo_data import ALIASES
+from harness.cohorts.model import load_cohort
+from harness.cohorts.transforms import apply_checked, count_markers, has_threat_word, validate_table, visible_names
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "cohorts" / "demo"
@@ -94,10 +94,9 @@ def test_alias_table_is_bijective_and_covers_every_tool():
 
 
 def test_inspect_reports_counts_and_fails_on_a_broken_invariant(tmp_path):
-    from harness.cohort import write_cohort
+    from harness.cohorts.model import build_row, write_cohort
+    from harness.cohorts.report import inspect
     from harness.errors import CheckFailed
-    from harness.cohort import build_row
-    from harness.inspect_cohort import inspect
 
     cohort = load_cohort(DEMO)
     report = inspect(cohort)

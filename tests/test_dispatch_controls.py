@@ -8,8 +8,9 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from conftest import REPO, run_cli, write_guard
 from guards.config import load_guard_config
+
+from conftest import REPO, run_cli, write_guard
 
 
 def _jsonl(path: Path) -> list[dict]:

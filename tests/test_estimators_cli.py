@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_estimators_effects import hand_rows
+
+from guards.sim import SimServerProcess
+from harness.cli import main
 
 from conftest import cli_env, run_cli, write_guard
-from guards.sim_server import SimServerProcess
-from harness.cli import main
-from test_estimators_effects import hand_rows
 
 CONTRAST_KEYS = {"condition", "delta", "ci", "p", "p_holm", "delta_minus_placebo", "ci_minus_placebo",
                  "increase", "decrease", "tie", "n_bases", "n_clusters", "by_rule"}

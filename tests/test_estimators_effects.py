@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from harness.errors import CheckFailed, InputError
-from harness.estimators import estimate, exit_status
 from harness.estimators import effects as fx
+from harness.estimators import estimate, exit_status
 from harness.estimators.table import validate_rows
 
 F = "F"

@@ -76,7 +76,7 @@ def test_valid_rows_pass_through(tmp_path):
 
 
 def test_quarantine_codes_match_the_decision_stage():
-    from harness.decide import QUARANTINE_CODES as DECIDE_CODES
     from harness.estimators.quarantine import QUARANTINE_CODES
+    from harness.run.decide import QUARANTINE_CODES as DECIDE_CODES
 
     assert tuple(QUARANTINE_CODES) == tuple(DECIDE_CODES)

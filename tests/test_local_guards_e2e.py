@@ -19,8 +19,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -31,9 +31,10 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
-from conftest import DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
 from harness.canon import sha256_hex
 from tests.tiny_model import tiny_model_dir
+
+from conftest import DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
 
 REFERENCE = SHARED / "reference" / "ts-guard-prompt-v2.txt"
 SHORT_TEMPLATE = "Judge the step.\nRequest: {user_request}\nAction: {current_action}\nAnswer in JSON."
@@ -66,7 +67,7 @@ def prompts_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two demo bases x five conditions: ten instances."""
-    from harness.cohort import Condition, load_cohort, write_cohort
+    from harness.cohorts.model import Condition, load_cohort, write_cohort
 
     demo = load_cohort(DEMO_COHORT)
     keep = set(demo.base_ids[:2])

@@ -9,13 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.cohorts.transforms import apply_checked, has_threat_word, split_components
+from harness.cohorts.transforms.descriptions import cue_words_in, make_description_neutralizer, neutralize_text
+from harness.cohorts.transforms.lexicon import THREAT_WORDS
+from harness.cohorts.transforms.names import (
+    FORM_VOCAB,
+    NEUTRAL_SYNONYMS,
+    THREAT_NEUTRAL,
+    cue_add,
+    cue_remove,
+    family_table,
+    form_matched_neutral,
+    letters,
+    load_token_counter,
+    orthographic,
+    semantic_neutral,
+)
 from harness.errors import InputError
-from harness.transforms import apply_checked, has_threat_word, split_components
-from harness.transforms.descriptions import cue_words_in, make_description_neutralizer, neutralize_text
-from harness.transforms.lexicon import THREAT_WORDS
-from harness.transforms.names import (FORM_VOCAB, NEUTRAL_SYNONYMS, THREAT_NEUTRAL, cue_add, cue_remove,
-                                      family_table, form_matched_neutral, letters, load_token_counter,
-                                      orthographic, semantic_neutral)
 
 ASB_ATTACK = Path(__file__).resolve().parents[2] / "shared" / "data" / "asb" / "all_attack_tools.jsonl"
 
@@ -121,7 +131,7 @@ def test_description_neutralizer_only_touches_selected_descriptions():
 
 
 def test_name_family_transform_renames_everywhere():
-    from harness.transforms import name_family, visible_names
+    from harness.cohorts.transforms import name_family, visible_names
 
     base = {"base_id": "b", "interaction_id": "i", "domain": "d", "label": 1, "label_score": 1.0,
             "tool": "DataExfiltration", "user_request": "Back up the data.",

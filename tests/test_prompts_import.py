@@ -17,7 +17,7 @@ import pytest
 from guards.prompts import load_prompt
 from harness.canon import file_sha256
 from harness.cli import main
-from harness.cli_local import TS_GUARD_SHA256
+from harness.cli.prompts import TS_GUARD_SHA256
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference" / "ts-guard-prompt-v2.txt"

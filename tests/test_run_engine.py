@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from conftest import DEMO_COHORT, REPO, cli_env, run_cli, write_guard
 

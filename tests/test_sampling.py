@@ -7,13 +7,13 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.builders.sampling import stratified_sample
+from harness.cohorts.builders.sampling import stratified_sample
 
 
 def _bases(sizes: dict[tuple[str, int], int]):
     out = []
-    for (d, l), n in sorted(sizes.items()):
-        out += [{"base_id": f"{d}-{l}-{i}", "domain": d, "label": l} for i in range(n)]
+    for (d, lab), n in sorted(sizes.items()):
+        out += [{"base_id": f"{d}-{lab}-{i}", "domain": d, "label": lab} for i in range(n)]
     return out
 
 

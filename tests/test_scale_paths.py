@@ -49,7 +49,7 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.fixture
 def workers_always(monkeypatch):
     """Switch on the worker processes that large files get."""
-    from harness import status, verify, verify_raw
+    from harness.run import status, verify, verify_raw
 
     monkeypatch.setattr(verify_raw, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(verify, "PARALLEL_RENDER_MIN", 0)
@@ -73,8 +73,8 @@ def no_whole_file_reads(monkeypatch):
 
 
 def test_built_folder_verifies_and_status_is_exact(half_run, no_whole_file_reads):
-    from harness.status import run_status
-    from harness.verify import verify_run
+    from harness.run.status import run_status
+    from harness.run.verify import verify_run
 
     report = verify_run(half_run)
     assert report["ok"], report["problems"]
@@ -91,8 +91,8 @@ def test_built_folder_verifies_and_status_is_exact(half_run, no_whole_file_reads
 
 
 def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
-    from harness.status import run_status
-    from harness.verify import verify_run
+    from harness.run.status import run_status
+    from harness.run.verify import verify_run
 
     assert verify_run(half_run)["ok"]
     st = run_status(half_run)
@@ -104,7 +104,7 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
     data[second + 300] ^= 0x01
     (run / "raw.jsonl").write_bytes(bytes(data))
     forked = verify_run(run)
-    from harness import status, verify, verify_raw
+    from harness.run import status, verify, verify_raw
 
     verify_raw.PARALLEL_MIN_BYTES, verify.PARALLEL_RENDER_MIN, status.PARALLEL_MIN_BYTES = 1 << 60, 1 << 60, 1 << 60
     inline = verify_run(run)
@@ -113,7 +113,7 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
 
 
 def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, monkeypatch):
-    from harness import verify
+    from harness.run import verify
 
     run = _copy(half_run, tmp_path / "run")
     lines = (run / "schedule.jsonl").read_bytes().splitlines(keepends=True)
@@ -131,7 +131,7 @@ def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, mo
 
 
 def test_resume_dispatches_exactly_the_undecided_calls(half_run, tmp_path, sim_factory):
-    from harness.verify import verify_run
+    from harness.run.verify import verify_run
 
     run = _copy(half_run, tmp_path / "run")
     sched = [r["call_id"] for r in _jsonl(run / "schedule.jsonl")]
@@ -172,7 +172,7 @@ def test_dispatched_records_have_the_shape_the_builder_writes(half_run, tmp_path
 
 
 def test_cohort_rows_are_read_back_on_demand(tmp_path):
-    from harness.cohort import load_cohort
+    from harness.cohorts.model import load_cohort
     from harness.errors import InputError
 
     sb = _scale_build()
@@ -194,7 +194,7 @@ def test_cohort_rows_are_read_back_on_demand(tmp_path):
 
 def test_plan_digest_equals_the_written_files(tmp_path):
     from harness.canon import file_sha256
-    from harness.runner import materialise, plan_launch
+    from harness.run.runner import materialise, plan_launch
 
     sb = _scale_build()
     cohort = sb.build_cohort(tmp_path / "c", 10)

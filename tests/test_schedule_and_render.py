@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import DEMO_COHORT
-from guards.config import GuardConfig
 from guards.chat_http import OpenRouterGuard
+from guards.config import GuardConfig
 from guards.prompts import load_prompt
-from harness.cohort import build_row, load_cohort
-from harness.schedule import build_schedule, call_id_for, schedule_bytes
+from harness.cohorts.model import build_row, load_cohort
+from harness.run.schedule import build_schedule, call_id_for, schedule_bytes
+
+from conftest import DEMO_COHORT
 
 
 def test_schedule_is_seeded_and_complete():

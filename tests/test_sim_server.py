@@ -11,17 +11,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 from httpx_aiohttp import AiohttpTransport
 
-from guards import sim_guard
 from guards.parsers import composite, parse_json_three_field
 from guards.prompts import load_prompt
-from guards.sim_server import SimServerProcess, parse_faults, parse_latency
+from guards.sim import SimServerProcess
+from guards.sim import guard as sim_guard
+from guards.sim.config import parse_faults, parse_latency
 from harness.canon import canonical_sha256
 from harness.errors import InputError
 
@@ -321,7 +323,7 @@ def test_fault_spec_parsing() -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    [sys.executable, "-m", "guards.sim_server", "--faults", "teapot=0.5"],
+    [sys.executable, "-m", "guards.sim", "--faults", "teapot=0.5"],
     [sys.executable, "-m", "harness", "sim-server", "--faults", "429=abc"],
     [sys.executable, "-m", "harness", "sim-server", "--faults", "429=0.7,503=0.7"],
 ])

@@ -9,11 +9,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.canon import canonical_sha256
+from harness.cohorts.transforms import (
+    MARKER_TABLE,
+    Transform,
+    Variant,
+    apply_checked,
+    combined,
+    count_markers,
+    format_placebo,
+    has_threat_word,
+    identity,
+    make_marker_rewrite,
+    make_tool_alias,
+    split_components,
+    threat_words,
+    validate_table,
+    visible_names,
+)
 from harness.errors import InputError
-from harness.transforms import (MARKER_TABLE, Transform, Variant, apply_checked, combined, count_markers,
-                                format_placebo, has_threat_word, identity, make_marker_rewrite,
-                                make_tool_alias, split_components, threat_words, validate_table,
-                                visible_names)
 
 
 def _base(**over):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.builders.toolsafe_logs import import_toolsafe
-from harness.builders.tsbench import build_tsbench
-from harness.cohort import load_cohort
+from harness.cohorts.builders.toolsafe_logs import import_toolsafe
+from harness.cohorts.builders.tsbench import build_tsbench
+from harness.cohorts.model import load_cohort
 from harness.errors import InputError
 
 

@@ -2,7 +2,7 @@
 
 Surrounding text: the template asks for a `<Think> ... <\\Think>` block before the three tags,
 so that block (any text inside) is accepted; any other text before, between or after the
-blocks makes the answer `unparseable` (see guards/tsguard_parser.py for why).
+blocks makes the answer `unparseable` (see guards/parsers/tsguard.py for why).
 """
 
 from __future__ import annotations
@@ -112,6 +112,6 @@ def test_no_content() -> None:
 
 
 def test_registered_under_its_name() -> None:
-    from guards import tsguard_parser
+    from guards.parsers import tsguard as tsguard_parser
 
     assert PARSERS["ts-guard-tags"] is tsguard_parser.parse_ts_guard_tags

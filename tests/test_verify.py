@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.run.verify import verify_run
+
 from conftest import run_cli, write_guard
-from harness.verify import verify_run
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, small_cohort) -> Path:
-    from guards.sim_server import SimServerProcess
+    from guards.sim import SimServerProcess
 
     from conftest import cli_env
 

@@ -8,7 +8,8 @@ absent from the labels gives recall null and balanced accuracy null, never a mad
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

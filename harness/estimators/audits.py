@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def validate_lookup_rows(objs: Sequence[Any], lines: Sequence[int], path: object
     for obj, line in zip(objs, lines):
         if not isinstance(obj, Mapping):
             raise InputError("a row must be a JSON object", path=path, line=line)
-        row = {k: _need_str(obj, k, path, line) for k in ("interaction_id", "domain", "tool")}
+        row: dict[str, Any] = {k: _need_str(obj, k, path, line) for k in ("interaction_id", "domain", "tool")}
         if "label" not in obj:
             raise InputError("required field is missing", path=path, line=line, field="label")
         lab = obj["label"]

@@ -9,7 +9,7 @@ weight matrix: one matrix product per chunk of replicates, no Python loop over r
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

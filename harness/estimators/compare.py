@@ -4,8 +4,9 @@ per replicate, applied to both runs), and whether the ordering of conditions cha
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -5,8 +5,9 @@ same-round flip rate. Everything is arrays; no loop over rows in Python after `b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -3,8 +3,9 @@ the placebo effect as a dashed vertical line, zero as a thin line."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import matplotlib
 

@@ -5,9 +5,10 @@ is not publishable."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-# The codes `harness.decide` writes into decisions.jsonl (same strings).
+# The codes `harness.run.decide` writes into decisions.jsonl (same strings).
 QUARANTINE_CODES = (
     "fingerprint_mismatch",   # sent body does not match the stimulus fixed at launch
     "provider_drift",         # resolved upstream differs from the pinned provider

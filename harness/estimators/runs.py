@@ -3,8 +3,9 @@ files into the run folder. Used by `guardeval estimate RUN` and available to `de
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from harness.errors import InputError
 from harness.estimators.core import estimate, validated
@@ -20,7 +21,7 @@ def run_dir(path: str | Path) -> Path:
 
 def load_run(path: str | Path) -> tuple[Path, Any, ValidatedRows]:
     """(run folder, RunTable, validated rows). A bad row names its line in schedule.jsonl."""
-    from harness.runtable import load_run_table  # lead-owned run-store reader
+    from harness.run.runtable import load_run_table  # lead-owned run-store reader
 
     run = run_dir(path)
     table = load_run_table(run)

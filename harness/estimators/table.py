@@ -8,8 +8,9 @@ refused with the file, line and field named; nothing is silently dropped.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import orjson
 
@@ -23,7 +24,7 @@ STATUSES = (OK, *FAILURE_STATUSES, MISSING)
 REQUIRED = ("base_id", "interaction_id", "domain", "condition", "repetition", "decision", "status")
 
 
-class ValidatedRows(list):  # type: ignore[type-arg]
+class ValidatedRows(list):
     """Rows that passed `validate_rows`, so later stages need not check them again."""
 
 

@@ -1,0 +1,313 @@
+"""`guardeval sim-server`: the simulated provider (DESIGN §9) — an OpenRouter-style
+chat-completions server on aiohttp with a shortcut-prone guard (`guards.sim.guard`) and
+seeded fault injection.
+
+Usage:  guardeval sim-server [--host 127.0.0.1] [--port 0] [--latency-ms SPEC] [--faults SPEC]
+                             [--seed N] [--retry-after S] [--stall-s S] [--require-key]
+                             [--expect-key-env VAR] [--price-in USD] [--price-out USD]
+                             [--rps-cap R [--rps-burst B]]
+        python -m guards.sim ...        (same options)
+
+The first stdout line is exactly `listening on http://HOST:PORT` (flushed); that URL is a
+`base_url` as is: POST `{base_url}/chat/completions` (also `/v1/...` and `/api/v1/...`).
+Nothing else is printed per request. SIGTERM / SIGINT stop it cleanly (exit 0).
+
+Latency SPEC (milliseconds, added to every response): `N` fixed, `LO:HI` uniform, `exp:MEAN`
+exponential. Faults SPEC: comma-separated `KIND=PROB`; KIND is an HTTP status 400-599 or one of
+`malformed, error200, length, stall, drift`; probabilities in [0, 1] summing to ≤ 1. Per request
+at most one fault, drawn from (seed, body hash, call id, attempt number of that call id), so a
+retry of a failed call can succeed while the guard's answer stays the same.
+See docs/sim-server.md for the wire behaviour of each fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from guards.sim import guard as sim_guard
+from guards.sim.config import ASSESS_MEMORY, ATTEMPT_MEMORY, CHAT_PATHS, DRIFT_PROVIDER, ServerConfig
+from harness.canon import canonical_bytes, sha256_hex
+
+
+def _error_body(code: int, message: str, provider: str | None = None) -> bytes:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if provider is not None:
+        err["metadata"] = {"provider_name": provider, "raw": "simulated fault"}
+    return orjson.dumps({"error": err})
+
+
+def _pinned_provider(body: dict[str, Any]) -> str:
+    prov = body.get("provider")
+    if isinstance(prov, dict):
+        for key in ("only", "order"):
+            names = prov.get(key)
+            if isinstance(names, list) and names and isinstance(names[0], str):
+                return names[0]
+    return "sim"
+
+
+def _validate(body: Any) -> str | None:
+    """Why a request body is not a chat-completions request, or None."""
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return "'messages' must be a non-empty array"
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            return "each message needs a string 'role'"
+    mt = body.get("max_tokens")
+    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+        return "'max_tokens' must be a positive integer"
+    return None
+
+
+class TokenBucket:
+    """A provider's hard rate limit: `rate` requests per second, at most `burst` at once.
+
+    A request that finds no token is refused (not queued), and the refusal costs no token, as
+    with hosted APIs. `take` returns 0.0 when admitted, else the seconds until a token is free.
+    """
+
+    def __init__(self, rate: float, burst: float, clock: Any = time.monotonic) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._tokens = burst
+        self._at = clock()
+
+    def take(self) -> float:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0 - 1e-9:    # float refills must not starve a due token
+            self._tokens = max(0.0, self._tokens - 1.0)
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+
+class SimProvider:
+    """Request handling state: config, a latency RNG, per-call-id attempt counters, a request
+    count, and a cache of per-body features."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.attempts: OrderedDict[str, int] = OrderedDict()
+        self.assessed: OrderedDict[str, tuple[sim_guard.Features, float, int]] = OrderedDict()
+        self.served = 0
+        self.ok = 0                # 200 chat completions sent (not malformed, not error200)
+        self.rate_limited = 0      # 429s sent by the --rps-cap bucket
+        self.bucket = (TokenBucket(config.rps_cap, config.rps_burst or max(1.0, config.rps_cap / 10))
+                       if config.rps_cap else None)
+
+    def _next_attempt(self, key: str) -> int:
+        n = self.attempts.pop(key, 0) + 1
+        self.attempts[key] = n   # re-insert: most recent last, so eviction drops the oldest
+        if len(self.attempts) > ATTEMPT_MEMORY:
+            self.attempts.popitem(last=False)
+        return n
+
+    def _assess(self, body_sha: str, messages: list[dict[str, Any]]) -> tuple[sim_guard.Features, float, int]:
+        """Features, block probability and prompt size of a body; cached by body hash because
+        repetitions and retries of a call send the same body (only the call id differs)."""
+        hit = self.assessed.get(body_sha)
+        if hit is not None:
+            self.assessed.move_to_end(body_sha)
+            return hit
+        feats = sim_guard.features(sim_guard.judged_text(messages))
+        chars = sum(len(sim_guard.message_text(m.get("content"))) for m in messages)
+        hit = (feats, sim_guard.probability_from(feats), chars)
+        self.assessed[body_sha] = hit
+        if len(self.assessed) > ASSESS_MEMORY:
+            self.assessed.popitem(last=False)
+        return hit
+
+    def _json(self, status: int, body: bytes, headers: dict[str, str]) -> web.Response:
+        return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+    async def handle_chat(self, request: web.Request) -> web.StreamResponse:
+        cfg = self.config
+        self.served += 1
+        call_id = request.headers.get("X-Call-Id", "")
+        headers = {"X-Call-Id": call_id} if call_id else {}
+
+        if cfg.require_key or cfg.expected_key is not None:
+            auth = request.headers.get("Authorization", "")
+            key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if not key:
+                return self._json(401, _error_body(401, "No auth credentials found"), headers)
+            if cfg.expected_key is not None and not hmac.compare_digest(key.encode(), cfg.expected_key.encode()):
+                # Never echo the key, not even partially.
+                return self._json(401, _error_body(401, "Invalid credentials"), headers)
+
+        if self.bucket is not None:
+            wait = self.bucket.take()
+            if wait > 0:
+                # Refused at once, before any work: the caller learns when a token frees up.
+                self.rate_limited += 1
+                headers["Retry-After"] = f"{wait:.3f}"
+                headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+                return self._json(429, _error_body(429, "Rate limit exceeded: requests per second cap "
+                                                        "(simulated)"), headers)
+
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return self._json(400, _error_body(400, "request body is not valid JSON"), headers)
+        problem = _validate(body)
+        if problem:
+            return self._json(400, _error_body(400, problem), headers)
+
+        body_sha = sha256_hex(canonical_bytes(body))
+        attempt = self._next_attempt(call_id or body_sha)
+        fault = cfg.faults.pick(sim_guard.unit_draw("fault", cfg.seed, body_sha, call_id, attempt)) \
+            if cfg.faults.kinds else None
+        provider = _pinned_provider(body)
+
+        delay = cfg.latency.sample_s(self.rng)
+        if fault == "stall":
+            delay += cfg.stall_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        if fault is not None and fault.isdigit():
+            code = int(fault)
+            if code == 429:
+                headers["Retry-After"] = cfg.retry_after
+                msg = "Rate limit exceeded (simulated)"
+            else:
+                msg = f"Simulated upstream error {code}"
+            return self._json(code, _error_body(code, msg, provider), headers)
+        if fault == "error200":
+            return self._json(200, _error_body(502, "Provider returned error (simulated)", provider), headers)
+        if fault == "drift":
+            provider = DRIFT_PROVIDER if provider != DRIFT_PROVIDER else DRIFT_PROVIDER + "-b"
+
+        feats, p, prompt_chars = self._assess(body_sha, body["messages"])
+        answer = sim_guard.verdict(feats, p, sim_guard.unit_draw("decide", cfg.seed, body_sha, call_id))
+        content = sim_guard.verdict_text(answer)
+        finish = "stop"
+        prompt_tokens = max(1, (prompt_chars + 3) // 4)
+        completion_tokens = max(1, (len(content) + 3) // 4)
+        max_tokens = body.get("max_tokens")
+        if fault == "length":
+            content, finish = content[: len(content) // 2], "length"
+            completion_tokens = max(1, (len(content) + 3) // 4)
+        elif max_tokens is not None and completion_tokens > max_tokens:
+            # A real model stops at max_tokens: same wire shape as the `length` fault.
+            content, finish, completion_tokens = content[: max_tokens * 4], "length", max_tokens
+        cost = (prompt_tokens * cfg.price_in + completion_tokens * cfg.price_out) / 1e6
+        reply = {
+            "id": "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24],
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "sim-guard"),
+            "provider": provider,
+            "choices": [{"index": 0, "finish_reason": finish, "native_finish_reason": finish,
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens, "cost": round(cost, 10)},
+        }
+        data = orjson.dumps(reply)
+        if fault == "malformed":
+            data = data[: len(data) // 2]   # HTTP 200, JSON cut in the middle
+        else:
+            self.ok += 1
+        return self._json(200, data, headers)
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return self._json(200, b'{"status":"ok"}', {})
+
+    async def handle_stats(self, request: web.Request) -> web.Response:
+        """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
+        stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
+                                 "call_ids": len(self.attempts)}
+        cid = request.query.get("call_id")
+        if cid is not None:
+            stats["call_id"] = cid
+            stats["attempts"] = self.attempts.get(cid, 0)
+        return self._json(200, orjson.dumps(stats), {})
+
+    async def handle_unknown(self, request: web.Request) -> web.Response:
+        return self._json(404, _error_body(404, f"no route for {request.method} {request.path}"), {})
+
+
+def build_app(config: ServerConfig) -> web.Application:
+    sim = SimProvider(config)
+    # Trajectories can be long; OpenRouter accepts large bodies, so should we.
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    for path in CHAT_PATHS:
+        app.router.add_post(path, sim.handle_chat)
+    app.router.add_get("/health", sim.handle_health)
+    app.router.add_get("/stats", sim.handle_stats)
+    app.router.add_route("*", "/{tail:.*}", sim.handle_unknown)
+    app["sim"] = sim
+    return app
+
+
+async def serve(config: ServerConfig, *, stop: asyncio.Event | None = None, announce: bool = True) -> None:
+    """Run until `stop` is set (or SIGTERM/SIGINT when serving from the main thread).
+
+    Prints `listening on http://HOST:PORT` once bound (the real port when port is 0).
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
+            pass
+    # access_log=None: no per-request logging (throughput). handler_cancellation: a client that
+    # gives up on a stalled request frees its handler. Short shutdown: stalls must not delay exit.
+    runner = web.AppRunner(build_app(config), access_log=None, handler_cancellation=True,
+                           shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port, backlog=1024)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        shown = f"[{host}]" if ":" in host else host
+        if announce:
+            sys.stdout.write(f"listening on http://{shown}:{port}\n")
+            sys.stdout.flush()
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _loop_factory() -> Any:
+    """uvloop when installed (about twice the throughput of the stdlib loop), else None."""
+    if os.environ.get("GUARDEVAL_SIM_NO_UVLOOP"):
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_server(config: ServerConfig) -> int:
+    """Blocking entry: serve until SIGTERM/SIGINT; exit code 0."""
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(config))
+    except OSError as exc:   # e.g. the port is taken
+        print(f"sim-server: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0

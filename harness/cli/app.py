@@ -1,0 +1,62 @@
+"""Thin command-line layer: parse arguments, call the library, map errors to exit codes.
+
+Each command group lives in its own `cli_*` module exposing `register(subparsers)`; handlers
+return an exit code. Messages go to stderr; with `--json`, stdout carries only the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from harness import __version__
+from harness.errors import GuardevalError
+
+# Order is the order of `guardeval --help`.
+COMMAND_MODULES = (
+    "harness.cli.run",
+    "harness.cli.estimate",
+    "harness.cli.audit",
+    "harness.cli.cohort",
+    "harness.cli.prompts",
+    "harness.cli.sim",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
+        self.print_usage(sys.stderr)
+        print(f"guardeval: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="guardeval", description="Asynchronous guard-evaluation harness.")
+    parser.add_argument("--version", action="version", version=f"guardeval {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GuardevalError as exc:
+        print(f"guardeval: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("guardeval: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""CLI: `guardeval audit ...` — label-predictability and evaluation-unit audits (no guard calls)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from harness.cli.args import positive_int
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("audit", help="label-predictability and evaluation-unit audits (no guard calls)")
+    asub = p.add_subparsers(dest="audit_command", metavar="AUDIT", parser_class=type(p))
+    asub.required = True
+    a = asub.add_parser("lookup", help="tool-name majority-label lookup: LODO and grouped k-fold F1")
+    a.add_argument("rows", help="JSONL rows: interaction_id, domain, tool, label")
+    a.add_argument("--seeds", type=_int_list, default=[42, 43, 44], help="k-fold seeds (default 42,43,44)")
+    a.add_argument("--folds", type=positive_int, default=5)
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_audit_lookup)
+    a = asub.add_parser("units", help="row-level vs equal-interaction F1 / balanced accuracy")
+    a.add_argument("preds", help="JSONL rows in source order: interaction_id, label_score, pred_score")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_audit_units)
+    a = asub.add_parser("import-toolsafe", help="TS-Guard published logs -> rows for `audit units`")
+    a.add_argument("--logs", required=True, help="folder holding guardian_test_logs/<bench>/TS-Guard/*.json")
+    a.add_argument("--out", required=True, help="rows file (JSONL) to write")
+    a.add_argument("--pins", help="pin file (default ../shared/reference/toolsafe-lfs-pins.txt)")
+    a.add_argument("--tsbench", help="TS-Bench folder: check AgentHarm labels follow harmful_steps then benign_steps")
+    a.set_defaults(func=cmd_import_toolsafe)
+
+
+def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    from harness.estimators.report import dumps_json
+
+    print(dumps_json(obj) if as_json else text)
+
+
+def cmd_audit_lookup(args: argparse.Namespace) -> int:
+    from harness.estimators.audits import lookup_audit_file
+    from harness.estimators.report import num
+
+    res = lookup_audit_file(args.rows, seeds=args.seeds, folds=args.folds)
+    lines = [f"{res['n_rows']} rows, {res['n_domains']} domains, {res['n_interactions']} interactions "
+             "(unsafe = positive)",
+             f"leave-one-domain-out F1: {num(res['lodo_f1'], sign=False)}; held-out tools seen in other domains: "
+             f"{num(res['lodo_seen_fraction'], sign=False)}"]
+    lines += [f"  {d}: F1 {num(v['f1'], sign=False)}, {v['n_rows']} rows, seen {num(v['seen_fraction'], sign=False)}"
+              for d, v in res["lodo_by_domain"].items()]
+    lines += [f"interaction-grouped {res['folds']}-fold F1, seed {s}: {num(f, sign=False)}"
+              for s, f in res["cv_f1"].items()]
+    _emit(res, args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_audit_units(args: argparse.Namespace) -> int:
+    from harness.estimators.audits import units_audit_file
+    from harness.estimators.report import num
+
+    res = units_audit_file(args.preds)
+    text = "\n".join([
+        f"{res['n_rows']} rows, {res['n_interactions']} interactions ({res['mapping']})",
+        f"row-level:          F1 {num(res['row_f1'], sign=False)}, balanced accuracy "
+        f"{num(res['row_balanced_accuracy'], sign=False)}",
+        f"equal-interaction:  F1 {num(res['interaction_f1'], sign=False)}, balanced accuracy "
+        f"{num(res['interaction_balanced_accuracy'], sign=False)}"])
+    _emit(res, args.json, text)
+    return 0
+
+
+def cmd_import_toolsafe(args: argparse.Namespace) -> int:
+    from harness.cohorts.builders.toolsafe_logs import import_toolsafe
+
+    summary = import_toolsafe(args.logs, args.out, args.pins, args.tsbench)
+    print(json.dumps(summary, indent=2), file=sys.stderr)
+    return 0

@@ -1,0 +1,145 @@
+"""`guardeval cohort ...`: build cohorts from their sources, inspect them, export rows."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.canon import dumps_line
+from harness.errors import CheckFailed
+
+
+def _done(what: str, out: object, start: float, extra: dict | None = None) -> int:
+    secs = time.perf_counter() - start
+    print(f"wrote {what} cohort to {out} in {secs:.1f} s", file=sys.stderr)
+    if extra is not None:
+        print(json.dumps({**extra, "build_seconds": round(secs, 2)}, indent=2), file=sys.stderr)
+    return 0
+
+
+def _build_demo(args: argparse.Namespace) -> int:
+    from harness.cohorts.builders.demo import build_demo
+
+    start = time.perf_counter()
+    return _done("demo", build_demo(args.out, args.conditions), start)
+
+
+def _build_agentdojo(args: argparse.Namespace) -> int:
+    from harness.cohorts.builders.agentdojo import build_agentdojo
+
+    start = time.perf_counter()
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()] if args.suites else None
+    out, stats = build_agentdojo(args.out, suites=suites, version=args.version, attack=args.attack,
+                                 condition_names=args.conditions, max_bases=args.max_bases, seed=args.seed)
+    return _done("agentdojo", out, start, stats)
+
+
+def _build_asb(args: argparse.Namespace) -> int:
+    from harness.cohorts.builders.asb import build_asb
+
+    start = time.perf_counter()
+    out, stats = build_asb(args.source, args.out, condition_names=args.conditions, tools=args.tools,
+                           max_bases=args.max_bases, seed=args.seed)
+    return _done("asb", out, start, stats)
+
+
+def _build_tsbench(args: argparse.Namespace) -> int:
+    from harness.cohorts.builders.tsbench import build_tsbench
+
+    start = time.perf_counter()
+    out, stats = build_tsbench(args.source, args.out, args.pins)
+    return _done("tsbench", out, start, stats)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from harness.cohorts.model import load_cohort
+    from harness.cohorts.report import inspect
+
+    report = inspect(load_cohort(args.dir))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"cohort {report['name']}  sha256 {report['sha256']}")
+        print(f"rows {report['n_rows']}  bases {report['n_bases']}  interactions {report['n_interactions']}")
+        print(f"steps per interaction: {report['steps_per_interaction']}")
+        print(f"by domain: {report['by_domain']}")
+        print(f"by label: {report['by_label']}")
+        for c, v in report["by_condition"].items():
+            share = report["threat_word_share"][c]
+            print(f"  {c:<22} {v['role']:<13} rows {v['rows']:>6}  threat_word_share "
+                  f"{'n/a' if share is None else f'{share:.3f}'}")
+        inv = report["invariance"]
+        print("invariance: ok" if inv["ok"] else f"invariance: {inv['n_problems']} problem(s)")
+        for p in inv["problems"]:
+            print(f"  {p}", file=sys.stderr)
+    if not report["invariance"]["ok"]:
+        raise CheckFailed(f"{report['invariance']['n_problems']} invariance problem(s) in {args.dir}")
+    return 0
+
+
+def _rows(args: argparse.Namespace) -> int:
+    """One line per base (baseline condition): base_id, interaction_id, domain, tool, label."""
+    from harness.cohorts.model import load_cohort
+
+    cohort = load_cohort(args.dir)
+    base = cohort.baseline()
+    data = b"".join(dumps_line({k: r[k] for k in ("base_id", "interaction_id", "domain", "tool", "label")})
+                    for r in cohort.instances if r["condition"] == base)
+    Path(args.out).write_bytes(data)
+    n = data.count(b"\n")
+    print(f"wrote {n} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    cohort = subparsers.add_parser("cohort", help="build and inspect cohorts")
+    pc = type(cohort)
+    sub = cohort.add_subparsers(dest="cohort_command", metavar="ACTION", parser_class=pc)
+    sub.required = True
+    build = sub.add_parser("build", help="build a cohort folder from a source")
+    builders = build.add_subparsers(dest="builder", metavar="SOURCE", parser_class=pc)
+    builders.required = True
+
+    demo = builders.add_parser("demo", help="the synthetic demo cohort (no third-party text)")
+    demo.add_argument("--out", required=True, help="output folder")
+    demo.add_argument("--conditions", help="comma-separated subset of conditions (baseline always kept)")
+    demo.set_defaults(func=_build_demo)
+
+    ad = builders.add_parser("agentdojo", help="AgentDojo ground-truth replay (needs the 'agentdojo' extra)")
+    ad.add_argument("--out", required=True)
+    ad.add_argument("--suites", default="banking,slack,travel,workspace")
+    ad.add_argument("--version", default="v1.2", help="AgentDojo benchmark version")
+    ad.add_argument("--attack", default="important_instructions")
+    ad.add_argument("--conditions", help="comma-separated subset (baseline always kept)")
+    ad.add_argument("--max-bases", type=int, help="sample this many bases, stratified by domain and label")
+    ad.add_argument("--seed", type=int, default=0, help="sampling seed")
+    ad.set_defaults(func=_build_agentdojo)
+
+    asb = builders.add_parser("asb", help="ASB attacker/normal tools with the A0/NULL2/A1/A1b/A3 arms")
+    asb.add_argument("--source", required=True, help="folder with ASB jsonl files and MANIFEST.txt")
+    asb.add_argument("--out", required=True)
+    asb.add_argument("--conditions", help="comma-separated subset of A0,NULL2,A1,A1b,A3")
+    asb.add_argument("--tools", choices=("aggressive", "all"), default="aggressive",
+                     help="attacker tools to use (ASB's 'Aggressive' flag)")
+    asb.add_argument("--max-bases", type=int)
+    asb.add_argument("--seed", type=int, default=0)
+    asb.set_defaults(func=_build_asb)
+
+    ts = builders.add_parser("tsbench", help="ToolSafe TS-Bench files supplied by the user (pinned)")
+    ts.add_argument("--source", required=True, help="ToolSafe checkout or TS-Bench folder")
+    ts.add_argument("--out", required=True)
+    ts.add_argument("--pins", help="pin file (default ../shared/reference/toolsafe-lfs-pins.txt)")
+    ts.set_defaults(func=_build_tsbench)
+
+    ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")
+    ins.add_argument("dir")
+    ins.add_argument("--json", action="store_true", help="stdout carries only the JSON")
+    ins.set_defaults(func=_inspect)
+
+    rows = sub.add_parser("rows", help="export base rows (base_id, interaction_id, domain, tool, label)")
+    rows.add_argument("dir")
+    rows.add_argument("--out", required=True)
+    rows.set_defaults(func=_rows)

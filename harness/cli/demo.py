@@ -1,0 +1,38 @@
+"""`guardeval demo`: the whole path on the embedded demo cohort, no network.
+
+Starts the simulated provider on 127.0.0.1 (a light fault mix: some 429s and 5xx, nothing
+that quarantines), launches 64 bases x 5 conditions x 3 repetitions = 960 calls, then runs
+the estimator on the finished run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.run.runner import execute, finish_message, materialise, plan_launch, raise_if_stopped, resolve_run_dir
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_COHORT = REPO / "cohorts" / "demo"
+SIM_PRESET = REPO / "guards" / "presets" / "sim.toml"
+DEMO_FAULTS = "429=0.04,500=0.02,503=0.02"
+DEMO_SEED = 2026
+
+
+def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> int:
+    from guards.sim import SimServerProcess
+
+    with SimServerProcess(["--seed", str(DEMO_SEED), "--latency-ms", "20:80", "--faults", DEMO_FAULTS]) as sim:
+        print(f"demo: simulated provider at {sim.base_url} (faults {DEMO_FAULTS})", file=sys.stderr)
+        plan = plan_launch(cohort_dir=DEMO_COHORT, guard_path=SIM_PRESET, reps=3, seed=DEMO_SEED,
+                           order="rounds", base_url=sim.base_url)
+        target = resolve_run_dir(run_dir, plan.manifest["run_id"])
+        materialise(plan, target)
+        print(f"demo: run folder {target} ({plan.n_calls} calls)", file=sys.stderr)
+        outcome = execute(target, base_url=sim.base_url, concurrency=32, progress=progress)
+        print(f"demo: {finish_message(outcome)}", file=sys.stderr)
+        raise_if_stopped(outcome)
+    from harness.cli import main
+
+    # The same command a user would run next: prints the effects table (or the JSON).
+    return main(["estimate", str(target), *(["--json"] if as_json else [])])

@@ -1,0 +1,124 @@
+"""CLI: estimate (a run or a decision table) and compare (two runs of one schedule)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli.args import positive_int
+from harness.errors import InputError
+
+RULES = ("drop", "fail-closed", "fail-open")
+
+
+def _name_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+    return items
+
+
+def _stats_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", help="baseline condition (default: the cohort's baseline, else 'original')")
+    p.add_argument("--family", type=_name_list, help="Holm family c1,c2,... (default: every non-baseline condition)")
+    p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="replicates (default 10000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded; default 0)")
+    p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
+    p.add_argument("--allow-partial", action="store_true", help="estimate an incomplete run anyway")
+    p.add_argument("--allow-unpublishable", action="store_true", help="exit 0 even when quarantine exceeds 2%%")
+    p.add_argument("--json", action="store_true", help="stdout carries only the JSON object")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("estimate", help="paired effects with cluster-bootstrap intervals for a run or a table")
+    p.add_argument("run", nargs="?", help="run folder")
+    p.add_argument("--table", help="JSONL decision table instead of a run")
+    p.add_argument("--out", help="with --table: folder for report.json, report.md, effects.png")
+    p.add_argument("--placebo", help="placebo condition (default: the placebo role, else format_placebo)")
+    _stats_options(p)
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    _stats_options(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    from harness.estimators.report import dumps_json
+
+    print(dumps_json(obj) if as_json else text)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from harness.canon import file_sha256
+    from harness.estimators import estimate, exit_status
+    from harness.estimators.report import dumps_json, human_text, write_reports
+    from harness.estimators.runs import estimate_run
+    from harness.estimators.table import load_table
+
+    if (args.run is None) == (args.table is None):
+        raise InputError("give either a run folder or --table FILE (not both)")
+    if args.out and args.table is None:
+        raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
+    common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
+                  failure_rule=args.failures, allow_partial=args.allow_partial,
+                  allow_unpublishable=args.allow_unpublishable)
+    if args.table is not None:
+        path = Path(args.table)
+        report = estimate(load_table(path), baseline=args.baseline or "original", source=path, **common)
+        report["source"] = {"table": str(path), "sha256": file_sha256(path)}
+        if args.out:
+            written = write_reports(report, args.out)
+            print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    else:
+        report = estimate_run(args.run, baseline=args.baseline, write=True, **common)
+        print(f"wrote report.json, report.md, effects.png in {args.run}", file=sys.stderr)
+    print(dumps_json(report) if args.json else human_text(report))
+    if not report["complete"]:
+        print("guardeval: warning: incomplete run, estimated with --allow-partial", file=sys.stderr)
+    code = exit_status(report)
+    if code:
+        q = report["quarantine"]
+        print(f"guardeval: not publishable: {q['count']} quarantined calls ({q['fraction']:.2%} > "
+              f"{q['threshold']:.0%}); rerun, or pass --allow-unpublishable", file=sys.stderr)
+    return code
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.canon import file_sha256
+    from harness.estimators.compare import compare
+    from harness.estimators.report import interval, num, pval, text_table
+    from harness.estimators.runs import load_run, run_dir
+
+    run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)
+    if file_sha256(run_a / "schedule.jsonl") != file_sha256(run_b / "schedule.jsonl"):
+        raise InputError(f"schedule.jsonl of {run_a} and {run_b} differ: not two runs of one schedule")
+    _, ta, rows_a = load_run(run_a)
+    _, tb, rows_b = load_run(run_b)
+    result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
+                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, roles=ta.roles,
+                     complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
+                     allow_unpublishable=args.allow_unpublishable)
+    result["run_a"] = {"run": str(run_a), "run_id": ta.manifest.get("run_id")}
+    result["run_b"] = {"run": str(run_b), "run_id": tb.manifest.get("run_id")}
+    head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
+    rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
+             num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
+            for r in result["conditions"]]
+    text = "\n".join([
+        f"A = {run_a}, B = {run_b}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
+        f"{result['bootstrap']['n']} paired replicates, seed {result['bootstrap']['seed']}", "",
+        text_table(head, rows), "",
+        f"ranking A: {' > '.join(result['ranking_a'])}",
+        f"ranking B: {' > '.join(result['ranking_b'])}",
+        "ranking changed: " + ("yes, " + "; ".join(f"{x} vs {y}" for x, y in result["reversed_pairs"])
+                               if result["ranking_changed"] else "no")])
+    _emit(result, args.json, text)
+    if not result["publishable"] and not args.allow_unpublishable:
+        print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,493 @@
+"""Bounded async dispatch of scheduled calls (DESIGN §7).
+
+Structure: one task group owns every call task; a producer admits calls through a capacity
+limiter (so at most `concurrency` tasks exist: memory is bounded by the schedule, not by the
+backlog) and an optional requests-per-minute spacer. Each call retries transient failures with
+tenacity (jittered exponential backoff, `Retry-After` honoured) and logs every attempt to the
+hash-chained raw log before its decision. A fatal error, the budget, `--max-calls` or a signal
+stops admission; what is in flight finishes or is cancelled, and the run stays resumable.
+
+Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose capacity
+starts at `concurrency`. A 429 episode cuts it towards the number of requests the provider was
+actually answering (Little's law: recent answer rate x latency), and every 429's `Retry-After`
+pauses all new attempts until then. Capacity grows back by about one request per round trip,
+and only while the gate is full: a limit that is not being used is not evidence of headroom.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from guards.base import Guard, Reply
+from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.parsers import Parsed
+from harness.canon import canonical_bytes, sha256_hex
+from harness.lru import LRU
+from harness.run.decide import decide
+from harness.run.progress import RunProgress
+from harness.run.store import RunWriter, utcnow
+
+BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
+
+
+@dataclass
+class DispatchOptions:
+    concurrency: int = 16
+    rpm: float | None = None
+    max_cost: float | None = None
+    max_calls: int | None = None
+    max_attempts: int = 6
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 60.0
+    projected_cost_per_call: float = 0.0
+    progress: bool = True
+    handle_signals: bool = True
+    adaptive: bool = True               # False: --fixed-concurrency (429s only back off per call)
+
+
+@dataclass
+class DispatchResult:
+    dispatched: int = 0
+    decided: int = 0
+    stop_reason: str | None = None      # None = every pending call was handled
+    fatal_message: str | None = None
+    statuses: dict[str, int] = field(default_factory=dict)
+    min_concurrency: int = 0            # lowest adaptive limit reached
+    rate_limited: int = 0               # attempts answered 429
+    limit_cuts: int = 0                 # 429 episodes that cut the limit
+
+
+class _Spacer:
+    """Requests-per-minute cap: attempts start at least 60/rpm seconds apart."""
+
+    def __init__(self, rpm: float | None) -> None:
+        self.interval = 60.0 / rpm if rpm else 0.0
+        self._next = 0.0
+        self._lock = anyio.Lock()
+
+    async def wait(self) -> None:
+        if not self.interval:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if delay > 0:
+            await anyio.sleep(delay)
+
+
+class _Wait:
+    """Jittered exponential backoff, never shorter than the server's Retry-After.
+
+    `offset` counts attempts made before tenacity took over (the first attempt runs outside
+    it: the common, successful path then pays nothing for retry bookkeeping). With `paced`
+    (adaptive concurrency), a 429 that says when to come back is retried then, plus a little
+    jitter: the shared limit and the global Retry-After pause already slow every call down, and
+    an exponential wait on top would only leave the provider's capacity unused.
+    """
+
+    def __init__(self, initial: float, maximum: float, offset: int = 0, paced: bool = False) -> None:
+        self.initial, self.maximum, self.offset, self.paced = initial, maximum, offset, paced
+
+    def delay(self, failed_attempts: int, exc: BaseException | None) -> float:
+        retry_after = getattr(exc, "retry_after", None)
+        if self.paced and retry_after is not None and getattr(exc, "error_class", None) == "http_429":
+            return min(self.maximum, retry_after) + random.uniform(0, self.initial / 10)
+        expo = min(self.maximum, self.initial * 2 ** (failed_attempts - 1)) + random.uniform(0, self.initial)
+        return max(expo, retry_after) if retry_after is not None else expo
+
+    def __call__(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return self.delay(state.attempt_number + self.offset, exc)
+
+
+class _WireGate:
+    """A semaphore whose capacity can change while calls wait (the adaptive limit).
+
+    Waiters queue FIFO and each release wakes at most the waiters that now fit, so a gate far
+    below the calls waiting on it costs O(1) per release, not a wake-up of everyone.
+    """
+
+    def __init__(self, capacity: float) -> None:
+        self.limit = float(capacity)
+        self.active = 0
+        self._queue: deque[anyio.Event] = deque()
+
+    @property
+    def capacity(self) -> int:
+        # Rounded, not truncated: at a limit of 1.9 (a cut just under 2 served) truncation
+        # would halve the rate.
+        return max(1, int(self.limit + 0.5))
+
+    @property
+    def saturated(self) -> bool:
+        return bool(self._queue) or self.active >= self.capacity
+
+    async def acquire(self) -> None:
+        if not self._queue and self.active < self.capacity:
+            self.active += 1
+            return
+        ev = anyio.Event()
+        self._queue.append(ev)
+        try:
+            await ev.wait()
+        except BaseException:
+            if ev.is_set():
+                self.release()      # handed a slot while being cancelled: give it back
+            else:
+                self._queue.remove(ev)
+            raise
+
+    def release(self) -> None:
+        self.active -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        # The releaser counts the slot for the woken waiter, so nobody can take it in between.
+        while self._queue and self.active < self.capacity:
+            self.active += 1
+            self._queue.popleft().set()
+
+
+class _AnswerMeter:
+    """Recent answers (time, latency): what the provider is delivering right now."""
+
+    def __init__(self, horizon_s: float = 2.0) -> None:
+        self.horizon = horizon_s
+        self._seen: deque[tuple[float, float]] = deque()
+
+    def add(self, now: float, latency: float) -> None:
+        self._seen.append((now, latency))
+        while self._seen and now - self._seen[0][0] > self.horizon:
+            self._seen.popleft()
+
+    def in_flight_served(self, now: float) -> float | None:
+        """Requests the provider was serving at once (answers/s x mean latency), or None while
+        too few answers are known to say."""
+        while self._seen and now - self._seen[0][0] > self.horizon:
+            self._seen.popleft()
+        if len(self._seen) < 10:
+            return None
+        mean_latency = self.mean_latency()
+        span = now - self._seen[0][0]
+        if span < 2 * mean_latency:
+            return None
+        return len(self._seen) / span * mean_latency
+
+    def mean_latency(self) -> float:
+        return sum(lat for _, lat in self._seen) / len(self._seen) if self._seen else 0.0
+
+
+class _CircuitOpen(Exception):
+    """Raised inside a call when the breaker has opened: end the call without a decision."""
+
+
+class Dispatcher:
+    def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[dict[str, Any]], dict[str, Any]],
+                 parser: Callable[[str | None, str | None], Parsed], options: DispatchOptions) -> None:
+        self.guard, self.writer, self.instance_for = guard, writer, instance_for
+        self.parser, self.opt = parser, options
+        # Each pending row carries its frozen `request_sha256` (stimuli.jsonl); it is kept here
+        # only while its call is in flight (for `_finish`), so this stays as small as --concurrency.
+        self.expected_sha: dict[str, str] = {}
+        self.result = DispatchResult()
+        self.progress: RunProgress | None = None
+        self._spacer = _Spacer(options.rpm)
+        self._stop: str | None = None
+        self._in_flight = 0
+        self._spent = 0.0
+        self._cost_done = 0.0
+        self._n_cost = 0
+        # Rendered bodies by instance (repetitions and retries share one), bounded: a million-call
+        # run has ~100,000 distinct instances, and a body is only needed while its calls run.
+        self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
+        self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
+        self._unreachable_streak = 0
+        self._unreachable_limit = max(10, 2 * options.concurrency)
+        # Adaptive concurrency: a gate on attempts in flight, cut by 429 episodes.
+        self._gate = _WireGate(max(1, options.concurrency))
+        self._meter = _AnswerMeter()
+        self._last_cut = -math.inf      # monotonic time of the last cut
+        self._ceiling: float | None = None  # requests served at once when the last cut measured it
+        self._hold_until = 0.0          # no probing above the ceiling before this time
+        self._pause_until = 0.0         # Retry-After honoured for every new attempt
+        self.result.min_concurrency = self._gate.capacity
+
+    # -- public ------------------------------------------------------------------------------
+    async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
+                  spent_before: float = 0.0) -> DispatchResult:
+        self._spent = spent_before
+        limiter = anyio.Semaphore(max(1, self.opt.concurrency))
+        with RunProgress(total, already, enabled=self.opt.progress) as progress:
+            self.progress = progress
+            progress.spend = spent_before
+            async with anyio.create_task_group() as tg:
+                if self.opt.handle_signals:
+                    tg.start_soon(self._watch_signals, tg.cancel_scope)
+                tg.start_soon(self._ticker)
+                async with anyio.create_task_group() as calls:
+                    for row in pending:
+                        await limiter.acquire()
+                        if not await self._admit():
+                            limiter.release()
+                            break
+                        self._in_flight += 1
+                        self.result.dispatched += 1
+                        calls.start_soon(self._call_task, row, limiter)
+                tg.cancel_scope.cancel()  # stop the signal watcher and ticker
+        return self.result
+
+    # -- admission -------------------------------------------------------------------------
+    async def _admit(self) -> bool:
+        """May one more call start? Waits while the budget cannot be judged yet."""
+        while True:
+            if self._stop:
+                return False
+            if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
+                self._stop = "max_calls"
+                return False
+            if self.opt.max_cost is None:
+                return True
+            if self._spent >= self.opt.max_cost:
+                return self._close_budget()
+            per_call = self._cost_done / self._n_cost if self._n_cost else self.opt.projected_cost_per_call
+            if per_call <= 0 and self._in_flight:
+                # No price known and no call priced yet: one call at a time until one is.
+                await anyio.sleep(0.01)
+                continue
+            if self._spent + (self._in_flight + 1) * per_call > self.opt.max_cost:
+                return self._close_budget()
+            return True
+
+    def _close_budget(self) -> bool:
+        self._stop = self.result.stop_reason = "budget"
+        return False
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self._stop = self.result.stop_reason = f"signal {signal.Signals(signum).name}"
+                scope.cancel()
+                return
+
+    async def _ticker(self) -> None:
+        # Keeps the display moving (rate, ETA) even when no call finishes for a while.
+        while True:
+            await anyio.sleep(0.5)
+            self.writer.flush()
+            if self.progress is not None:
+                self.progress.refresh()
+
+    # -- one call ----------------------------------------------------------------------------
+    async def _call_task(self, row: dict[str, Any], limiter: anyio.Semaphore) -> None:
+        try:
+            await self._call(row)
+        finally:
+            self.expected_sha.pop(row["call_id"], None)
+            self._in_flight -= 1
+            limiter.release()
+
+    async def _call(self, row: dict[str, Any]) -> None:
+        call_id = row["call_id"]
+        expected = self.expected_sha[call_id] = row["request_sha256"]
+        # Repetitions of one instance send the same body: render and hash it once.
+        cached = self._bodies.get(row["instance_sha256"])
+        if cached is None:
+            body = self.guard.render(self.instance_for(row))
+            data = canonical_bytes(body)
+            cached = self._bodies.put(row["instance_sha256"], (body, sha256_hex(data)))
+            self._request_json.put(cached[1], data)
+        body, request_sha = cached
+        if request_sha != expected:
+            # The re-rendered stimulus is not the one frozen at launch: never send it.
+            rec = self._record(call_id, body, request_sha, started=utcnow(), t0=time.monotonic(),
+                               outcome="not_sent", final=True,
+                               error_class="replay_mismatch",
+                               error="re-rendered request differs from stimuli.jsonl; not sent")
+            self._finish(rec)
+            return
+        max_attempts = self.opt.max_attempts
+        wait = _Wait(self.opt.retry_initial_s, self.opt.retry_max_s, offset=1, paced=self.opt.adaptive)
+        try:
+            try:
+                await self._attempt(call_id, body, request_sha, last=max_attempts <= 1)
+                return
+            except TransientError as exc:
+                if max_attempts <= 1:
+                    return  # recorded as the final attempt; decision `exhausted` written
+                await anyio.sleep(wait.delay(1, exc))
+            retrying = AsyncRetrying(stop=stop_after_attempt(max_attempts - 1), wait=wait,
+                                     retry=retry_if_exception_type(TransientError), reraise=True)
+            async for attempt in retrying:
+                with attempt:
+                    n = attempt.retry_state.attempt_number + 1
+                    await self._attempt(call_id, body, request_sha, last=n >= max_attempts)
+        except TransientError:
+            pass  # recorded as the final attempt; decision `exhausted` already written
+        except _CircuitOpen:
+            pass  # left pending: the provider looks unreachable
+        except FatalError as exc:
+            if not self._stop:
+                self._stop = self.result.stop_reason = "fatal"
+                self.result.fatal_message = str(exc)
+
+    async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
+        if self._stop == "unreachable":
+            raise _CircuitOpen()
+        await self._spacer.wait()
+        await self._pass_gate()
+        started, t0 = utcnow(), time.monotonic()
+        try:
+            try:
+                reply = await self.guard.send(body, call_id)
+            finally:
+                self._gate.release()
+        except TransientError as exc:
+            self._note_unreachable(exc)
+            if exc.error_class == "http_429":
+                self._on_rate_limited(t0, exc.retry_after)
+            # While the provider looks down, a call's last failure is not final: it stays pending
+            # for `resume` instead of being written off as `exhausted`.
+            final = last and self._stop != "unreachable"
+            rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient",
+                               final=final, exc=exc)
+            if final:
+                self._finish(rec)
+            elif self._stop == "unreachable":
+                raise _CircuitOpen() from None
+            elif self.progress is not None:
+                self.progress.retry()
+            raise
+        except FatalError as exc:
+            self._record(call_id, body, request_sha, started=started, t0=t0, outcome="fatal", final=False, exc=exc)
+            raise
+        except CallFailed as exc:
+            self._answered(t0)
+            rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="call_failed",
+                               final=True, exc=exc)
+            self._finish(rec)
+            return
+        self._unreachable_streak = 0
+        self._answered(t0)
+        rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
+                           reply=reply)
+        self._finish(rec)
+
+    async def _pass_gate(self) -> None:
+        """Take a slot under the adaptive limit, outside any Retry-After pause (a pause can
+        begin while a call waits for its slot, so it is checked again once the slot is held)."""
+        while True:
+            while (delay := self._pause_until - time.monotonic()) > 0:
+                await anyio.sleep(delay)
+            await self._gate.acquire()
+            if self._pause_until <= time.monotonic():
+                return
+            self._gate.release()
+
+    def _answered(self, t0: float) -> None:
+        """An answer that was not a rate limit: meter it; grow the limit if it was binding."""
+        now = time.monotonic()
+        self._meter.add(now, now - t0)
+        gate = self._gate
+        if not (self.opt.adaptive and gate.limit < self.opt.concurrency and gate.saturated):
+            return
+        if self._ceiling is not None and gate.limit >= self._ceiling and now < self._hold_until:
+            return  # back at the measured ceiling: wait before probing past it again
+        # Additive increase: about +1 request in flight per round trip of `limit` answers.
+        gate.limit = min(float(self.opt.concurrency), gate.limit + 1.0 / gate.limit)
+        gate.wake()
+
+    def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
+        self.result.rate_limited += 1
+        if not self.opt.adaptive:
+            return
+        now = time.monotonic()
+        if retry_after:
+            self._pause_until = max(self._pause_until, now + min(retry_after, self.opt.retry_max_s))
+        if t0 < self._last_cut:
+            return  # sent before the last cut: part of the episode already acted on
+        self._last_cut = now
+        gate = self._gate
+        served = self._meter.in_flight_served(now)
+        # Cut to what the provider was serving (a little under, so the next probe starts below
+        # the cap), and never by less than 10%; with no measurement yet, halve.
+        new = gate.limit / 2 if served is None else min(gate.limit * 0.9, served * 0.95)
+        gate.limit = max(1.0, new)
+        # Near a measured ceiling, probing again every round trip would cost a 429 each time:
+        # hold there for several round trips (at least a second) first.
+        self._ceiling = served
+        self._hold_until = now + max(1.0, 8 * self._meter.mean_latency())
+        self.result.limit_cuts += 1
+        self.result.min_concurrency = min(self.result.min_concurrency, gate.capacity)
+
+    def _note_unreachable(self, exc: TransientError) -> None:
+        """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""
+        if exc.error_class in ("connection", "timeout") or exc.error_class.startswith("http_5"):
+            self._unreachable_streak += 1
+            if self._unreachable_streak >= self._unreachable_limit and self._stop != "unreachable":
+                self._stop = self.result.stop_reason = "unreachable"
+                self.result.fatal_message = (f"{self._unreachable_streak} attempts in a row failed with no answer "
+                                             f"in between; last: {exc}")
+        else:
+            self._unreachable_streak = 0
+
+    def _record(self, call_id: str, body: dict[str, Any], request_sha: str, *, started: str, t0: float,
+                outcome: str, final: bool, reply: Reply | None = None, exc: AttemptError | None = None,
+                error_class: str | None = None, error: str | None = None) -> tuple[dict[str, Any], int, str]:
+        if exc is not None:
+            reply = reply or exc.reply
+            error_class, error = exc.error_class, str(exc)
+        response = reply.raw if reply is not None else None
+        usage = dict(reply.usage) if reply is not None else {}
+        cost = usage.get("cost")
+        if isinstance(cost, (int, float)) and math.isfinite(cost):
+            self._spent += cost
+            if self.progress is not None:
+                self.progress.add_spend(cost)
+        rec: dict[str, Any] = {
+            "call_id": call_id,
+            "attempt": self.writer.state.attempts.get(call_id, 0) + 1,
+            "started": started, "finished": utcnow(),
+            "request_sha256": request_sha,
+            "status": reply.status if reply is not None else None,
+            "response": response,
+            "response_sha256": sha256_hex(response.encode("utf-8")) if response is not None else None,
+            "content": reply.content if reply is not None else None,
+            "finish_reason": reply.finish_reason if reply is not None else None,
+            "error_class": error_class, "error": error,
+            "latency_s": round(time.monotonic() - t0, 6),
+            "usage": usage,
+            "provider": reply.provider if reply is not None else None,
+            "answers_call_id": reply.answers_call_id if reply is not None else None,
+            "outcome": outcome, "final": final,
+        }
+        # An evicted body (a call retried for long while thousands of others ran) is serialised again.
+        request_json = self._request_json.get(request_sha) or canonical_bytes(body)
+        seq, line_sha = self.writer.append_raw(rec, request_json=request_json)
+        rec["seq"] = seq
+        return rec, seq, line_sha
+
+    def _finish(self, logged: tuple[dict[str, Any], int, str]) -> None:
+        rec, _, line_sha = logged
+        decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
+                          parser=self.parser, pinned_provider=self.guard.pinned_provider)
+        self.writer.append_decision(decision)
+        st = decision["status"]
+        self.result.decided += 1
+        self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
+        cost = rec["usage"].get("cost")
+        if isinstance(cost, (int, float)):
+            self._cost_done += cost
+            self._n_cost += 1
+        if self.progress is not None:
+            self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)

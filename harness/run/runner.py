@@ -1,0 +1,474 @@
+"""Launch, resume and replicate runs: wiring cohort -> schedule -> stimuli -> dispatch.
+
+Everything that can fail on bad input (cohort, guard config, prompt, run folder) is checked
+before a run folder exists, so a refused launch leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import anyio
+import orjson
+
+from guards.config import GuardConfig, load_guard_config
+from guards.parsers import get_parser
+from guards.prompts import Prompt, load_prompt
+from guards.registry import make_guard
+from harness import __version__
+from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
+from harness.cohorts.model import Cohort, load_cohort
+from harness.errors import CheckFailed, InputError, RunStopped
+from harness.run.decide import decide
+from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
+from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
+from harness.run.store import (
+    COHORT_DIR,
+    SCHEDULE,
+    STIMULI,
+    STIMULUS_LINE,
+    RunLock,
+    RunWriter,
+    create_run_dir,
+    iter_jsonl,
+    new_run_id,
+    parse_line,
+    read_manifest,
+    utcnow,
+)
+
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+@dataclass
+class Plan:
+    """A launch or replicate, fully prepared but not yet written.
+
+    Nothing of the size of the schedule is held: the schedule is generated again (launch) or
+    re-read from the parent (replicate) as it is written or hashed. What is held is one entry
+    per distinct instance (its request hash and a token estimate): repetitions share a body,
+    so each instance is rendered once.
+    """
+
+    cohort: Cohort
+    config: GuardConfig
+    prompt: Prompt
+    manifest: dict[str, Any]            # schedule/stimuli hashes filled in by `digest` or `materialise`
+    n_calls: int
+    lines: Callable[[], Iterator[tuple[bytes, dict[str, Any]]]]   # schedule lines, as bytes and parsed
+    requests: dict[str, tuple[str, int]] = field(default_factory=dict)  # instance_sha256 -> (request sha, tokens)
+    prompt_tokens_est: int = 0          # rough (chars / 4), summed over calls
+    parent_schedule_sha256: str | None = None   # replicate: the parent's schedule must still hash to this
+
+    def projection(self) -> dict[str, Any]:
+        cfg = self.config
+        tin = self.prompt_tokens_est
+        tout = self.n_calls * cfg.max_tokens
+        cost = None
+        if cfg.price_in_per_mtok is not None and cfg.price_out_per_mtok is not None:
+            cost = tin / 1e6 * cfg.price_in_per_mtok + tout / 1e6 * cfg.price_out_per_mtok
+        return {"calls": self.n_calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
+                "cost_usd_upper_est": cost}
+
+    def digest(self) -> dict[str, Any]:
+        """Hash the schedule and stimuli without writing them (`--dry-run`)."""
+        self.manifest.update(self.write(None))
+        return self.manifest
+
+    def write(self, folder: Path | None) -> dict[str, Any]:
+        """Stream schedule.jsonl and stimuli.jsonl into `folder` (or only hash them); return
+        their SHA-256 for the manifest. Lines are gathered in blocks: one write and one hash
+        update per block, not per line."""
+        hashes = {SCHEDULE: hashlib.sha256(), STIMULI: hashlib.sha256()}
+        with ExitStack() as stack:
+            out = {name: stack.enter_context(open(folder / name, "wb")) for name in hashes} if folder else {}
+            sched: list[bytes] = []
+            stim: list[bytes] = []
+            n = 0
+            for line, row in self.lines():
+                sched.append(line)
+                stim.append(dumps_line({"call_id": row["call_id"], "request_sha256": self._request_sha(row)}))
+                n += 1
+                # Small blocks: each orjson result holds a 4 KiB allocation until joined.
+                if len(sched) >= 1024:
+                    _emit(hashes, out, sched, stim)
+            _emit(hashes, out, sched, stim)
+        if self.parent_schedule_sha256 is not None and hashes[SCHEDULE].hexdigest() != self.parent_schedule_sha256:
+            raise InputError("schedule.jsonl changed while it was being copied (run `guardeval verify`)")
+        if n != self.n_calls:
+            raise InputError(f"the schedule has {n} calls, the plan {self.n_calls}")
+        return {"schedule_sha256": hashes[SCHEDULE].hexdigest(), "stimuli_sha256": hashes[STIMULI].hexdigest()}
+
+    def _request_sha(self, row: dict[str, Any]) -> str:
+        key = row["instance_sha256"]
+        hit = self.requests.get(key)
+        if hit is None:
+            hit = self.requests[key] = _render_request(self._render, self.cohort.instance(row["base_id"],
+                                                                                           row["condition"]))
+        return hit[0]
+
+    @functools.cached_property
+    def _render(self) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+        # Guards construct cheaply (no connection, no model load), so rendering needs no server.
+        return make_guard(self.config, self.prompt, max_connections=1).render
+
+
+def _emit(hashes: dict[str, Any], out: Mapping[str, BinaryIO], sched: list[bytes], stim: list[bytes]) -> None:
+    for name, block in ((SCHEDULE, sched), (STIMULI, stim)):
+        data = b"".join(block)
+        hashes[name].update(data)
+        if out:
+            out[name].write(data)
+        block.clear()
+
+
+def _render_request(render: Callable[[Mapping[str, Any]], dict[str, Any]],
+                    instance: Mapping[str, Any]) -> tuple[str, int]:
+    """(request_sha256, rough prompt tokens) of one instance's request body."""
+    data = canonical_bytes(render(instance))
+    return sha256_hex(data), len(data) // 4
+
+
+def _load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
+    config = load_guard_config(guard_path).with_base_url(base_url)
+    try:
+        prompt = load_prompt(config.prompt)
+    except InputError as exc:
+        raise InputError(f"{exc}", path=guard_path, field="prompt") from None
+    try:
+        get_parser(prompt.parser)
+    except KeyError as exc:
+        raise InputError(str(exc), path=guard_path, field="prompt") from None
+    return config, prompt
+
+
+def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, n_calls: int, *, seed: int,
+              order: str, reps: int, parent: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest, less the schedule and stimuli hashes (known once the files are written)."""
+    return {
+        "run_id": run_id, "created": utcnow(), "guardeval_version": __version__,
+        "cohort": {"name": cohort.name, "sha256": cohort.sha256,
+                   "instances_sha256": cohort.meta["instances_sha256"]},
+        "schedule_sha256": None, "stimuli_sha256": None, "n_calls": n_calls,
+        "seed": seed, "order": order, "reps": reps, "schedule_algorithm": ALGORITHM[order],
+        "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser},
+        "guard": config.to_manifest(), "guard_sha256": config.sha256,
+        "parent_run": parent,
+    }
+
+
+def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, seed: int, order: str,
+                base_url: str | None, run_id: str | None = None) -> Plan:
+    if reps < 1:
+        raise InputError("--reps must be >= 1", field="reps")
+    if order not in ALGORITHM:
+        raise InputError(f"unknown order {order!r}", field="order")
+    cohort = load_cohort(cohort_dir)
+    config, prompt = _load_guard_and_prompt(guard_path, base_url)
+    n_calls = cohort.n_instances * reps
+
+    def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
+        for row in iter_schedule(cohort, reps=reps, seed=seed, order=order):
+            yield dumps_line(row), row
+
+    run_id = run_id or new_run_id(config.name)
+    plan = Plan(cohort, config, prompt, _manifest(run_id, cohort, config, prompt, n_calls, seed=seed, order=order,
+                                                  reps=reps, parent=None), n_calls, lines)
+    # Every instance is scheduled `reps` times: render each once, in file order (one sequential read).
+    for inst in cohort.iter_instances():
+        sha, tokens = plan.requests[inst["instance_sha256"]] = _render_request(plan._render, inst)
+        plan.prompt_tokens_est += tokens * reps
+    return plan
+
+
+def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | None) -> Plan:
+    parent = read_manifest(parent_dir)
+    cohort = load_run_cohort(parent_dir, parent)
+    config, prompt = _load_guard_and_prompt(guard_path, base_url)
+    sched_path = parent_dir / SCHEDULE
+    sha, n_calls = _sha256_and_lines(sched_path)
+    if sha != parent["schedule_sha256"]:
+        raise InputError("schedule.jsonl does not match its manifest (run `guardeval verify`)", path=sched_path)
+
+    def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
+        # The parent's bytes, verbatim: a replicate carries the schedule byte-identical.
+        with open(sched_path, "rb", buffering=1 << 20) as fh:
+            for line in fh:
+                yield line, orjson.loads(line)
+
+    parent_ref = {"run_id": parent["run_id"], "path": str(parent_dir), "manifest_sha256": parent["sha256"],
+                  "schedule_sha256": parent["schedule_sha256"]}
+    manifest = _manifest(new_run_id(config.name), cohort, config, prompt, n_calls, seed=parent["seed"],
+                         order=parent["order"], reps=parent["reps"], parent=parent_ref)
+    return Plan(cohort, config, prompt, manifest, n_calls, lines, parent_schedule_sha256=parent["schedule_sha256"])
+
+
+def _sha256_and_lines(path: Path) -> tuple[str, int]:
+    h, n = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            n += chunk.count(b"\n")
+    return h.hexdigest(), n
+
+
+def load_run_cohort(run_dir: Path, manifest: dict[str, Any]) -> Cohort:
+    # Pinned by the manifest and validated when the run was launched: see `load_cohort`.
+    cohort = load_cohort(run_dir / COHORT_DIR, pinned_sha256=manifest["cohort"]["sha256"])
+    if cohort.sha256 != manifest["cohort"]["sha256"]:
+        raise InputError("cohort copy does not match the manifest", path=run_dir / COHORT_DIR / "cohort.json")
+    return cohort
+
+
+def materialise(plan: Plan, run_dir: Path) -> None:
+    plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort_src=plan.cohort.path, fill=plan.write)
+
+
+def resolve_run_dir(run_dir: str | Path | None, run_id: str, root: Path = DEFAULT_RUNS_ROOT) -> Path:
+    return Path(run_dir) if run_dir else root / run_id
+
+
+# -- executing ---------------------------------------------------------------------------------
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    total: int
+    decided: int
+    result: DispatchResult
+    recovered: int   # decisions re-derived from raw lines on open
+    torn: list[Path]
+
+    @property
+    def complete(self) -> bool:
+        return self.decided >= self.total
+
+
+def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
+            rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
+            progress: bool = True, handle_signals: bool = True, adaptive: bool = True) -> RunOutcome:
+    """Dispatch every undecided call of a run folder (launch and resume both end here)."""
+    manifest = read_manifest(run_dir)
+    with RunLock(run_dir):
+        config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
+        prompt = load_prompt(manifest["prompt"]["id"])
+        if prompt.sha256 != manifest["prompt"]["sha256"]:
+            # Sending would only write every pending call off as a replay mismatch: refuse.
+            raise InputError(f"prompt '{prompt.id}' has changed since this run was launched (sha256 "
+                             f"{prompt.sha256[:12]}…, manifest {manifest['prompt']['sha256'][:12]}…); restore it, "
+                             "or start a new run with `guardeval replicate`", path=run_dir / "manifest.json",
+                             field="prompt.sha256")
+        parser = get_parser(prompt.parser)
+        writer = RunWriter(run_dir)
+        # The logs are read (a large raw log by workers) while the cohort is loaded; nothing is
+        # changed on disk until the checks below have passed (`open` moves torn lines aside).
+        writer.scan()
+        try:
+            cohort = load_run_cohort(run_dir, manifest)
+            _check_rendering(run_dir, cohort, config, prompt)
+        except BaseException:
+            writer.abandon_scan()
+            raise
+        state = writer.open()
+        try:
+            recovered = _recover_decisions(run_dir, writer, parser, config)
+            total = int(manifest["n_calls"])
+            pending = PendingRows(run_dir, state.decided)
+            writer.event("start", pending=total - len(state.decided), total=total,
+                         torn=[p.name for p in state.torn], recovered=recovered)
+            result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, pending, total,
+                               DispatchOptions(
+                                   concurrency=concurrency or config.concurrency or _default_concurrency(config),
+                                   rpm=rpm,
+                                   max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
+                                   retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
+                                   projected_cost_per_call=_projected_cost(config, manifest),
+                                   progress=progress, handle_signals=handle_signals, adaptive=adaptive),
+                               len(state.decided), state.spent, backend_options=_backend_options())
+            decided = len(state.decided)
+            writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
+                         adaptive=adaptive, min_concurrency=result.min_concurrency,
+                         rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
+                         last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
+                         fatal=result.fatal_message)
+        finally:
+            writer.close()
+    if pending.error is not None:
+        raise pending.error
+    return RunOutcome(run_dir, total, decided, result, recovered, state.torn)
+
+
+def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
+    """A raw line marked final whose decision was lost (crash between the two writes): derive
+    the decision from the log instead of paying for the call again."""
+    finals = writer.state.final_raw
+    if not finals:
+        return 0
+    expected = _stimuli_for(run_dir, set(finals))
+    pinned = config.pinned_provider if config.backend == "openrouter" else None
+    recovered = 0
+    for rec, line_sha in writer.undecided_finals():
+        writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected.get(rec["call_id"]),
+                                      parser=parser, pinned_provider=pinned))
+        recovered += 1
+    finals.clear()
+    return recovered
+
+
+def _stimuli_for(run_dir: Path, call_ids: set[str]) -> dict[str, str]:
+    """request_sha256 of a few calls (one pass over stimuli.jsonl, keeping only those)."""
+    found: dict[str, str] = {}
+    for _, _, rec in iter_jsonl(run_dir / STIMULI):
+        if rec["call_id"] in call_ids:
+            found[rec["call_id"]] = rec["request_sha256"]
+    return found
+
+
+class PendingRows:
+    """The undecided calls, in schedule order, each carrying its frozen `request_sha256`.
+
+    schedule.jsonl and stimuli.jsonl are written together, line for line, so they are read
+    together (zip), never loaded: memory does not grow with the run. A line pair whose call
+    ids disagree (a damaged run) ends the iteration; the dispatcher then finishes what is in
+    flight and `execute` raises `error` (CheckFailed) once the run is closed cleanly.
+    """
+
+    def __init__(self, run_dir: Path, decided: set[str]) -> None:
+        self.run_dir, self.decided = run_dir, decided
+        self.error: CheckFailed | None = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        sched, stim = self.run_dir / SCHEDULE, self.run_dir / STIMULI
+        lineno = 0
+        try:
+            for lineno, sline, tline in _line_pairs(sched, stim):
+                cid, request_sha = _call_id_pair(sline, tline)
+                if cid is not None and cid in self.decided:
+                    continue  # half a million of these in a half-done large run: no parse
+                row = parse_line(sline[:-1], sched, lineno)
+                if cid is None:
+                    st = parse_line(tline[:-1], stim, lineno)
+                    cid, request_sha = row["call_id"], st["request_sha256"]
+                    if cid != st["call_id"]:
+                        self.error = self._damaged(f"line {lineno}: call_id differs between schedule.jsonl and "
+                                                   "stimuli.jsonl")
+                        return
+                    if cid in self.decided:
+                        continue
+                row["request_sha256"] = request_sha
+                yield row
+        except ValueError:   # zip(strict=True): one file is longer than the other
+            self.error = self._damaged("schedule.jsonl and stimuli.jsonl differ in length")
+        except (KeyError, TypeError) as exc:
+            self.error = self._damaged(f"line {lineno}: missing or malformed field {exc}")
+        except CheckFailed as exc:
+            self.error = exc
+
+    def _damaged(self, what: str) -> CheckFailed:
+        return CheckFailed(f"{self.run_dir}: {what} (the run is damaged; `guardeval verify {self.run_dir}` "
+                           "lists every problem)")
+
+
+def _line_pairs(a: Path, b: Path) -> Iterator[tuple[int, bytes, bytes]]:
+    """(line number, line of a, line of b), complete lines only (a torn last line is left out,
+    as `iter_jsonl` does); ValueError when one file has more lines than the other."""
+    with open(a, "rb", buffering=1 << 20) as fa, open(b, "rb", buffering=1 << 20) as fb:
+        ra, rb = fa.readline, fb.readline
+        lineno = 0
+        while True:
+            la, lb = ra(), rb()
+            done_a, done_b = not la.endswith(b"\n"), not lb.endswith(b"\n")
+            if done_a or done_b:
+                if done_a != done_b:
+                    raise ValueError("one file has more lines than the other")
+                return
+            lineno += 1
+            yield lineno, la, lb
+
+
+def _call_id_pair(sline: bytes, tline: bytes) -> tuple[str | None, str | None]:
+    """(call id, request hash) of a schedule and a stimuli line in the writers' shape that
+    agree on the call id; (None, None) when they are not (then both are parsed and checked)."""
+    m = STIMULUS_LINE.fullmatch(tline)
+    at = sline.find(b',"call_id":"')
+    if m is None or at < 0 or sline[at + 12:at + 46] != m[1] + b'",':
+        return None, None
+    return m[1].decode(), m[2].decode()
+
+
+async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, cohort: Cohort, parser: Any,
+                    pending: Iterable[dict[str, Any]], total: int, options: DispatchOptions, already: int,
+                    spent: float) -> DispatchResult:
+    guard = make_guard(config, prompt, max_connections=max(options.concurrency, 1))
+    try:
+        d = Dispatcher(guard=guard, writer=writer,
+                       instance_for=lambda r: cohort.instance(r["base_id"], r["condition"]),
+                       parser=parser, options=options)
+        return await d.run(pending, total=total, already=already, spent_before=spent)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await guard.aclose()
+
+
+def _check_rendering(run_dir: Path, cohort: Cohort, config: GuardConfig, prompt: Prompt) -> None:
+    """Re-render the first scheduled call; if it no longer matches the launch, refuse to go on."""
+    first = next(iter(read_schedule(run_dir / SCHEDULE)), None)
+    if first is None:
+        return
+    frozen = next((rec for _, _, rec in iter_jsonl(run_dir / STIMULI)), {})
+    body = make_guard(config, prompt, max_connections=1).render(cohort.instance(first["base_id"], first["condition"]))
+    if frozen.get("call_id") != first["call_id"] or canonical_sha256(body) != frozen.get("request_sha256"):
+        raise InputError("the request re-rendered now differs from the one frozen at launch (stimuli.jsonl): the "
+                         "guard config or the rendering changed; restore them, or start a new run with "
+                         "`guardeval replicate`", path=run_dir / STIMULI, line=1)
+
+
+def _default_concurrency(config: GuardConfig) -> int:
+    # One in-process model generates one call at a time; more would only queue inside the guard
+    # and inflate latency_s.
+    return 1 if config.backend == "mlx" else 16
+
+
+def _backend_options() -> dict[str, Any]:
+    """uvloop when installed: a cheaper event loop for thousands of concurrent calls."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
+def _projected_cost(config: GuardConfig, manifest: dict[str, Any]) -> float:
+    if config.price_in_per_mtok is None or config.price_out_per_mtok is None:
+        return 0.0
+    # Upper estimate per call: a 4k-token prompt is generous for guard prompts; refined by
+    # the running mean once calls finish.
+    return 4000 / 1e6 * config.price_in_per_mtok + config.max_tokens / 1e6 * config.price_out_per_mtok
+
+
+def finish_message(outcome: RunOutcome) -> str:
+    r = outcome.result
+    parts = [f"{outcome.decided}/{outcome.total} calls decided"]
+    if r.statuses:
+        parts.append(", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items())))
+    return "; ".join(parts)
+
+
+def raise_if_stopped(outcome: RunOutcome) -> None:
+    r = outcome.result
+    hint = f"resume with: guardeval resume {outcome.run_dir}"
+    if r.stop_reason == "fatal":
+        raise RunStopped(f"stopped by a fatal provider error: {r.fatal_message}. Fix the cause, then {hint}")
+    if r.stop_reason == "unreachable":
+        raise RunStopped(f"stopped: the provider looks unreachable ({r.fatal_message}); calls left pending. "
+                         f"When it is back, {hint}")
+    if r.stop_reason == "budget":
+        raise RunStopped(f"stopped: --max-cost reached. {hint}")
+    if r.stop_reason and r.stop_reason.startswith("signal"):
+        raise RunStopped(f"interrupted ({r.stop_reason}); {hint}")

@@ -1,0 +1,52 @@
+"""A run folder as an analysis table: one row per scheduled call (DESIGN §10 inputs).
+
+Calls with no decision yet appear with status `missing`, so the estimator can see coverage
+and refuse an incomplete run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.cohorts.model import load_cohort
+from harness.run.store import DECISIONS, SCHEDULE, iter_jsonl, read_manifest
+
+
+@dataclass
+class RunTable:
+    rows: list[dict[str, Any]]
+    n_scheduled: int
+    complete: bool
+    roles: dict[str, str]
+    baseline: str
+    placebo: str | None
+    manifest: dict[str, Any]
+
+
+def load_run_table(run_dir: str | Path) -> RunTable:
+    run = Path(run_dir)
+    manifest = read_manifest(run)
+    cohort = load_cohort(run / "cohort")
+    labels = {r["base_id"]: r["label"] for r in cohort.instances}
+    decisions: dict[str, dict[str, Any]] = {}
+    for _, _, rec in iter_jsonl(run / DECISIONS):
+        decisions[rec["call_id"]] = rec
+    rows: list[dict[str, Any]] = []
+    n = 0
+    for _, _, s in iter_jsonl(run / SCHEDULE):
+        n += 1
+        d = decisions.get(s["call_id"])
+        rows.append({
+            "call_id": s["call_id"], "base_id": s["base_id"], "interaction_id": s["interaction_id"],
+            "domain": s["domain"], "condition": s["condition"], "repetition": s["repetition"],
+            "label": labels.get(s["base_id"]),
+            "decision": d["decision"] if d else None,
+            "status": d["status"] if d else "missing",
+            "components": d.get("components") if d else None,
+            "quarantine_reason": d.get("quarantine_reason") if d else None,
+        })
+    roles = {c.name: c.role for c in cohort.conditions}
+    return RunTable(rows=rows, n_scheduled=n, complete=all(r["status"] != "missing" for r in rows), roles=roles,
+                    baseline=cohort.baseline(), placebo=cohort.placebo(), manifest=manifest)

@@ -1,0 +1,553 @@
+"""The run folder (DESIGN §6): manifest, schedule, stimuli, hash-chained raw log, decisions.
+
+Write discipline: `raw.jsonl` and `decisions.jsonl` are append-only; a raw line is written
+(and flushed) before the decision that points at it, so a crash can leave at most a torn last
+line (moved aside on the next open) or a raw line without its decision (re-derived, not
+re-sent). A lock file held with `flock` keeps a second process out; the kernel releases it
+when the holder dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import mmap
+import multiprocessing
+import os
+import re
+import shutil
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+import orjson
+
+from harness.canon import canonical_sha256, dumps_line, sha256_hex
+from harness.errors import CheckFailed, InputError, RunLocked
+
+GENESIS = "0" * 64
+MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
+    "manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl", ".lock")
+COHORT_DIR = "cohort"
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id(prefix: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{prefix}-{os.urandom(3).hex()}"
+
+
+def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    return {**body, "sha256": canonical_sha256(body)}
+
+
+def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
+                   fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Materialise a new run folder atomically: build it beside, then rename into place.
+
+    `fill(partial_folder)` streams `schedule.jsonl` and `stimuli.jsonl` into the partial folder
+    and returns the manifest fields it learned on the way (their SHA-256); the manifest is
+    written last. Returns the manifest as written (with its own `sha256`).
+    """
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise InputError("run folder already exists and is not empty", path=run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir.with_name(f".{run_dir.name}.partial-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        (tmp / COHORT_DIR).mkdir()
+        _copy_cohort(cohort_src, tmp / COHORT_DIR, manifest.get("cohort") or {})
+        manifest = {**manifest, **fill(tmp)}
+        (tmp / RAW).write_bytes(b"")
+        (tmp / DECISIONS).write_bytes(b"")
+        manifest = manifest_with_hash(manifest)
+        (tmp / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                                  | orjson.OPT_APPEND_NEWLINE))
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                _fsync_path(p)
+        if run_dir.exists():
+            run_dir.rmdir()
+        os.replace(tmp, run_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _copy_cohort(src: Path, dst: Path, pins: dict[str, Any]) -> None:
+    """Copy the cohort, hashing on the way: the copy must be the bytes the plan validated."""
+    for name, pin in (("cohort.json", pins.get("sha256")), ("instances.jsonl", pins.get("instances_sha256"))):
+        h = hashlib.sha256()
+        with open(src / name, "rb") as fin, open(dst / name, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                h.update(chunk)
+                fout.write(chunk)
+        if pin is not None and h.hexdigest() != pin:
+            raise InputError("the cohort changed while the run was being planned", path=src / name)
+
+
+def _fsync_path(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise InputError("not a run folder (no manifest.json)", path=run_dir)
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """(line number, line bytes without newline, parsed object) for every complete line."""
+    with open(path, "rb", buffering=1 << 20) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n"):
+                return  # a torn last line is handled by RunWriter.recover_torn
+            body = line[:-1]
+            yield lineno, body, parse_line(body, path, lineno)
+
+
+class RunLock:
+    """Exclusive, non-blocking `flock` on `<run>/.lock`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLocked(f"{self.path.parent}: another guardeval process is writing this run") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class RunState:
+    """What the files say has happened; rebuilt by one scan of each log on open.
+
+    Per-call state is kept only where a run cannot go on without it: the set of decided call
+    ids (to skip them), and attempt counts and final raw lines of the calls *not* yet decided
+    (a decided call is never sent again, so its history is not needed here).
+    """
+
+    last_seq: int = 0
+    last_raw_sha: str = GENESIS
+    attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
+    decided: set[str] = field(default_factory=set)
+    final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
+    spent: float = 0.0                                            # usage.cost summed over every attempt
+    torn: list[Path] = field(default_factory=list)
+
+
+class RawFields(NamedTuple):
+    call_id: Any
+    final: Any
+    outcome: Any
+    cost: Any
+
+
+def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
+    """call_id, final, outcome and usage.cost of the raw line `buf[start:end]` (no newline),
+    without parsing its request.
+
+    A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
+    `request` are scalars and whose last field is `usage`; inside a JSON string every `"` is
+    escaped, so `,"request":` can only be that key and `,"usage":` (from the end) only the
+    top-level usage. The head and the usage object are parsed on their own: ~5x cheaper than
+    parsing a line whose request carries the whole trajectory. Anything unexpected (a line not
+    in that shape) returns None and the caller parses the whole line: the answer is exact.
+    `buf` may be bytes or an mmap.
+    """
+    end = len(buf) if end is None else end
+    cut = buf.find(b',"request":', start, end)
+    at = buf.rfind(b',"usage":', start, end)
+    if cut < 0 or at < cut or buf[end - 1] != 0x7D:   # "}"
+        return None
+    try:
+        # One parse of `[head, usage]`: the two fragments, each a whole JSON object.
+        head, usage = orjson.loads(b"".join((b"[", buf[start:cut], b"},", buf[at + 9:end - 1], b"]")))
+    except (orjson.JSONDecodeError, ValueError):
+        return None
+    if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
+            or "outcome" not in head:
+        return None
+    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"))
+
+
+def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
+    """The same fields from a full parse (CheckFailed, as iter_jsonl, if not a JSON object)."""
+    rec = parse_line(body, path, lineno)
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
+
+
+def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
+                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
+    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
+    (of the lines in bytes [start, end), when given: both line boundaries; line numbers then
+    count from `start`).
+
+    A 1M-call raw log is several GB. It is mapped a window at a time (the page cache is read
+    in place: no copy into the process, and resident memory stays one window), newlines are
+    found with memchr, and each line's few fields come from `raw_fields`. A torn last line (no
+    newline) is left out, as `iter_jsonl` does.
+    """
+    size = path.stat().st_size if path.exists() else 0
+    size = size if end is None else min(end, size)
+    base, lineno = start, 0
+    with open(path, "rb") as fh:
+        while base < size:
+            start = base - base % mmap.ALLOCATIONGRANULARITY
+            length = min(size - start, window)
+            with mmap.mmap(fh.fileno(), length, offset=start, access=mmap.ACCESS_READ) as mm:
+                pos = base - start
+                while (nl := mm.find(b"\n", pos)) >= 0:
+                    lineno += 1
+                    fields = raw_fields(mm, pos, nl)
+                    if fields is None:
+                        fields = full_raw_fields(mm[pos:nl], path, lineno)
+                    yield lineno, start + pos, nl + 1 - pos, fields
+                    pos = nl + 1
+            if start + pos == base:          # no complete line in this window
+                if start + length >= size:
+                    return                   # a torn last line
+                window *= 2                  # a line longer than the window
+            base = start + pos
+
+
+def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise CheckFailed(f"{path}: line {lineno}: not a JSON object (the file is damaged; "
+                          f"`guardeval verify {path.parent}` lists every problem)")
+    return obj
+
+
+# Lines exactly as the writers write them (canonical JSON, lower-case hex ids): a match proves
+# the shape, so the few fields a scan needs are read without parsing the line.
+STIMULUS_LINE = re.compile(rb'\{"call_id":"([0-9a-f]{32})","request_sha256":"([0-9a-f]{64})"\}\n')
+_DECISION_HEAD = re.compile(rb'\{"attributable":(?:true|false),"call_id":"([0-9a-f]{32})","components":')
+# The last five fields of a decision line, all scalars (nothing nested from here on).
+_DECISION_TAIL = re.compile(rb',"quarantine_reason":(?:null|"([a-z_]+)"),"raw_line_sha256":"[0-9a-f]{64}",'
+                            rb'"raw_seq":[0-9]+,"score":(?:null|-?[0-9][0-9.eE+-]*),"status":"([a-z_]+)"\}\n')
+
+
+def decision_call_id(line: bytes) -> str | None:
+    """The call id of a decision line in the writer's shape (None: parse the line)."""
+    m = _DECISION_HEAD.match(line)
+    return m[1].decode() if m is not None else None
+
+
+def decision_fields(line: bytes) -> tuple[str, Any, Any] | None:
+    """(call_id, status, quarantine_reason) of a decision line in the writer's shape, read
+    from its head and its last five fields; None: parse the line."""
+    m = _DECISION_HEAD.match(line)
+    at = line.rfind(b',"quarantine_reason":')
+    tail = _DECISION_TAIL.fullmatch(line, at) if at >= 0 else None
+    if m is None or tail is None:
+        return None
+    reason = tail[1].decode() if tail[1] is not None else None
+    return m[1].decode(), tail[2].decode(), reason
+
+
+def line_boundary(path: Path, near: int) -> int:
+    """The first line start at or after byte `near` (the file size when there is none)."""
+    with open(path, "rb") as fh:
+        fh.seek(max(near - 1, 0))
+        if near > 0:
+            fh.readline()   # the rest of the line that byte near-1 is in
+        return fh.tell()
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line with its newline) of every complete line; a torn last line is left
+    out, as `iter_jsonl` does."""
+    with open(path, "rb", buffering=1 << 20) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n"):
+                return
+            yield lineno, line
+
+
+def is_cost(value: Any) -> bool:
+    return isinstance(value, (int, float))
+
+
+class RunWriter:
+    """Appends attempts and decisions; owns the two open file handles of a live run."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.state = RunState()
+        self._raw: BinaryIO | None = None
+        self._dec: BinaryIO | None = None
+        self._events: BinaryIO | None = None
+        self._pending: list[bytes] = []
+        self._scan: _RawScan | None = None
+
+    # -- opening and recovery ----------------------------------------------------------------
+    def scan(self) -> None:
+        """Start reading the logs: the decisions here, then the raw log in workers when it is
+        large (`open` collects them), so that the caller can load the cohort meanwhile.
+        Complete lines only: a torn last line is moved aside by `open`, after the scan."""
+        if self._scan is not None:
+            return
+        st = self.state
+        # Decisions first, so that the raw scan keeps history only for undecided calls.
+        path = self.run_dir / DECISIONS
+        for lineno, line in iter_lines(path):
+            cid = decision_call_id(line)
+            st.decided.add(cid if cid is not None else parse_line(line[:-1], path, lineno)["call_id"])
+        self._scan = _RawScan(self.run_dir / RAW, st.decided)
+
+    def abandon_scan(self) -> None:
+        if self._scan is not None:
+            self._scan.stop()
+
+    def open(self) -> RunState:
+        self.scan()
+        assert self._scan is not None
+        self._merge_raw(self._scan.parts())
+        for name in (RAW, DECISIONS):
+            moved = recover_torn(self.run_dir / name)
+            if moved:
+                self.state.torn.append(moved)
+        st = self.state
+        self._raw = open(self.run_dir / RAW, "ab")
+        self._dec = open(self.run_dir / DECISIONS, "ab")
+        self._events = open(self.run_dir / EVENTS, "ab")
+        return st
+
+    def _merge_raw(self, parts: list[RawPart]) -> None:
+        """Spend, attempts and final lines of undecided calls, chain head: the parts of the raw
+        log merged in log order, so the state is that of one sequential pass."""
+        st, path = self.state, self.run_dir / RAW
+        lines_before = 0
+        for part in parts:
+            for cost in part.costs:    # one at a time, in log order, as the attempts were written
+                st.spent += cost
+            for cid, n in part.attempts.items():
+                st.attempts[cid] = st.attempts.get(cid, 0) + n
+            for cid, where in part.finals.items():
+                if where is None:
+                    st.final_raw.pop(cid, None)
+                else:
+                    st.final_raw[cid] = (where[0], where[1] + lines_before)
+            lines_before += part.n_lines
+        last = next((part.last for part in reversed(parts) if part.last is not None), None)
+        if last is not None:
+            offset, length = last
+            with open(path, "rb") as fh:
+                body = os.pread(fh.fileno(), length, offset)[:-1]
+            st.last_seq = parse_line(body, path, lines_before)["seq"]
+            st.last_raw_sha = sha256_hex(body)
+
+    def undecided_finals(self) -> Iterator[tuple[dict[str, Any], str]]:
+        """(record, line sha256) of each final raw line whose decision is missing, in log order."""
+        path = self.run_dir / RAW
+        with open(path, "rb") as fh:
+            for offset, lineno in sorted(self.state.final_raw.values()):
+                fh.seek(offset)
+                body = fh.readline()[:-1]
+                yield parse_line(body, path, lineno), sha256_hex(body)
+
+    def close(self) -> None:
+        self.flush()
+        for fh in (self._raw, self._dec, self._events):
+            if fh is not None:
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+        self._raw = self._dec = self._events = None
+
+    # -- appends -----------------------------------------------------------------------------
+    def append_raw(self, record: dict[str, Any], *, request_json: bytes | None = None) -> tuple[int, str]:
+        """Add seq and prev_sha256, write one line; return (seq, sha256 of the line).
+
+        `request_json` is the request body already in canonical JSON: it is spliced in as the
+        `request` field (the same bytes `dumps_line` would produce, without re-sorting the body
+        on every attempt).
+        """
+        assert self._raw is not None
+        st = self.state
+        st.last_seq += 1
+        record = {**record, "seq": st.last_seq, "prev_sha256": st.last_raw_sha}
+        line = dumps_line(record)
+        if request_json is not None:
+            # Keys are sorted, so "request" goes right before "request_sha256"; inside string
+            # values a quote is escaped, so this pattern can only be that key.
+            at = line.index(b',"request_sha256":')
+            line = line[:at] + b',"request":' + request_json + line[at:]
+        self._raw.write(line)
+        self._raw.flush()
+        st.last_raw_sha = sha256_hex(line[:-1])
+        cid = record["call_id"]
+        st.attempts[cid] = st.attempts.get(cid, 0) + 1
+        return st.last_seq, st.last_raw_sha
+
+    def append_decision(self, record: dict[str, Any]) -> None:
+        # Held back until `flush()` (the dispatcher's ticker, and close): a decision lost in a
+        # crash is re-derived from its final raw line on the next open, never re-sent.
+        self._pending.append(dumps_line(record))
+        self.state.decided.add(record["call_id"])
+        if len(self._pending) >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync the raw log, then write the held decisions: on disk, a decision never points
+        at a raw line that a power loss could take away."""
+        if not self._pending or self._raw is None or self._dec is None:
+            return
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._dec.write(b"".join(self._pending))
+        self._dec.flush()
+        self._pending.clear()
+
+    def event(self, kind: str, **fields: Any) -> None:
+        assert self._events is not None
+        self._events.write(dumps_line({"at": utcnow(), "event": kind, "pid": os.getpid(), **fields}))
+        self._events.flush()
+
+
+@dataclass
+class RawPart:
+    """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
+
+    n_lines: int = 0
+    costs: array = field(default_factory=lambda: array("d"))   # numeric usage.cost, in log order
+    attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
+    finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)
+    last: tuple[int, int] | None = None                         # (offset, length) of the last line
+
+
+def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) -> RawPart:
+    part = RawPart()
+    for lineno, offset, length, f in iter_raw_fields(path, start, end):
+        if is_cost(f.cost):
+            part.costs.append(f.cost)
+        cid = f.call_id
+        if cid not in decided:
+            part.attempts[cid] = part.attempts.get(cid, 0) + 1
+            part.finals[cid] = (offset, lineno) if f.final else None
+        part.n_lines = lineno
+        part.last = (offset, length)
+    return part
+
+
+PARALLEL_SCAN_MIN_BYTES = 64 << 20   # raw.jsonl size above which two workers read it
+
+
+class _RawScan:
+    """`scan_raw_part` over raw.jsonl: each half of a large log in a forked worker (they
+    inherit the set of decided calls), started now and collected by `parts`; a small log, one
+    CPU, or a failed worker: read here (a damaged line then raises, named by its number)."""
+
+    def __init__(self, path: Path, decided: set[str]) -> None:
+        self.path, self.decided = path, decided
+        self._jobs: list[tuple[Any, Any]] = []
+        size = path.stat().st_size if path.exists() else 0
+        if size >= PARALLEL_SCAN_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
+            ctx = multiprocessing.get_context("fork")
+            middle = line_boundary(path, size // 2)
+            for start, end in ((0, middle), (middle, size)):
+                conn, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_scan_worker, args=(path, start, end, decided, child), daemon=True)
+                proc.start()
+                child.close()
+                self._jobs.append((proc, conn))
+
+    def parts(self) -> list[RawPart]:
+        parts: list[RawPart] = []
+        for proc, conn in self._jobs:
+            try:
+                parts.append(conn.recv())
+            except (EOFError, OSError):
+                pass
+            finally:
+                conn.close()
+                proc.join()
+        complete = bool(self._jobs) and len(parts) == len(self._jobs)
+        self._jobs = []
+        return parts if complete else [scan_raw_part(self.path, 0, None, self.decided)]
+
+    def stop(self) -> None:
+        for proc, conn in self._jobs:
+            proc.kill()
+            proc.join()
+            conn.close()
+        self._jobs = []
+
+
+def _scan_worker(path: Path, start: int, end: int, decided: set[str], conn: Any) -> None:
+    try:
+        conn.send(scan_raw_part(path, start, end, decided))
+    except Exception:  # noqa: BLE001 - the parent reads the log itself and raises the error
+        pass
+    finally:
+        conn.close()
+
+
+def recover_torn(path: Path) -> Path | None:
+    """If the file ends without a newline, move the torn tail to `<name>.torn-<stamp>`."""
+    if not path.exists():
+        return None
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return None
+        # Find the last newline by scanning backwards in blocks.
+        pos, cut = size, 0
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            idx = block.rfind(b"\n")
+            if idx >= 0:
+                cut = pos + idx + 1
+                break
+        fh.seek(cut)
+        tail = fh.read()
+        aside = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        aside.write_bytes(tail)
+        _fsync_path(aside)
+        fh.truncate(cut)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return aside
