@@ -1,6 +1,6 @@
 """Thin command-line layer: parse arguments, call the library, map errors to exit codes.
 
-Each command group lives in its own `cli_*` module exposing `register(subparsers)`; handlers
+Each command family lives in its own module in this package exposing `register(subparsers)`; handlers
 return an exit code. Messages go to stderr; with `--json`, stdout carries only the JSON.
 """
 
