@@ -2,7 +2,7 @@
 
 One wire format, two flavours: OpenRouter adds the `provider` routing table, usage
 accounting and a resolved upstream provider in the reply. The HTTP client is httpx over the
-aiohttp transport (httpx's own pool is CPU-bound at high concurrency, DESIGN §11).
+aiohttp transport (httpx's own pool is CPU-bound at high concurrency, docs/design.md §11).
 """
 
 from __future__ import annotations

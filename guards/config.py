@@ -1,4 +1,4 @@
-"""Guard configs: TOML files validated on load (DESIGN §8).
+"""Guard configs: TOML files validated on load (docs/design.md §8).
 
 Secrets never live here: a config names the environment variable holding the key
 (`api_key_env`); the value is read at send time and never stored on the config object.
@@ -157,7 +157,7 @@ def load_guard_config(path: str | Path) -> GuardConfig:
     if data["backend"] == "openrouter":
         data.setdefault("api_key_env", "OPENROUTER_API_KEY")
         if "provider" in data:
-            # DESIGN §8 defaults: a pinned provider means no silent fallback, no parameter
+            # docs/design.md §8 defaults: a pinned provider means no silent fallback, no parameter
             # dropping, no data collection unless the config says otherwise.
             data["provider"] = {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
                                 **data["provider"]}

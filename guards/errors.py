@@ -1,4 +1,4 @@
-"""Failure taxonomy for one attempt (DESIGN §7).
+"""Failure taxonomy for one attempt (docs/design.md §7).
 
 Every exception carries the `Reply` received so far (if any) so the raw log records the
 attempt exactly as it happened.

@@ -1,4 +1,4 @@
-"""In-process MLX back-end (DESIGN §8): a local (Q8) model folder under greedy decoding.
+"""In-process MLX back-end (docs/design.md §8): a local (Q8) model folder under greedy decoding.
 
 One model instance per guard, loaded lazily on first use, off the event loop. Each job (load or
 generation) runs on its own short-lived thread, behind a CapacityLimiter(1) (calls queue on the

@@ -1,4 +1,4 @@
-"""Prompt templates as files with a manifest (DESIGN §8).
+"""Prompt templates as files with a manifest (docs/design.md §8).
 
 `prompts/<id>/manifest.json` names the message files (role + file), their SHA-256, the
 placeholders, the output schema (for structured output) and the parser. Rendering substitutes

@@ -1,6 +1,6 @@
 """Canonical JSON and SHA-256 helpers shared by every stage.
 
-Canonical JSON = sorted keys, no spaces, UTF-8 (DESIGN §3). orjson gives sorted keys and
+Canonical JSON = sorted keys, no spaces, UTF-8 (docs/design.md §3). orjson gives sorted keys and
 compact output; it escapes nothing beyond JSON's requirements, so bytes are stable.
 """
 

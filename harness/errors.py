@@ -1,4 +1,4 @@
-"""Exceptions that map to the exit codes of DESIGN §11."""
+"""Exceptions that map to the exit codes of docs/design.md §11."""
 
 from __future__ import annotations
 

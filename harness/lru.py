@@ -1,4 +1,4 @@
-"""A small least-recently-used map: bounded caches on the large-run paths (DESIGN §6)."""
+"""A small least-recently-used map: bounded caches on the large-run paths (docs/design.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adaptive concurrency on rate limits (DESIGN §7) and the simulated provider's hard rate cap.
+"""Adaptive concurrency on rate limits (docs/design.md §7) and the simulated provider's hard rate cap.
 
 The end-to-end tests run real launches against a real sim-server with `--rps-cap`, and compare
 the adaptive dispatcher with `--fixed-concurrency` on the same cap.

@@ -1,4 +1,4 @@
-"""Hand-computed small cases for every estimator quantity (DESIGN §10).
+"""Hand-computed small cases for every estimator quantity (docs/design.md §10).
 
 The table (R = 3 repetitions; F = a failure; Q = quarantined):
 

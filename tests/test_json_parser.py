@@ -57,7 +57,7 @@ def test_none_content_unparseable():
 
 
 def test_composite_table():
-    # 0.4*mal + 0.4*att + {0: 0, 0.5: 0.1, 1: 0.2}; > 0.5 -> 1, == 0.5 -> 0.5, else 0 (DESIGN §8).
+    # 0.4*mal + 0.4*att + {0: 0, 0.5: 0.1, 1: 0.2}; > 0.5 -> 1, == 0.5 -> 0.5, else 0 (docs/design.md §8).
     table = {
         (False, False, 0.0): 0.0, (False, False, 0.5): 0.0, (False, False, 1.0): 0.0,
         (True, False, 0.0): 0.0, (True, False, 0.5): 0.5, (True, False, 1.0): 1.0,

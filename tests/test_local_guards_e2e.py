@@ -1,4 +1,4 @@
-"""Local guards end to end, through the real CLI in subprocesses (DESIGN §8, issue 4):
+"""Local guards end to end, through the real CLI in subprocesses (docs/design.md §8, issue 4):
 
 - a short schedule through the in-process `mlx` back-end, twice: byte-identical raw responses;
 - the same model served by `mlx_lm.server` on 127.0.0.1, through `openai-compatible`;

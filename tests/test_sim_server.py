@@ -127,7 +127,7 @@ def client() -> Iterator[httpx.Client]:
 def post_many(url: str, bodies_and_ids: list[tuple[dict[str, Any], str]]) -> list[httpx.Response]:
     """Send many requests concurrently, answers in request order (keeps 200-call tests fast).
 
-    httpx over the aiohttp transport (DESIGN §11: httpx's own pool is CPU-heavy)."""
+    httpx over the aiohttp transport (docs/design.md §11: httpx's own pool is CPU-heavy)."""
     async def run() -> list[httpx.Response]:
         transport = AiohttpTransport(limits=httpx.Limits(max_connections=16))
         async with httpx.AsyncClient(timeout=10, transport=transport) as ac:

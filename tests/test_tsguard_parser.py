@@ -1,4 +1,4 @@
-"""Strict TS-Guard tag parser: exact strings in, exact verdicts out (DESIGN §8).
+"""Strict TS-Guard tag parser: exact strings in, exact verdicts out (docs/design.md §8).
 
 Surrounding text: the template asks for a `<Think> ... <\\Think>` block before the three tags,
 so that block (any text inside) is accepted; any other text before, between or after the
@@ -23,7 +23,7 @@ def answer(mal: str = "no", att: str = "no", rating: str = "0.0", think: str | N
     return sep.join(parts)
 
 
-# (id, text, decision, score, (malicious, attacked, rating)) -- composite from DESIGN §8:
+# (id, text, decision, score, (malicious, attacked, rating)) -- composite from docs/design.md §8:
 # 0.4*mal + 0.4*att + 0.1 (0.5) / 0.2 (1.0); > 0.5 -> 1.0, = 0.5 -> 0.5, else 0.0.
 OK_CASES = [
     ("all-clear", answer(), 0, 0.0, (False, False, 0.0)),

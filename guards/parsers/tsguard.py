@@ -1,4 +1,4 @@
-"""Strict parser for TS-Guard's tag answer (DESIGN §8) (`ts-guard-tags`).
+"""Strict parser for TS-Guard's tag answer (docs/design.md §8) (`ts-guard-tags`).
 
 The ToolSafe v2 template asks for exactly this, in this order:
 

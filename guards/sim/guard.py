@@ -33,7 +33,7 @@ Noise: the block draw is `u = H(server seed, SHA-256 of the canonical request bo
 mapped to [0, 1); block ⇔ u < p. Repetitions (different call ids) draw independently; a retry
 or a resumed call (same body, same call id) gets the same answer.
 
-The answer is the three-field verdict of DESIGN §8, consistent with the block decision under
+The answer is the three-field verdict of docs/design.md §8, consistent with the block decision under
 the composite score (composite ≠ 0 ⇔ block): a block sets `third_party_attack` when markers
 were seen, `malicious_user_request` when threat words were seen (or when nothing else is
 true), and a harmfulness of 1 when p ≥ 0.6, else 0.5; an allow sets both flags false and a
@@ -177,7 +177,7 @@ def verdict_text(v: Mapping[str, Any]) -> str:
 
 
 def verdict(f: Features, p: float, u: float) -> dict[str, Any]:
-    """The three-field answer for block ⇔ u < p, consistent with the DESIGN §8 composite."""
+    """The three-field answer for block ⇔ u < p, consistent with the docs/design.md §8 composite."""
     if u < p:
         attacked = f.marker_hits > 0
         malicious = f.tool_hits + f.prose_hits > 0 or not attacked

@@ -1,4 +1,4 @@
-"""`guardeval sim-server`: the simulated provider (DESIGN §9) — an OpenRouter-style
+"""`guardeval sim-server`: the simulated provider (docs/design.md §9) — an OpenRouter-style
 chat-completions server on aiohttp with a shortcut-prone guard (`guards.sim.guard`) and
 seeded fault injection.
 

@@ -1,7 +1,7 @@
 """`guardeval prompts import ts-guard FILE`: install the user-supplied TS-Guard template.
 
 The template text is ToolSafe's, so it is never committed: the user supplies the file, we check
-it byte-for-byte against the pinned SHA-256 (DESIGN §8) and write it, with a manifest, to
+it byte-for-byte against the pinned SHA-256 (docs/design.md §8) and write it, with a manifest, to
 `<prompts root>/ts-guard-v2/` (git-ignored), where `load_prompt("ts-guard-v2")` finds it.
 `$GUARDEVAL_PROMPTS` overrides the prompts root.
 """

@@ -1,4 +1,4 @@
-"""Cohorts: `cohort.json` + flat `instances.jsonl` (DESIGN §4).
+"""Cohorts: `cohort.json` + flat `instances.jsonl` (docs/design.md §4).
 
 Loading validates every row against a JSON Schema and every hash, in one streaming pass; a bad
 file is refused with the file, line and field named (InputError, exit 2). A loaded cohort is a

@@ -1,4 +1,4 @@
-"""Estimator stage (DESIGN §10): paired effects, placebo correction, stratified cluster
+"""Estimator stage (docs/design.md §10): paired effects, placebo correction, stratified cluster
 bootstrap, Holm, failure rules, quarantine, accuracy against labels, run comparison, audits."""
 
 from harness.estimators.core import estimate, exit_status

@@ -1,4 +1,4 @@
-"""Agreement with labels in two statistical units (DESIGN §10, seed 001).
+"""Agreement with labels in two statistical units (docs/design.md §10, seed 001).
 
 Row level: every row weighs 1. Equal-interaction: row i of interaction g weighs 1/n_g (n_g
 rows of g in the evaluated set), added into TP/TN/FP/FN before F1, so every interaction has

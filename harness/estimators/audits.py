@@ -1,4 +1,4 @@
-"""Audits on labeled rows that call no guard (DESIGN §10, seed 001).
+"""Audits on labeled rows that call no guard (docs/design.md §10, seed 001).
 
 lookup: can a tool name alone predict the label? Per training fold, each tool's majority
 label (ties -> unsafe); a tool unseen in the fold -> the fold's overall majority (ties ->

@@ -1,4 +1,4 @@
-"""Stratified interaction-cluster bootstrap, vectorised (DESIGN §10).
+"""Stratified interaction-cluster bootstrap, vectorised (docs/design.md §10).
 
 Every estimate here is a ratio of base-level sums, Σ_i num_i / Σ_i den_i (a base-equal mean
 over the bases a contrast uses). A replicate resamples interactions with replacement inside

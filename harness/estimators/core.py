@@ -1,4 +1,4 @@
-"""`estimate(rows, ...)`: the whole estimator stage on one decision table (DESIGN §10)."""
+"""`estimate(rows, ...)`: the whole estimator stage on one decision table (docs/design.md §10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Point estimates on a decision table (DESIGN §10): per-base block rates under a failure
+"""Point estimates on a decision table (docs/design.md §10): per-base block rates under a failure
 rule, paired base-equal effects, direction counts, repeated-original disagreement and the
 same-round flip rate. Everything is arrays; no loop over rows in Python after `build_design`.
 """

@@ -1,4 +1,4 @@
-"""Quarantine accounting (DESIGN §10, seed 002): calls not attributable to the guard are
+"""Quarantine accounting (docs/design.md §10, seed 002): calls not attributable to the guard are
 excluded from every estimate and counted by reason; above 2% of scheduled calls the report
 is not publishable."""
 

@@ -1,4 +1,4 @@
-"""Decision tables: load and validate the rows the estimators read (DESIGN §10).
+"""Decision tables: load and validate the rows the estimators read (docs/design.md §10).
 
 A row is one scheduled call: `base_id, interaction_id, domain, condition, repetition,
 decision (1/0/null), status`, optional `label`, `components`, `quarantine_reason`. A bad row is

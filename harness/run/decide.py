@@ -1,5 +1,5 @@
 """Raw attempt record -> decision record. One pure function, used live and on recovery,
-so a decision can always be re-derived from the raw log alone (DESIGN §6, §10)."""
+so a decision can always be re-derived from the raw log alone (docs/design.md §6, §10)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from guards.parsers import Parsed
 
-# Quarantine codes (DESIGN §10, seed 002): the call is not attributable to the guard.
+# Quarantine codes (docs/design.md §10, seed 002): the call is not attributable to the guard.
 FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 PROVIDER_DRIFT = "provider_drift"
 INPUT_TRUNCATION = "input_truncation"

@@ -1,4 +1,4 @@
-"""Bounded async dispatch of scheduled calls (DESIGN §7).
+"""Bounded async dispatch of scheduled calls (docs/design.md §7).
 
 Structure: one task group owns every call task; a producer admits calls through a capacity
 limiter (so at most `concurrency` tasks exist: memory is bounded by the schedule, not by the

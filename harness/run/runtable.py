@@ -1,4 +1,4 @@
-"""A run folder as an analysis table: one row per scheduled call (DESIGN §10 inputs).
+"""A run folder as an analysis table: one row per scheduled call (docs/design.md §10 inputs).
 
 Calls with no decision yet appear with status `missing`, so the estimator can see coverage
 and refuse an incomplete run.

@@ -1,4 +1,4 @@
-"""Seeded, shuffled schedule of base x condition x repetition calls (DESIGN §5).
+"""Seeded, shuffled schedule of base x condition x repetition calls (docs/design.md §5).
 
 The schedule is guard-independent: it names instances by `instance_sha256`, so a replicate
 on another guard (even with another prompt) carries it byte-identical.

@@ -1,4 +1,4 @@
-"""The run folder (DESIGN §6): manifest, schedule, stimuli, hash-chained raw log, decisions.
+"""The run folder (docs/design.md §6): manifest, schedule, stimuli, hash-chained raw log, decisions.
 
 Write discipline: `raw.jsonl` and `decisions.jsonl` are append-only; a raw line is written
 (and flushed) before the decision that points at it, so a crash can leave at most a torn last

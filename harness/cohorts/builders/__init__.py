@@ -1,1 +1,1 @@
-"""Cohort builders: each turns a source into frozen base x condition rows (DESIGN §4)."""
+"""Cohort builders: each turns a source into frozen base x condition rows (docs/design.md §4)."""

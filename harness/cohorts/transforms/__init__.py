@@ -1,4 +1,4 @@
-"""Condition transforms: pure, deterministic changes to an instance's content (DESIGN §4).
+"""Condition transforms: pure, deterministic changes to an instance's content (docs/design.md §4).
 
 Each transform is a `Transform` declaring what it keeps byte-identical; builders call
 `apply_checked` so a variant that breaks its invariants is refused, naming base and condition.
