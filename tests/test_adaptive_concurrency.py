@@ -81,15 +81,17 @@ async def test_wire_gate_is_fifo_follows_a_changed_limit_and_returns_slots_of_th
 
 
 def test_sim_rate_cap_refuses_over_cap_requests_with_retry_after(sim_factory):
-    sim = sim_factory("--rps-cap", "5", "--rps-burst", "2")
+    # One token every 20 s: the bucket cannot refill between six requests however slowly this
+    # machine sends them (at 5 tokens/s, a loaded machine used to see a fifth request admitted).
+    sim = sim_factory("--rps-cap", "0.05", "--rps-burst", "2")
     url = f"{sim.base_url}/chat/completions"
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     replies = [httpx.post(url, json=body, headers={"X-Call-Id": f"c{i}"}) for i in range(6)]
     codes = [r.status_code for r in replies]
-    assert codes[:2] == [200, 200] and codes.count(429) >= 3
-    limited = next(r for r in replies if r.status_code == 429)
+    assert codes == [200, 200, 429, 429, 429, 429]
+    limited = replies[2]
     wait = float(limited.headers["Retry-After"])
-    assert 0 < wait <= 0.2 and int(limited.headers["retry-after-ms"]) >= 1
+    assert 0 < wait <= 20 and abs(int(limited.headers["retry-after-ms"]) / 1000 - wait) < 0.002
     assert limited.json()["error"]["code"] == 429
     stats = _stats(sim)
     assert stats["requests"] == 6 and stats["rate_limited"] == codes.count(429)

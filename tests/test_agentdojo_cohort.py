@@ -84,3 +84,40 @@ def test_building_twice_is_byte_identical(banking, tmp_path):
     path, _ = build_agentdojo(tmp_path / "again", suites=["banking"], max_bases=48, seed=1)
     for name in ("cohort.json", "instances.jsonl"):
         assert (path / name).read_bytes() == (cohort.path / name).read_bytes()
+
+
+def test_file_creating_replays_are_byte_identical_at_the_replay_clock():
+    # user_task_32 creates a file and user_task_13 appends to one before a later step, so the
+    # tool's `last_modified` stamp reaches a base's history; with the wall clock it differed per build.
+    import orjson
+
+    from harness.cohorts.builders.agentdojo import REPLAY_CLOCK
+
+    replay = SuiteReplay("v1.2", "workspace", "important_instructions")
+    injections = [replay.suite.injection_tasks[i] for i in ("injection_task_0", "injection_task_1")]
+
+    def build() -> bytes:
+        return orjson.dumps([replay.user_task_bases(replay.suite.user_tasks[u], injections, SuiteStats())
+                             for u in ("user_task_32", "user_task_13")])
+
+    first, second = build(), build()
+    assert first == second
+    assert first.count(f"last_modified: {REPLAY_CLOCK:%Y-%m-%d %H:%M:%S}".encode()) >= 2
+
+
+def test_frozen_clock_changes_only_now_and_is_undone():
+    import datetime
+
+    import agentdojo.default_suites.v1.tools.cloud_drive_client as drive
+
+    from harness.cohorts.builders.frozen_clock import frozen_clock
+
+    at = datetime.datetime(2024, 5, 15, 12, 0)
+    with frozen_clock("agentdojo", at):
+        dt = drive.datetime.datetime
+        assert dt.now() == at and dt.today() == at
+        made = dt(2020, 1, 2, 3, 4)
+        assert type(made) is datetime.datetime and isinstance(made, dt)
+        assert dt.fromisoformat("2020-01-02T03:04:00") == made and drive.datetime.timedelta is datetime.timedelta
+        assert dt.now(datetime.timezone.utc) == at.replace(tzinfo=datetime.timezone.utc)
+    assert drive.datetime is datetime and drive.datetime.datetime.now() != at

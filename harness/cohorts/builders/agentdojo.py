@@ -14,6 +14,7 @@ package's own loader, same result: a test compares them).
 
 from __future__ import annotations
 
+import datetime
 import importlib.metadata
 import re
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import yaml
 from harness.canon import sha256_hex
 from harness.cohorts.builders.agentdojo_aliases import AGENTDOJO_ALIASES
 from harness.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
+from harness.cohorts.builders.frozen_clock import frozen_clock
 from harness.cohorts.builders.sampling import stratified_sample
 from harness.cohorts.model import write_cohort
 from harness.cohorts.transforms import combined, format_placebo, identity, make_marker_rewrite, make_tool_alias
@@ -36,6 +38,9 @@ DEFAULT_VERSION = "v1.2"
 DEFAULT_ATTACK = "important_instructions"
 # Attacks that address the model by name need a pipeline name; fixed so builds are stable.
 TARGET_PIPELINE_NAME = "gpt-4o-2024-05-13"
+# The suites' tools stamp new files and sent emails with `datetime.now()`; the replay runs at this
+# fixed instant instead (noon of the suites' calendar day) so that two builds are byte-identical.
+REPLAY_CLOCK = datetime.datetime(2024, 5, 15, 12, 0, 0)
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_]+)\}")
 # libyaml's loader when PyYAML was built with it (same parse, much faster), else the pure one.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -158,15 +163,19 @@ class SuiteReplay:
         stats.user_tasks, stats.injection_tasks = len(user_tasks), len(injection_tasks)
         out: list[dict[str, Any]] = []
         for ut in user_tasks:
+            out.extend(self.user_task_bases(ut, injection_tasks, stats))
+        return out
+
+    def user_task_bases(self, ut, injection_tasks, stats: SuiteStats) -> list[dict[str, Any]]:
+        """The bases of one user task under each injection task, replayed at REPLAY_CLOCK."""
+        with frozen_clock("agentdojo", REPLAY_CLOCK):
             cands, first = self.candidates(ut)
             if not cands or first is None:
                 stats.not_injectable.append(ut.ID)
-                continue
+                return []
             # The attack asks for candidates itself (slow loader); hand it ours instead.
             self.attack.get_injection_candidates = lambda _ut, _c=cands: list(_c)
-            for it in injection_tasks:
-                out.extend(self._replay(ut, it, first, stats))
-        return out
+            return [b for it in injection_tasks for b in self._replay(ut, it, first, stats)]
 
     def _replay(self, ut, it, first: int, stats: SuiteStats) -> list[dict[str, Any]]:
         injections = self.attack.attack(ut, it)
@@ -246,6 +255,7 @@ def build_agentdojo(out: str | Path, *, suites: list[str] | None = None, version
         conditions=[c.condition() for c in specs], rows=rows, sources=_sources(suites),
         builder={"command": "cohort build agentdojo", "agentdojo": importlib.metadata.version("agentdojo"),
                  "suites": suites, "version": version, "attack": attack, "target_pipeline": TARGET_PIPELINE_NAME,
+                 "replay_clock": REPLAY_CLOCK.isoformat(),
                  "max_bases": max_bases, "seed": seed, "bases_before_sampling": n_all})
     summary = {s: {"user_tasks": st.user_tasks, "injection_tasks": st.injection_tasks,
                    "not_injectable": st.not_injectable, "interactions": st.interactions,
