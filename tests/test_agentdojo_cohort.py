@@ -119,5 +119,5 @@ def test_frozen_clock_changes_only_now_and_is_undone():
         made = dt(2020, 1, 2, 3, 4)
         assert type(made) is datetime.datetime and isinstance(made, dt)
         assert dt.fromisoformat("2020-01-02T03:04:00") == made and drive.datetime.timedelta is datetime.timedelta
-        assert dt.now(datetime.timezone.utc) == at.replace(tzinfo=datetime.timezone.utc)
+        assert dt.now(datetime.UTC) == at.replace(tzinfo=datetime.UTC)
     assert drive.datetime is datetime and drive.datetime.datetime.now() != at

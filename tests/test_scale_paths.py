@@ -49,11 +49,10 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.fixture
 def workers_always(monkeypatch):
     """Switch on the worker processes that large files get."""
-    from harness.run import status, verify, verify_raw
+    from harness.run import workers
 
-    monkeypatch.setattr(verify_raw, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(verify, "PARALLEL_RENDER_MIN", 0)
-    monkeypatch.setattr(status, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(workers, "LOG_MIN_BYTES", 0)
+    monkeypatch.setattr(workers, "RENDER_MIN_INSTANCES", 0)
 
 
 @pytest.fixture
@@ -104,12 +103,53 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
     data[second + 300] ^= 0x01
     (run / "raw.jsonl").write_bytes(bytes(data))
     forked = verify_run(run)
-    from harness.run import status, verify, verify_raw
+    from harness.run import workers
 
-    verify_raw.PARALLEL_MIN_BYTES, verify.PARALLEL_RENDER_MIN, status.PARALLEL_MIN_BYTES = 1 << 60, 1 << 60, 1 << 60
+    workers.LOG_MIN_BYTES, workers.RENDER_MIN_INSTANCES = 1 << 60, 1 << 60
     inline = verify_run(run)
     assert forked == inline and not forked["ok"]
     assert any(p["file"] == "raw.jsonl" and p["line"] in (1, 2) for p in forked["problems"])
+
+
+def _open_state(run: Path):
+    from harness.run.store import RunWriter
+
+    writer = RunWriter(run)
+    try:
+        st = writer.open()
+        return st.last_seq, st.last_raw_sha, st.attempts, st.decided, st.final_raw, st.spent
+    finally:
+        writer.close()
+
+
+def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypatch):
+    """macOS has no os.sched_getaffinity: the CPU count falls back to os.cpu_count(), and
+    verify, status and resume's scan still fork their workers and give the inline answers."""
+    import os
+
+    from harness.run import workers
+    from harness.run.status import run_status
+    from harness.run.verify import verify_run
+
+    inline_verify, inline_status = verify_run(half_run), run_status(half_run)   # small files: no workers
+    inline_open = _open_state(_copy(half_run, tmp_path / "inline"))
+    monkeypatch.setattr(workers, "LOG_MIN_BYTES", 0)
+    monkeypatch.setattr(workers, "RENDER_MIN_INSTANCES", 0)
+    forks = []
+    real_worker_init = workers.Worker.__init__
+
+    def counting_init(self, fn, *args):
+        forks.append(fn.__name__)
+        real_worker_init(self, fn, *args)
+
+    monkeypatch.setattr(workers.Worker, "__init__", counting_init)
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)   # the fallback answers; this is what a 2-CPU Mac says
+    assert workers.usable_cpus() == 2
+    assert verify_run(half_run) == inline_verify and inline_verify["ok"]
+    assert run_status(half_run) == inline_status
+    assert _open_state(_copy(half_run, tmp_path / "forked")) == inline_open
+    assert sorted(set(forks)) == ["_raw_counts", "_render_cells", "_write_facts", "scan_raw_part"]
 
 
 def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, monkeypatch):

@@ -11,8 +11,6 @@ A 1,000,000-call run reports in seconds.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from array import array
 from pathlib import Path
 from typing import Any
@@ -26,12 +24,10 @@ from harness.run.store import (
     iter_jsonl,
     iter_lines,
     iter_raw_fields,
-    line_boundary,
     parse_line,
     read_manifest,
 )
-
-PARALLEL_MIN_BYTES = 64 << 20   # raw.jsonl size above which a worker reads it
+from harness.run.workers import halves
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:
@@ -101,51 +97,19 @@ class _RawCounts:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._jobs: list[tuple[Any, Any]] = []
-        size = path.stat().st_size if path.exists() else 0
-        if size >= PARALLEL_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
-            ctx = multiprocessing.get_context("fork")
-            middle = line_boundary(path, size // 2)
-            for start, end in ((0, middle), (middle, size)):
-                conn, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(path, start, end, child), daemon=True)
-                proc.start()
-                child.close()
-                self._jobs.append((proc, conn))
+        self._workers = halves(path, _raw_counts)
 
     def result(self) -> tuple[int, float, int]:
-        parts = [self._collect(proc, conn) for proc, conn in self._jobs]
-        self._jobs = []
+        parts = [w.result() for w in self._workers]
+        self._workers = []
         if not parts or any(p is None for p in parts):
             # Inline (small logs), or a worker failed or met a damaged line: read it here, so
             # that the error names the right line.
             return _totals([_raw_counts(self.path)])
-        return _totals(parts)  # type: ignore[arg-type]
+        return _totals(parts)
 
     def close(self) -> None:
         """Stop workers whose result was not collected (the decisions pass raised)."""
-        for proc, conn in self._jobs:
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
-            conn.close()
-        self._jobs = []
-
-    @staticmethod
-    def _collect(proc: Any, conn: Any) -> tuple[int, int, array] | None:
-        try:
-            return conn.recv()
-        except (EOFError, OSError):
-            return None
-        finally:
-            conn.close()
-            proc.join()
-
-
-def _worker(path: Path, start: int, end: int, conn: Any) -> None:
-    try:
-        conn.send(_raw_counts(path, start, end))
-    except Exception:  # noqa: BLE001 - the parent reads the log itself and raises the error
-        pass
-    finally:
-        conn.close()
+        for w in self._workers:
+            w.stop()
+        self._workers = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import mmap
-import multiprocessing
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ import orjson
 
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.errors import CheckFailed, InputError, RunLocked
+from harness.run.workers import halves
 
 GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
@@ -282,15 +282,6 @@ def decision_fields(line: bytes) -> tuple[str, Any, Any] | None:
     return m[1].decode(), tail[2].decode(), reason
 
 
-def line_boundary(path: Path, near: int) -> int:
-    """The first line start at or after byte `near` (the file size when there is none)."""
-    with open(path, "rb") as fh:
-        fh.seek(max(near - 1, 0))
-        if near > 0:
-            fh.readline()   # the rest of the line that byte near-1 is in
-        return fh.tell()
-
-
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, line with its newline) of every complete line; a torn last line is left
     out, as `iter_jsonl` does."""
@@ -467,9 +458,6 @@ def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) ->
     return part
 
 
-PARALLEL_SCAN_MIN_BYTES = 64 << 20   # raw.jsonl size above which two workers read it
-
-
 class _RawScan:
     """`scan_raw_part` over raw.jsonl: each half of a large log in a forked worker (they
     inherit the set of decided calls), started now and collected by `parts`; a small log, one
@@ -477,47 +465,18 @@ class _RawScan:
 
     def __init__(self, path: Path, decided: set[str]) -> None:
         self.path, self.decided = path, decided
-        self._jobs: list[tuple[Any, Any]] = []
-        size = path.stat().st_size if path.exists() else 0
-        if size >= PARALLEL_SCAN_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
-            ctx = multiprocessing.get_context("fork")
-            middle = line_boundary(path, size // 2)
-            for start, end in ((0, middle), (middle, size)):
-                conn, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_scan_worker, args=(path, start, end, decided, child), daemon=True)
-                proc.start()
-                child.close()
-                self._jobs.append((proc, conn))
+        self._workers = halves(path, scan_raw_part, decided)
 
     def parts(self) -> list[RawPart]:
-        parts: list[RawPart] = []
-        for proc, conn in self._jobs:
-            try:
-                parts.append(conn.recv())
-            except (EOFError, OSError):
-                pass
-            finally:
-                conn.close()
-                proc.join()
-        complete = bool(self._jobs) and len(parts) == len(self._jobs)
-        self._jobs = []
+        parts = [w.result() for w in self._workers]
+        complete = bool(parts) and all(p is not None for p in parts)
+        self._workers = []
         return parts if complete else [scan_raw_part(self.path, 0, None, self.decided)]
 
     def stop(self) -> None:
-        for proc, conn in self._jobs:
-            proc.kill()
-            proc.join()
-            conn.close()
-        self._jobs = []
-
-
-def _scan_worker(path: Path, start: int, end: int, decided: set[str], conn: Any) -> None:
-    try:
-        conn.send(scan_raw_part(path, start, end, decided))
-    except Exception:  # noqa: BLE001 - the parent reads the log itself and raises the error
-        pass
-    finally:
-        conn.close()
+        for w in self._workers:
+            w.stop()
+        self._workers = []
 
 
 def recover_torn(path: Path) -> Path | None:

@@ -28,8 +28,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import heapq
-import multiprocessing
-import os
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -46,9 +44,9 @@ from harness.run import verify_raw
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
 from harness.run.store import DECISIONS, EVENTS, GENESIS, MANIFEST, RAW, SCHEDULE, STIMULI, STIMULUS_LINE
 from harness.run.verify_raw import MISSING
+from harness.run.workers import Worker, render_pays
 
 MAX_PROBLEMS = 50
-PARALLEL_RENDER_MIN = 1000   # instances; below this a worker process costs more than it saves
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 # A schedule line as `dumps_line` writes it (sorted keys, no spaces), from encoded fields.
 _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"index":%d,"instance_sha256":"%s",'
@@ -701,51 +699,24 @@ def _render_cells(cohort: Cohort, render: Callable[[Any], dict[str, Any]]) -> tu
     return bytes(digests), failed
 
 
-def _render_worker(cohort: Cohort, render: Callable[[Any], dict[str, Any]], conn: Any) -> None:
-    try:
-        digests, failed = _render_cells(cohort, render)
-        conn.send_bytes(digests + bytes(failed))
-    except Exception:  # noqa: BLE001 - the parent sees EOF and renders itself (same result or same error)
-        pass
-    finally:
-        conn.close()
-
-
 class _RenderJob:
-    """Renders every instance once, in a forked worker when a second CPU is there (the main
-    process meanwhile streams the logs), else inline when asked for."""
+    """Renders every instance once, in a forked worker when the cohort is large and a second
+    CPU is there (the main process meanwhile streams the logs), else inline when asked for."""
 
     def __init__(self, cohort: Cohort, render: Callable[[Any], dict[str, Any]]) -> None:
         self.cohort, self.render = cohort, render
-        self._proc: Any = None
-        self._conn: Any = None
-        if cohort.n_instances >= PARALLEL_RENDER_MIN and len(os.sched_getaffinity(0)) > 1:
-            ctx = multiprocessing.get_context("fork")
-            self._conn, child = ctx.Pipe(duplex=False)
-            self._proc = ctx.Process(target=_render_worker, args=(cohort, render, child), daemon=True)
-            self._proc.start()
-            child.close()
+        self._worker = Worker(_render_cells, cohort, render) if render_pays(cohort.n_instances) else None
 
     def result(self) -> tuple[bytes, bytearray]:
-        if self._proc is not None:
-            try:
-                data = self._conn.recv_bytes()
-                n = self.cohort.n_instances
-                return data[:32 * n], bytearray(data[32 * n:])
-            except (EOFError, OSError):
-                pass  # the worker died: render here instead (same result)
-            finally:
-                self.close()
-        return _render_cells(self.cohort, self.render)
+        done = self._worker.result() if self._worker is not None else None
+        self._worker = None
+        # None: no worker, or it died: render here instead (the same result, or the same error).
+        return done if done is not None else _render_cells(self.cohort, self.render)
 
     def close(self) -> None:
-        if self._proc is not None:
-            self._conn.close()
-            self._proc.join(timeout=5)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join()
-            self._proc = None
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
 
 
 def _renderer(manifest: dict[str, Any]) -> Callable[[Any], dict[str, Any]] | None:

@@ -16,8 +16,6 @@ memory held for them); a line with anything unusual travels pickled, whole.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
-import os
 import re
 import struct
 import tempfile
@@ -29,10 +27,10 @@ import orjson
 
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.run.decide import decide
+from harness.run.workers import Worker, log_pays
 
 MISSING: Any = ...              # a field the line does not have (never a JSON value)
 _DIFFERS = "\x00stimulus differs"   # an expected request hash no line carries
-PARALLEL_MIN_BYTES = 32 << 20   # below this a worker costs more than it saves
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 
@@ -160,21 +158,17 @@ def _unpack(fields: tuple[Any, ...]) -> Line:
                 dm if derived else None, dd if derived else None)
 
 
-def _worker(path: Path, parser: Any, pinned: str | None, out: BinaryIO, conn: Any) -> None:
+def _write_facts(path: Path, parser: Any, pinned: str | None, out: BinaryIO) -> list[Fact]:
+    """In the worker: the usual lines' facts as records into `out`; returns the others."""
     odd: list[Fact] = []
-    try:
-        with open(out.fileno(), "wb", buffering=1 << 20, closefd=False) as fh:
-            for f in line_facts(path, parser, pinned):
-                packed = _pack(f) if isinstance(f, Line) else None
-                if packed is None:
-                    odd.append(f)
-                else:
-                    fh.write(packed)
-        conn.send(odd)
-    except Exception:  # noqa: BLE001 - the parent sees no result and works the file itself
-        pass
-    finally:
-        conn.close()
+    with open(out.fileno(), "wb", buffering=1 << 20, closefd=False) as fh:
+        for f in line_facts(path, parser, pinned):
+            packed = _pack(f) if isinstance(f, Line) else None
+            if packed is None:
+                odd.append(f)
+            else:
+                fh.write(packed)
+    return odd
 
 
 class RawFacts:
@@ -182,15 +176,12 @@ class RawFacts:
 
     def __init__(self, path: Path, parser: Any, pinned: str | None) -> None:
         self.path, self.parser, self.pinned = path, parser, pinned
-        self._proc: Any = None
+        self._worker: Worker | None = None
+        self._file: BinaryIO | None = None
         size = path.stat().st_size if path.exists() else 0
-        if size >= PARALLEL_MIN_BYTES and len(os.sched_getaffinity(0)) > 1:
-            ctx = multiprocessing.get_context("fork")
+        if log_pays(size):
             self._file = tempfile.TemporaryFile()
-            self._conn, child = ctx.Pipe(duplex=False)
-            self._proc = ctx.Process(target=_worker, args=(path, parser, pinned, self._file, child), daemon=True)
-            self._proc.start()
-            child.close()
+            self._worker = Worker(_write_facts, path, parser, pinned, self._file)
 
     def __iter__(self) -> Iterator[Fact]:
         odd = self._collect()
@@ -199,9 +190,11 @@ class RawFacts:
             return
         # Merge the records and the pickled odd facts by line number.
         odd.reverse()
-        self._file.seek(0)
+        records = self._file
+        assert records is not None   # written by the worker that answered
+        records.seek(0)
         size = _RECORD.size
-        while chunk := self._file.read(size * 8192):
+        while chunk := records.read(size * 8192):
             for fields in _RECORD.iter_unpack(chunk):
                 while odd and odd[-1].lineno < fields[0]:
                     yield odd.pop()
@@ -210,21 +203,16 @@ class RawFacts:
             yield odd.pop()
 
     def _collect(self) -> list[Fact] | None:
-        if self._proc is None:
+        if self._worker is None:
             return None
-        try:
-            return self._conn.recv()
-        except (EOFError, OSError):
-            return None  # the worker failed: work the file here (same facts)
-        finally:
-            self._conn.close()
-            self._proc.join()
-            self._proc = None
+        odd: list[Fact] | None = self._worker.result()   # None: the worker failed; work the file here
+        self._worker = None
+        return odd
 
     def close(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join()
-            self._proc = None
-        if getattr(self, "_file", None) is not None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        if self._file is not None:
             self._file.close()
+            self._file = None

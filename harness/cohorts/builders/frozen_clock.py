@@ -38,7 +38,7 @@ def _frozen_datetime_class(at: _dt.datetime) -> type:
     class FrozenDatetime(metaclass=_Proxy):
         @staticmethod
         def now(tz: _dt.tzinfo | None = None) -> _dt.datetime:
-            return at if tz is None else at.replace(tzinfo=_dt.timezone.utc).astimezone(tz)
+            return at if tz is None else at.replace(tzinfo=_dt.UTC).astimezone(tz)
 
         @staticmethod
         def today() -> _dt.datetime:
