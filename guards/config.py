@@ -16,6 +16,8 @@ from harness.canon import canonical_sha256
 from harness.errors import InputError
 
 BACKENDS = ("openrouter", "openai-compatible", "mlx")
+# The guard configs shipped with guardeval (haiku-4.5.toml, sim.toml).
+PRESETS = Path(__file__).resolve().parent / "presets"
 DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compatible": "http://127.0.0.1:8000/v1"}
 
 # field -> (accepted python types, required)

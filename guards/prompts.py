@@ -24,10 +24,15 @@ KNOWN_PLACEHOLDERS = ("user_request", "history", "current_action", "tool_descrip
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(KNOWN_PLACEHOLDERS) + r")\}")
 
 
+# The project's own prompts, shipped inside the package (in the repository, a link to prompts/).
+BUNDLED_PROMPTS = Path(__file__).resolve().parent / "bundled_prompts"
+
+
 def prompts_root() -> Path:
-    """`$GUARDEVAL_PROMPTS`, else the repository's `prompts/` folder."""
+    """The user's prompts folder, where imported prompts go: `$GUARDEVAL_PROMPTS`, else `prompts/`
+    in the current directory (as runs go to `runs/` there)."""
     env = os.environ.get("GUARDEVAL_PROMPTS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "prompts"
+    return Path(env) if env else Path("prompts")
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,17 @@ def placeholder_values(instance: Mapping[str, Any], action_format: str = "json",
 
 
 def load_prompt(prompt_id: str, root: Path | None = None) -> Prompt:
-    base = (root or prompts_root()) / prompt_id
-    manifest_path = base / "manifest.json"
+    """The prompt `prompt_id` from `root`, else from the user's folder (`prompts_root()`) or,
+    failing that, the prompts shipped with guardeval."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", prompt_id):
         raise InputError(f"invalid prompt id '{prompt_id}'", field="prompt")
-    if not manifest_path.is_file():
+    roots = [root] if root is not None else [prompts_root(), BUNDLED_PROMPTS]
+    base = next((r / prompt_id for r in roots if (r / prompt_id / "manifest.json").is_file()), None)
+    if base is None:
         hint = " (run `guardeval prompts import ts-guard FILE` first)" if prompt_id.startswith("ts-guard") else ""
-        raise InputError(f"prompt '{prompt_id}' not found under {base.parent}{hint}", field="prompt")
+        where = " or ".join(str(r) for r in roots)
+        raise InputError(f"prompt '{prompt_id}' not found under {where}{hint}", field="prompt")
+    manifest_path = base / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text("utf-8"))
     except json.JSONDecodeError as exc:

@@ -15,7 +15,28 @@ from guards.sim import SimServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_COHORT = REPO / "cohorts" / "demo"
+DATA = REPO / "tests" / "data"     # synthetic stand-ins for third-party files, written for these tests
+# Third-party files beside the checkout on the development machines only; a fresh clone has no
+# ../shared, and the tests that read it skip, saying which file is missing and how to get it.
 SHARED = REPO.parent / "shared"
+TOOLSAFE = "github.com/MurrayTom/ToolSafe at commit 92a9540e6f2d8eb0ba04e907697e738e4cd6aec6"
+HOW_TO_GET = {
+    "data/asb": f"copy agent_task.jsonl, all_attack_tools.jsonl and all_normal_tools.jsonl from {TOOLSAFE} "
+                "(benchmark/asb/data/) into it, with a MANIFEST.txt of 'BYTES SHA256 NAME' lines (docs/cohorts.md)",
+    "reference/ts-guard-prompt-v2.txt": f"save instruction_ashellguardian_template_v2 of {TOOLSAFE} "
+                                        "(src/agent/agent_prompts.py) byte-exact there (README, Local guards)",
+    "reference/toolsafe-lfs-pins.txt": f"the pin lines of the Git LFS pointers of {TOOLSAFE}",
+}
+
+
+def shared_or_skip(rel: str) -> Path:
+    """`../shared/<rel>` where the development machines have it; otherwise skip, naming the
+    missing file and how a user obtains it."""
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"third-party file {path} is not present (a fresh clone has no ../shared): "
+                    f"{HOW_TO_GET[rel]}")
+    return path
 
 
 @dataclass

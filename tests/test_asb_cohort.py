@@ -1,30 +1,41 @@
-"""ASB builder: pins before parsing, arms, threat-word shares, determinism, CLI."""
+"""ASB builder: pins before parsing, arms, threat-word shares, determinism, CLI.
+
+Every test runs on `tests/data/asb-shaped/` (files in the shape of ASB's, written for these
+tests, with their own pins) and again on ASB's real files where ../shared has them."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness.cohorts.builders.asb import build_asb
+from harness.cohorts.builders.asb import ASB_PINS, build_asb
+from harness.cohorts.builders.pins import parse_pin_lines
 from harness.cohorts.model import load_cohort
 from harness.cohorts.report import inspect
 from harness.cohorts.transforms import has_threat_word
 from harness.errors import InputError
 
-REPO = Path(__file__).resolve().parents[1]
-ASB = REPO.parent / "shared" / "data" / "asb"
+from conftest import DATA, run_cli, shared_or_skip
+
+SHAPED = DATA / "asb-shaped"
+
+
+@pytest.fixture(scope="module", params=["shaped", "asb"])
+def source(request) -> tuple[Path, dict[str, tuple[int, str]]]:
+    """(folder, pins): the ASB-shaped test data with its own pins, or ASB's files with the built-in ones."""
+    if request.param == "shaped":
+        return SHAPED, parse_pin_lines(SHAPED / "MANIFEST.txt")
+    return shared_or_skip("data/asb"), ASB_PINS
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
+def small(source, tmp_path_factory):
+    folder, pins = source
     out = tmp_path_factory.mktemp("asb") / "cohort"
-    build_asb(ASB, out, max_bases=120, seed=7)
+    build_asb(folder, out, max_bases=40, seed=7, pins=pins)
     return load_cohort(out)
 
 
@@ -32,7 +43,7 @@ def test_arms_and_shares(small):
     assert small.condition_names == ["A0", "NULL2", "A1", "A1b", "A3"]
     assert small.role_of("NULL2") == "placebo" and small.role_of("A0") == "baseline"
     report = inspect(small)
-    assert report["n_bases"] == 120 and report["invariance"]["ok"]
+    assert report["n_bases"] == 40 and report["invariance"]["ok"]
     share = report["threat_word_share"]
     assert share["A0"] > 0.6 and share["NULL2"] == share["A0"] == share["A1b"]
     assert share["A1"] == share["A3"] == 0.0
@@ -57,56 +68,71 @@ def test_arm_contents(small):
         assert row["user_request"] == a0["user_request"] and row["label"] == 1
 
 
-def test_rebuild_is_byte_identical(tmp_path, small):
-    build_asb(ASB, tmp_path / "again", max_bases=120, seed=7)
+def test_rebuild_is_byte_identical(tmp_path, source, small):
+    build_asb(source[0], tmp_path / "again", max_bases=40, seed=7, pins=source[1])
     for name in ("cohort.json", "instances.jsonl"):
         assert (tmp_path / "again" / name).read_bytes() == (small.path / name).read_bytes()
 
 
-def _copy(tmp_path: Path) -> Path:
+def _copy(source, tmp_path: Path) -> Path:
     src = tmp_path / "asb"
-    shutil.copytree(ASB, src)
+    shutil.copytree(source[0], src)
     return src
 
 
-def test_tampered_source_is_refused_before_parsing(tmp_path):
-    src = _copy(tmp_path)
+def test_tampered_source_is_refused_before_parsing(tmp_path, source):
+    src = _copy(source, tmp_path)
     data = bytearray((src / "all_attack_tools.jsonl").read_bytes())
     data[100] ^= 0x01
     (src / "all_attack_tools.jsonl").write_bytes(bytes(data))
     with pytest.raises(InputError, match="SHA-256"):
-        build_asb(src, tmp_path / "out")
+        build_asb(src, tmp_path / "out", pins=source[1])
     assert not (tmp_path / "out").exists()
 
 
-def test_symlinked_source_file_is_refused(tmp_path):
-    src = _copy(tmp_path)
+def test_symlinked_source_file_is_refused(tmp_path, source):
+    src = _copy(source, tmp_path)
     (src / "agent_task.jsonl").unlink()
-    (src / "agent_task.jsonl").symlink_to(ASB / "agent_task.jsonl")
+    (src / "agent_task.jsonl").symlink_to(source[0] / "agent_task.jsonl")
     with pytest.raises(InputError, match="symbolic"):
-        build_asb(src, tmp_path / "out")
+        build_asb(src, tmp_path / "out", pins=source[1])
 
 
-def test_manifest_must_agree_with_the_pins(tmp_path):
-    src = _copy(tmp_path)
-    text = (src / "MANIFEST.txt").read_text().replace("4935 ", "4936 ")
+def test_manifest_must_agree_with_the_pins(tmp_path, source):
+    src = _copy(source, tmp_path)
+    size, _ = source[1]["agent_task.jsonl"]
+    text = (src / "MANIFEST.txt").read_text().replace(f"{size} ", f"{size + 1} ")
     (src / "MANIFEST.txt").write_text(text)
     with pytest.raises(InputError, match="MANIFEST"):
-        build_asb(src, tmp_path / "out")
+        build_asb(src, tmp_path / "out", pins=source[1])
+
+
+def test_all_tools_adds_the_non_aggressive_ones(tmp_path, source):
+    folder, pins = source
+    _, aggressive = build_asb(folder, tmp_path / "a", pins=pins)
+    _, every = build_asb(folder, tmp_path / "b", tools="all", pins=pins)
+    assert every["attacker_tools"] > aggressive["attacker_tools"]
+    assert every["bases_before_sampling"] > aggressive["bases_before_sampling"]
+    with pytest.raises(InputError, match="aggressive"):
+        build_asb(folder, tmp_path / "c", tools="some", pins=pins)
 
 
 def test_cli_build_and_inspect_json(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    asb = shared_or_skip("data/asb")   # the CLI reads the built-in pins: ASB's own files only
     out = tmp_path / "c"
-    def run(*a: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "harness", *a], env=env, capture_output=True,
-                              text=True, timeout=120)
-    p = run("cohort", "build", "asb", "--source", str(ASB), "--out", str(out), "--max-bases", "40",
-            "--conditions", "A1")
-    assert p.returncode == 0, p.stderr
-    p = run("cohort", "inspect", str(out), "--json")
-    assert p.returncode == 0, p.stderr
-    report = json.loads(p.stdout)  # stdout carries only the JSON
+    r = run_cli("cohort", "build", "asb", "--source", str(asb), "--out", str(out), "--max-bases", "40",
+                "--conditions", "A1")
+    assert r.code == 0, r.err
+    r = run_cli("cohort", "inspect", str(out), "--json")
+    assert r.code == 0, r.err
+    report = json.loads(r.out)  # stdout carries only the JSON
     assert list(report["threat_word_share"]) == ["A0", "A1"] and report["n_bases"] == 40
-    p = run("cohort", "build", "asb", "--source", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x"))
-    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_cli_refuses_other_files_and_missing_folders(tmp_path):
+    # The ASB-shaped files are not ASB's release: the CLI (built-in pins) refuses them, naming MANIFEST.txt.
+    r = run_cli("cohort", "build", "asb", "--source", str(SHAPED), "--out", str(tmp_path / "x"))
+    assert r.code == 2 and "MANIFEST.txt" in r.err and "Traceback" not in r.err
+    r = run_cli("cohort", "build", "asb", "--source", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x"))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert not (tmp_path / "x").exists()

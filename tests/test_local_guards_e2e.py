@@ -4,7 +4,8 @@
 - the same model served by `mlx_lm.server` on 127.0.0.1, through `openai-compatible`;
 - `replicate` of a simulated-provider run onto the `mlx` guard with the imported TS-Guard
   prompt: schedule byte-identical, stimuli new, nothing quarantined, the random model's noise
-  recorded as `unparseable` (not dropped).
+  recorded as `unparseable` (not dropped). ToolSafe's template where ../shared has it, else the
+  TS-Guard-shaped one written for the tests (tests/data/), installed under its own SHA-256.
 
 The tiny random-weight qwen2 model is built offline and converted to 8-bit by mlx-lm itself
 (tests/tiny_model.py). Prompts live in a temporary root ($GUARDEVAL_PROMPTS).
@@ -34,9 +35,11 @@ except ImportError:  # pragma: no cover
 from harness.canon import sha256_hex
 from tests.tiny_model import tiny_model_dir
 
-from conftest import DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
+from conftest import DATA, DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
 
 REFERENCE = SHARED / "reference" / "ts-guard-prompt-v2.txt"
+# The TS-Guard template the tests install: ToolSafe's where the development machines have it.
+TS_GUARD_TEMPLATE = REFERENCE if REFERENCE.is_file() else DATA / "ts-guard-shaped-template.txt"
 SHORT_TEMPLATE = "Judge the step.\nRequest: {user_request}\nAction: {current_action}\nAnswer in JSON."
 
 
@@ -61,6 +64,11 @@ def prompts_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if REFERENCE.is_file():
         r = run_cli("prompts", "import", "ts-guard", str(REFERENCE), env={"GUARDEVAL_PROMPTS": str(root)})
         assert r.code == 0, r.err
+    else:
+        from harness.canon import file_sha256
+        from harness.cli.prompts import import_ts_guard
+
+        import_ts_guard(TS_GUARD_TEMPLATE, root, pinned_sha256=file_sha256(TS_GUARD_TEMPLATE))
     return root
 
 
@@ -181,7 +189,6 @@ def test_openai_compatible_against_mlx_lm_server(tmp_path: Path, model_dir: Path
     assert len(decisions) == 10 and {d["status"] for d in decisions} <= {"unparseable", "truncated"}
 
 
-@pytest.mark.skipif(not REFERENCE.is_file(), reason="reference TS-Guard template not present")
 def test_replicate_sim_run_onto_mlx_ts_guard(tmp_path: Path, model_dir: Path, prompts_root: Path,
                                              tiny_cohort: Path, sim) -> None:
     env = {"GUARDEVAL_PROMPTS": str(prompts_root)}
@@ -200,7 +207,7 @@ def test_replicate_sim_run_onto_mlx_ts_guard(tmp_path: Path, model_dir: Path, pr
     assert manifest["prompt"]["id"] == "ts-guard-v2" and manifest["guard"]["backend"] == "mlx"
     assert manifest["parent_run"]["run_id"] == json.loads((parent / "manifest.json").read_text())["run_id"]
     raw = jsonl(child / "raw.jsonl")
-    template = REFERENCE.read_text("utf-8")
+    template = TS_GUARD_TEMPLATE.read_text("utf-8")
     sched = {r["call_id"]: (r["base_id"], r["condition"]) for r in jsonl(child / "schedule.jsonl")}
     inst = {(r["base_id"], r["condition"]): r for r in jsonl(child / "cohort" / "instances.jsonl")}
     for rec in raw:

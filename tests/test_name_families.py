@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -27,7 +26,7 @@ from harness.cohorts.transforms.names import (
 )
 from harness.errors import InputError
 
-ASB_ATTACK = Path(__file__).resolve().parents[2] / "shared" / "data" / "asb" / "all_attack_tools.jsonl"
+from conftest import DATA, shared_or_skip
 
 _component = st.one_of(st.from_regex(r"[A-Z][a-z]{1,8}", fullmatch=True), st.from_regex(r"[A-Z]{2,4}", fullmatch=True))
 _camel = st.lists(_component, min_size=1, max_size=4).map("".join)
@@ -79,8 +78,12 @@ def test_vocabularies_carry_no_threat_words():
     assert set(THREAT_NEUTRAL) <= THREAT_WORDS
 
 
-def test_asb_threat_vocabulary_is_covered_and_tables_are_bijective():
-    names = sorted({json.loads(line)["Attacker Tool"] for line in ASB_ATTACK.read_text().splitlines()})
+@pytest.mark.parametrize("source", ["shaped", "asb"])
+def test_asb_threat_vocabulary_is_covered_and_tables_are_bijective(source):
+    # The ASB-shaped test data carries one attacker name per threat word below; ASB's own list, where present.
+    folder = DATA / "asb-shaped" if source == "shaped" else shared_or_skip("data/asb")
+    lines = (folder / "all_attack_tools.jsonl").read_text().splitlines()
+    names = sorted({json.loads(line)["Attacker Tool"] for line in lines})
     for word in ("Hijack", "Harvesting", "Escalation", "Poisoning", "Theft", "Leak", "Sabotage", "Tampering",
                  "Manipulation", "Fraud", "Exfiltration", "Injection", "Phishing", "Ransomware", "Laundering"):
         assert any(word in split_components(n) for n in names), word

@@ -146,3 +146,22 @@ def test_rows_feed_audit_units(bench, tmp_path):
         assert p.returncode == rc, p.stderr
         if rc == 2:  # the null prediction is reported by line, never silently dropped
             assert "line 2" in p.stderr and "pred_score" in p.stderr
+
+
+def test_shipped_pins_are_the_toolsafe_pins():
+    """The default pins ship with the package; where ../shared has the pin list, they agree."""
+    from harness.cohorts.builders.pins import parse_pin_lines
+    from harness.cohorts.builders.tsbench import DEFAULT_PINS
+
+    from conftest import shared_or_skip
+
+    shipped = parse_pin_lines(DEFAULT_PINS)
+    assert len(shipped) == 21 and all(p.startswith(("TS-Bench/", "guardian_test_logs/")) for p in shipped)
+    assert shipped == parse_pin_lines(shared_or_skip("reference/toolsafe-lfs-pins.txt"))
+
+
+def test_default_pins_refuse_files_that_are_not_toolsafes(bench, tmp_path):
+    root, _ = bench   # synthetic files at pinned paths: the shipped pins refuse them by size
+    with pytest.raises(InputError, match="size"):
+        build_tsbench(root, tmp_path / "c")
+    assert not (tmp_path / "c").exists()

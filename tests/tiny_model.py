@@ -43,11 +43,13 @@ _built: dict[str, Path] = {}
 
 REPO = Path(__file__).resolve().parents[1]
 # Text the tests actually send, so the tokenizer compresses it and the tiny model's prefill on
-# mlx's CPU backend stays short: the project's own prompt and demo cohort, and the TS-Guard
-# template read by path from ../shared when present (never copied into the repo).
+# mlx's CPU backend stays short: the project's own prompt and demo cohort, the tests'
+# TS-Guard-shaped template, and ToolSafe's read by path from ../shared when present (never
+# copied into the repo).
 CORPUS_FILES = (REPO / "prompts" / "guardeval-json-v1" / "system.txt",
                 REPO / "prompts" / "guardeval-json-v1" / "user.txt",
                 REPO / "cohorts" / "demo" / "instances.jsonl",
+                REPO / "tests" / "data" / "ts-guard-shaped-template.txt",
                 REPO.parent / "shared" / "reference" / "ts-guard-prompt-v2.txt")
 
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import select
 import signal
+import site
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+
+def _site_dirs() -> set[Path]:
+    return {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
 
 
 class SimServerProcess:
@@ -31,9 +36,12 @@ class SimServerProcess:
 
     def launch(self) -> SimServerProcess:
         """Start the process without waiting (start several, then `wait_ready` each)."""
-        root = str(Path(__file__).resolve().parents[2])   # the folder that holds `guards`
         env = dict(os.environ if self.env is None else self.env)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        root = Path(__file__).resolve().parents[2]   # the folder that holds `guards`
+        if root not in _site_dirs():
+            # A source checkout: the child needs the checkout on its path. An installed package is
+            # on it already (and site-packages on PYTHONPATH would come before the standard library).
+            env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen([sys.executable, "-m", "guards.sim", *self.args],
                                      stdout=subprocess.PIPE, stderr=self.stderr, env=env)
         return self

@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     a = asub.add_parser("import-toolsafe", help="TS-Guard published logs -> rows for `audit units`")
     a.add_argument("--logs", required=True, help="folder holding guardian_test_logs/<bench>/TS-Guard/*.json")
     a.add_argument("--out", required=True, help="rows file (JSONL) to write")
-    a.add_argument("--pins", help="pin file (default ../shared/reference/toolsafe-lfs-pins.txt)")
+    a.add_argument("--pins", help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
     a.add_argument("--tsbench", help="TS-Bench folder: check AgentHarm labels follow harmful_steps then benign_steps")
     a.set_defaults(func=cmd_import_toolsafe)
 

@@ -131,7 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ts = builders.add_parser("tsbench", help="ToolSafe TS-Bench files supplied by the user (pinned)")
     ts.add_argument("--source", required=True, help="ToolSafe checkout or TS-Bench folder")
     ts.add_argument("--out", required=True)
-    ts.add_argument("--pins", help="pin file (default ../shared/reference/toolsafe-lfs-pins.txt)")
+    ts.add_argument("--pins", help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
     ts.set_defaults(func=_build_tsbench)
 
     ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")

@@ -8,13 +8,12 @@ the estimator on the finished run.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+from guards.config import PRESETS
+from harness.cohorts.builders.demo import BUNDLED_DEMO
 from harness.run.runner import execute, finish_message, materialise, plan_launch, raise_if_stopped, resolve_run_dir
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO_COHORT = REPO / "cohorts" / "demo"
-SIM_PRESET = REPO / "guards" / "presets" / "sim.toml"
+SIM_PRESET = PRESETS / "sim.toml"
 DEMO_FAULTS = "429=0.04,500=0.02,503=0.02"
 DEMO_SEED = 2026
 
@@ -24,7 +23,7 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
 
     with SimServerProcess(["--seed", str(DEMO_SEED), "--latency-ms", "20:80", "--faults", DEMO_FAULTS]) as sim:
         print(f"demo: simulated provider at {sim.base_url} (faults {DEMO_FAULTS})", file=sys.stderr)
-        plan = plan_launch(cohort_dir=DEMO_COHORT, guard_path=SIM_PRESET, reps=3, seed=DEMO_SEED,
+        plan = plan_launch(cohort_dir=BUNDLED_DEMO, guard_path=SIM_PRESET, reps=3, seed=DEMO_SEED,
                            order="rounds", base_url=sim.base_url)
         target = resolve_run_dir(run_dir, plan.manifest["run_id"])
         materialise(plan, target)

@@ -58,13 +58,16 @@ def read_regular_file(path: Path) -> bytes:
         return fh.read()
 
 
-def import_ts_guard(source: Path, root: Path | None = None) -> Path:
-    """Verify `source` and install it; return the prompt folder. Nothing is written on failure."""
+def import_ts_guard(source: Path, root: Path | None = None, *, pinned_sha256: str | None = None) -> Path:
+    """Verify `source` against the pin (TS_GUARD_SHA256 unless another is given, as the tests
+    do for their TS-Guard-shaped template) and install it; return the prompt folder. Nothing is
+    written on failure."""
+    pin = pinned_sha256 or TS_GUARD_SHA256
     data = read_regular_file(source)
     digest = sha256_hex(data)
-    if digest != TS_GUARD_SHA256:
+    if digest != pin:
         raise InputError(f"SHA-256 {digest} is not the pinned TS-Guard v2 template "
-                         f"({TS_GUARD_SHA256}); nothing installed", path=source)
+                         f"({pin}); nothing installed", path=source)
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:  # cannot happen for the pinned bytes; kept for clarity

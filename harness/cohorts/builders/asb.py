@@ -9,7 +9,8 @@ Arms (seed 004, Table I for ASB): A0 original; NULL2 orthographic rename of the 
 tools (placebo); A1 threat words removed from attacker tool names; A1b threat wording removed
 from attacker tool descriptions; A3 both. Neutral names come from the fixed vocabularies in
 `harness.cohorts.transforms.names`, never from guard behaviour. Sources are verified against the
-pins (MANIFEST.txt, which must agree with the pins below) before any parsing.
+pins (MANIFEST.txt, which must agree with the pins below) before any parsing. Another release
+of the files (or the tests' ASB-shaped data) is read by passing its pins as `pins`.
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ ASB_PINS: dict[str, tuple[int, str]] = {
 _NO_PARAMS = {"type": "object", "properties": {}}
 
 
-def verify_sources(source: Path) -> list[dict[str, Any]]:
+Pins = dict[str, tuple[int, str]]
+
+
+def verify_sources(source: Path, pins: Pins = ASB_PINS) -> list[dict[str, Any]]:
     if source.is_symlink() or not source.is_dir():
         raise InputError("source folder not found (symbolic links are refused)", path=source)
     manifest = parse_pin_lines(source / "MANIFEST.txt")
     provenance = []
-    for name, (size, sha) in ASB_PINS.items():
+    for name, (size, sha) in pins.items():
         if manifest.get(name) != (size, sha):
             raise InputError(f"MANIFEST.txt pin for {name} differs from the pinned ASB release",
                              path=source / "MANIFEST.txt", field=name)
@@ -129,9 +133,10 @@ def conditions(attacker_names: list[str]) -> list[ConditionSpec]:
 
 
 def build_asb(source: str | Path, out: str | Path, *, condition_names: str | None = None,
-              tools: str = "aggressive", max_bases: int | None = None, seed: int = 0) -> tuple[Path, dict[str, Any]]:
+              tools: str = "aggressive", max_bases: int | None = None, seed: int = 0,
+              pins: Pins = ASB_PINS) -> tuple[Path, dict[str, Any]]:
     src = Path(source)
-    provenance = verify_sources(src)  # before any parsing
+    provenance = verify_sources(src, pins)  # before any parsing
     bases, attacker_names = load_bases(src, tools)
     n_all = len(bases)
     if max_bases is not None:

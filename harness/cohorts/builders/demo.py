@@ -15,6 +15,8 @@ from harness.cohorts.model import write_cohort
 from harness.cohorts.transforms import combined, format_placebo, identity, make_marker_rewrite, make_tool_alias
 
 NAME, VERSION = "demo", "1"
+# The built demo cohort, shipped inside the package (in the repository, a link to cohorts/demo).
+BUNDLED_DEMO = Path(__file__).resolve().parents[1] / "bundled" / "demo"
 
 
 def conditions() -> list[ConditionSpec]:

@@ -1,7 +1,7 @@
 """`guardeval cohort build tsbench`: import ToolSafe TS-Bench step files supplied by the user.
 
 Every file is verified against its pinned byte count and SHA-256 (default pins:
-`../shared/reference/toolsafe-lfs-pins.txt`) before it is parsed; symbolic links are refused.
+`toolsafe-lfs-pins.txt` next to this module) before it is parsed; symbolic links are refused.
 Records carry `instruction, history, current_action, env_info, score, id-interaction,
 id-segment`. The score maps strictly: 0 -> label 0; 0.5 or 1 -> label 1; anything else
 (missing, null, NaN, infinite, another number) refuses the file, naming the record. AgentHarm's
@@ -22,8 +22,8 @@ from harness.cohorts.model import write_cohort
 from harness.cohorts.transforms import identity
 from harness.errors import InputError
 
-REPO = Path(__file__).resolve().parents[3]
-DEFAULT_PINS = REPO.parent / "shared" / "reference" / "toolsafe-lfs-pins.txt"
+# ToolSafe commit 92a9540e: the TS-Bench and TS-Guard log files' sizes and SHA-256 (package data).
+DEFAULT_PINS = Path(__file__).with_name("toolsafe-lfs-pins.txt")
 FIELDS = ("instruction", "history", "current_action", "env_info", "score", "id-interaction", "id-segment")
 AGENTHARM_ORDER = ("TS-Bench/agentharm-traj/harmful_steps.json", "TS-Bench/agentharm-traj/benign_steps.json")
 
