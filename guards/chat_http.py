@@ -108,9 +108,12 @@ class ChatCompletionsGuard(Guard):
                     await resp.aclose()
         except TimeoutError:
             raise TransientError("timeout", f"no complete answer within {self.config.timeout_s:g} s") from None
-        except httpx.TimeoutException as exc:
-            raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
         except (httpx.TransportError, OSError) as exc:
+            # httpx-aiohttp reports a refused connection as ConnectTimeout; its cause says what it was.
+            if _refused(exc):
+                raise TransientError("connection", f"connection refused at {self._url}") from None
+            if isinstance(exc, httpx.TimeoutException):
+                raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
             raise TransientError("connection", f"{type(exc).__name__}: {_redact(str(exc), key)}") from None
         text = _redact(text, key)
         echoed = resp.headers.get("x-call-id")
@@ -176,6 +179,17 @@ class OpenRouterGuard(ChatCompletionsGuard):
 
 class OpenAICompatibleGuard(ChatCompletionsGuard):
     """vLLM, llama.cpp server, mlx_lm.server: no key required, no routing table."""
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a ConnectionRefusedError is in the exception's chain of causes."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:
+        if isinstance(cur, ConnectionRefusedError):
+            return True
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return False
 
 
 def _redact(text: str, key: str | None) -> str:

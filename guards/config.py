@@ -6,8 +6,11 @@ Secrets never live here: a config names the environment variable holding the key
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 import tomllib
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,35 @@ class GuardConfig:
     @property
     def effective_base_url(self) -> str | None:
         return self.base_url or DEFAULT_BASE_URL.get(self.backend)
+
+    @property
+    def is_local(self) -> bool:
+        """Calls stay on this machine: an in-process model, or an endpoint on a loopback address
+        (the simulated provider, a local vLLM or mlx_lm.server)."""
+        if self.backend == "mlx":
+            return True
+        host = urllib.parse.urlsplit(self.effective_base_url or "").hostname or ""
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def needs_key(self) -> bool:
+        """Whether calls need the key `api_key_env` names: a remote endpoint does (a local one
+        gets the key when it is set, and may do without)."""
+        return bool(self.api_key_env) and not self.is_local
+
+    @property
+    def is_simulated(self) -> bool:
+        """The openrouter back-end on a loopback address: the simulated provider (OpenRouter is
+        never local), whose `usage.cost` is made up, not billed."""
+        return self.backend == "openrouter" and self.is_local
+
+    def key_is_set(self) -> bool:
+        return bool(self.api_key_env and os.environ.get(self.api_key_env))
 
     @property
     def pinned_provider(self) -> str | None:

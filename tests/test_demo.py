@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -38,9 +39,13 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     base = tmp_path_factory.mktemp("install")
     wheels = base / "wheels"
-    # The project's own build backend, from this environment (no download, no build isolation).
+    # Built from a copy (setuptools writes build/ and *.egg-info into the tree it builds), with the
+    # project's own build backend from this environment: no download, no build isolation.
+    source = base / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "runs", "__pycache__", ".*_cache", ".hypothesis", "benchmarks"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(wheels), str(REPO)], capture_output=True, text=True, timeout=300)
+                            "-q", "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
     [wheel] = wheels.glob("guardeval-*.whl")
     venv = base / "venv"

@@ -99,6 +99,8 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, small_cohort, si
     _wait_for_lines(run / "decisions.jsonl", 15, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    st = run_cli("status", str(run))   # killed: no stop event, no lock held
+    assert st.code == 0 and "state: interrupted" in st.out and "guardeval resume" in st.out
     for stop_at in (50, 110):
         proc = _spawn("resume", str(run), "--no-progress", "--concurrency", "2")
         _wait_for_lines(run / "decisions.jsonl", stop_at, proc)
@@ -208,12 +210,17 @@ def test_second_process_on_one_run_is_refused(tmp_path, small_cohort, sim_factor
         r = run_cli("resume", str(run))
         assert r.code == 1
         assert "another guardeval process" in r.err
+        st = run_cli("status", str(run))   # reads the files while the launch holds the lock
+        assert st.code == 0 and "state: running now" in st.out, st.out
+        assert json.loads(run_cli("status", str(run), "--json").out)["running"] is True
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     assert proc.returncode == 1  # interrupted: resumable
     assert b"interrupted" in proc.stderr.read()
     assert run_cli("verify", str(run)).code == 0
+    st = json.loads(run_cli("status", str(run), "--json").out)
+    assert st["running"] is False and st["state"] == "stopped" and st["last_stop"]["reason"] == "signal SIGTERM"
 
 
 def test_fatal_400_stops_cleanly_and_resume_finishes(tmp_path, small_cohort, sim_factory):

@@ -65,8 +65,10 @@ def test_verify_cli_exit_code_and_message(tmp_path, finished_run):
     data[second_line] ^= 0x02
     (run / "raw.jsonl").write_bytes(bytes(data))
     r = run_cli("verify", str(run))
-    assert r.code == 1
-    assert "raw.jsonl:2:" in r.err
+    assert r.code == 1   # the report is the result, on stdout, whether it passes or fails
+    assert r.out.startswith("raw.jsonl:2:") and r.out.splitlines()[-1].startswith("verify: FAILED") and not r.err
+    r = run_cli("verify", str(finished_run))
+    assert r.code == 0 and r.out.startswith("verify: OK") and not r.err
     r = run_cli("verify", str(finished_run), "--json")
     assert r.code == 0 and r.out.lstrip().startswith("{")
 

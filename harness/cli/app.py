@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from harness import __version__
 from harness.errors import GuardevalError
@@ -26,10 +26,34 @@ COMMAND_MODULES = (
 )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text already says it or there is
+    none worth saying (a flag, or no default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or "default" in text or action.nargs == 0
+                or any(action.default is v for v in (None, False, argparse.SUPPRESS)) or action.default == ""):
+            return text
+        return text + " (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # argparse hands a subcommand's unknown options up to the top parser, which would print
+        # the top-level usage; here the subcommand that got them prints its own.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
     def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
         self.print_usage(sys.stderr)
-        print(f"guardeval: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from harness.cli.args import positive_int
@@ -24,12 +23,12 @@ def register(sub: Any) -> None:
     a = asub.add_parser("lookup", help="tool-name majority-label lookup: LODO and grouped k-fold F1")
     a.add_argument("rows", help="JSONL rows: interaction_id, domain, tool, label")
     a.add_argument("--seeds", type=_int_list, default=[42, 43, 44], help="k-fold seeds (default 42,43,44)")
-    a.add_argument("--folds", type=positive_int, default=5)
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--folds", type=positive_int, default=5, help="folds of the interaction-grouped cross-validation")
+    a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_lookup)
     a = asub.add_parser("units", help="row-level vs equal-interaction F1 / balanced accuracy")
     a.add_argument("preds", help="JSONL rows in source order: interaction_id, label_score, pred_score")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_units)
     a = asub.add_parser("import-toolsafe", help="TS-Guard published logs -> rows for `audit units`")
     a.add_argument("--logs", required=True, help="folder holding guardian_test_logs/<bench>/TS-Guard/*.json")
@@ -81,5 +80,5 @@ def cmd_import_toolsafe(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.toolsafe_logs import import_toolsafe
 
     summary = import_toolsafe(args.logs, args.out, args.pins, args.tsbench)
-    print(json.dumps(summary, indent=2), file=sys.stderr)
+    print(json.dumps(summary, indent=2))
     return 0

@@ -13,10 +13,10 @@ from harness.errors import CheckFailed
 
 
 def _done(what: str, out: object, start: float, extra: dict | None = None) -> int:
+    """The build's summary as JSON on stdout (the result); the message on stderr."""
     secs = time.perf_counter() - start
     print(f"wrote {what} cohort to {out} in {secs:.1f} s", file=sys.stderr)
-    if extra is not None:
-        print(json.dumps({**extra, "build_seconds": round(secs, 2)}, indent=2), file=sys.stderr)
+    print(json.dumps({"cohort": str(out), **(extra or {}), "build_seconds": round(secs, 2)}, indent=2))
     return 0
 
 
@@ -105,41 +105,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     demo = builders.add_parser("demo", help="the synthetic demo cohort (no third-party text)")
     demo.add_argument("--out", required=True, help="output folder")
-    demo.add_argument("--conditions", help="comma-separated subset of conditions (baseline always kept)")
+    demo.add_argument("--conditions", help="comma-separated subset of conditions (baseline always kept; default: all)")
     demo.set_defaults(func=_build_demo)
 
     ad = builders.add_parser("agentdojo", help="AgentDojo ground-truth replay (needs the 'agentdojo' extra)")
-    ad.add_argument("--out", required=True)
-    ad.add_argument("--suites", default="banking,slack,travel,workspace")
+    ad.add_argument("--out", required=True, help="output folder")
+    ad.add_argument("--suites", default="banking,slack,travel,workspace", help="comma-separated AgentDojo suites")
     ad.add_argument("--version", default="v1.2", help="AgentDojo benchmark version")
-    ad.add_argument("--attack", default="important_instructions")
-    ad.add_argument("--conditions", help="comma-separated subset (baseline always kept)")
-    ad.add_argument("--max-bases", type=int, help="sample this many bases, stratified by domain and label")
+    ad.add_argument("--attack", default="important_instructions", help="AgentDojo attack that places the injections")
+    ad.add_argument("--conditions", help="comma-separated subset (baseline always kept; default: all)")
+    ad.add_argument("--max-bases", type=int, help="sample this many bases, stratified by domain and label (default: all)")
     ad.add_argument("--seed", type=int, default=0, help="sampling seed")
     ad.set_defaults(func=_build_agentdojo)
 
     asb = builders.add_parser("asb", help="ASB attacker/normal tools with the A0/NULL2/A1/A1b/A3 arms")
     asb.add_argument("--source", required=True, help="folder with ASB jsonl files and MANIFEST.txt")
-    asb.add_argument("--out", required=True)
-    asb.add_argument("--conditions", help="comma-separated subset of A0,NULL2,A1,A1b,A3")
+    asb.add_argument("--out", required=True, help="output folder")
+    asb.add_argument("--conditions", help="comma-separated subset of A0,NULL2,A1,A1b,A3 (default: all)")
     asb.add_argument("--tools", choices=("aggressive", "all"), default="aggressive",
                      help="attacker tools to use (ASB's 'Aggressive' flag)")
-    asb.add_argument("--max-bases", type=int)
-    asb.add_argument("--seed", type=int, default=0)
+    asb.add_argument("--max-bases", type=int, help="sample this many bases, stratified by domain and label (default: all)")
+    asb.add_argument("--seed", type=int, default=0, help="sampling seed")
     asb.set_defaults(func=_build_asb)
 
     ts = builders.add_parser("tsbench", help="ToolSafe TS-Bench files supplied by the user (pinned)")
     ts.add_argument("--source", required=True, help="ToolSafe checkout or TS-Bench folder")
-    ts.add_argument("--out", required=True)
+    ts.add_argument("--out", required=True, help="output folder")
     ts.add_argument("--pins", help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
     ts.set_defaults(func=_build_tsbench)
 
     ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")
-    ins.add_argument("dir")
+    ins.add_argument("dir", metavar="DIR", help="cohort folder")
     ins.add_argument("--json", action="store_true", help="stdout carries only the JSON")
     ins.set_defaults(func=_inspect)
 
     rows = sub.add_parser("rows", help="export base rows (base_id, interaction_id, domain, tool, label)")
-    rows.add_argument("dir")
-    rows.add_argument("--out", required=True)
+    rows.add_argument("dir", metavar="DIR", help="cohort folder")
+    rows.add_argument("--out", required=True, help="JSONL file to write")
     rows.set_defaults(func=_rows)

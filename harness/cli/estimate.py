@@ -33,7 +33,7 @@ def _stats_options(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("estimate", help="paired effects with cluster-bootstrap intervals for a run or a table")
-    p.add_argument("run", nargs="?", help="run folder")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run folder (the one holding manifest.json)")
     p.add_argument("--table", help="JSONL decision table instead of a run")
     p.add_argument("--out", help="with --table: folder for report.json, report.md, effects.png")
     p.add_argument("--placebo", help="placebo condition (default: the placebo role, else format_placebo)")
@@ -41,8 +41,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p.add_argument("run_a", metavar="RUN_A", help="run folder A")
+    p.add_argument("run_b", metavar="RUN_B", help="run folder B, of the same schedule (a replicate of A)")
     _stats_options(p)
     p.set_defaults(func=cmd_compare)
 

@@ -16,59 +16,71 @@ from harness.errors import InputError
 # run calls, not when the parser is built: `status` and `verify` start in a fraction of a second.
 
 
+RUN_HELP = "run folder (the one holding manifest.json)"
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("launch", help="launch a run: cohort x guard -> run folder")
+    p = sub.add_parser("launch", help="launch a run: cohort x guard -> run folder",
+                       description="Plan a run (schedule, stimuli), write its folder and send its calls.")
     p.add_argument("--cohort", required=True, help="cohort folder (cohort.json + instances.jsonl)")
     p.add_argument("--guard", required=True, help="guard config (TOML)")
-    p.add_argument("--reps", type=positive_int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds")
-    p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
+    p.add_argument("--reps", type=positive_int, default=3, help="repetitions of every instance")
+    p.add_argument("--seed", type=int, default=0, help="schedule seed (recorded in the manifest)")
+    p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds",
+                   help="rounds: bases shuffled per repetition round, conditions shuffled within a base; "
+                        "shuffled: all calls shuffled")
+    p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
     _dispatch_options(p)
-    p.add_argument("--dry-run", action="store_true", help="print the plan and a cost projection; send nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan, a token and cost projection and whether the key is set; send and write nothing")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
-    p.add_argument("run")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _dispatch_options(p)
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser("replicate", help="run a finished run's schedule on another guard")
-    p.add_argument("run")
-    p.add_argument("--guard", required=True)
-    p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
+    p = sub.add_parser("replicate", help="run a run's schedule on another guard")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP + " whose schedule to replicate")
+    p.add_argument("--guard", required=True, help="guard config (TOML) of the other guard")
+    p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
     _dispatch_options(p, max_calls=False)
     p.set_defaults(func=cmd_replicate)
 
-    p = sub.add_parser("status", help="what a run has done so far")
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("status", help="what a run has done so far, and whether a process is running it now")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
+    p.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("verify", help="recompute every hash and the raw-log chain")
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("demo", help="run the demo cohort against a local simulated provider (no network)")
-    p.add_argument("--run-dir")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+    p = sub.add_parser("demo", help="run the demo cohort against a local simulated provider (no network)",
+                       description="960 calls (64 bases x 5 conditions x 3 repetitions) against the simulated "
+                                   "provider on 127.0.0.1, then the effects table.")
+    p.add_argument("--run-dir", help="the run folder (default: runs/<run-id>/)")
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_demo)
 
 
 def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> None:
     """The options every command that sends calls shares (launch, resume, replicate)."""
-    p.add_argument("--base-url", help="override the guard's base URL")
-    p.add_argument("--concurrency", type=positive_int, help="calls in flight at most")
+    p.add_argument("--base-url", help="send to this URL instead of the guard config's base_url")
+    p.add_argument("--concurrency", type=positive_int,
+                   help="calls in flight at most (default: the guard config's concurrency, else 16; 1 for mlx)")
     p.add_argument("--fixed-concurrency", action="store_true",
                    help="keep --concurrency fixed: no cut on 429 episodes, Retry-After honoured per call only")
-    p.add_argument("--rpm", type=positive_float, help="cap on requests per minute")
+    p.add_argument("--rpm", type=positive_float, help="cap on requests per minute (default: no cap)")
     p.add_argument("--max-cost", type=nonneg_float,
-                   help="USD: stop launching calls when spent + in flight would pass it")
+                   help="USD: stop launching calls when spent + in flight would pass it (default: no limit)")
     if max_calls:
-        p.add_argument("--max-calls", type=positive_int, help="dispatch at most N calls (pilot run)")
+        p.add_argument("--max-calls", type=positive_int,
+                       help="dispatch at most N calls, a pilot; continue with resume (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
 
 
 def _existing_run(path: str) -> Path:
@@ -85,28 +97,47 @@ def cmd_launch(args: argparse.Namespace) -> int:
                        order=args.order, base_url=args.base_url)
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
     if args.dry_run:
-        plan.digest()   # hashes the schedule as it would be written; writes nothing
-        proj = plan.projection()
-        print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
-              f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
-        print(f"guard: {plan.config.name} ({plan.config.backend}, model {plan.config.model}), "
-              f"prompt {plan.prompt.id}")
-        print(f"schedule sha256: {plan.manifest['schedule_sha256']}")
-        print(f"would write: {run_dir}")
-        cost = proj["cost_usd_upper_est"]
-        print(f"projection: ~{proj['prompt_tokens_est']} prompt tokens, <= {proj['max_output_tokens']} output tokens, "
-              + (f"cost <= ${cost:.4f}" if cost is not None else "cost unknown (set price_in_per_mtok/price_out_per_mtok)"))
-        if args.max_cost is not None and cost is not None and cost > args.max_cost:
-            print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
-        print("dry run: nothing sent, nothing written")
-        return 0
+        return _dry_run(plan, run_dir, args)
     materialise(plan, run_dir)
     print(f"run: {run_dir}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
+def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
+    plan.digest()   # hashes the schedule as it would be written; writes nothing
+    proj = plan.projection(args.max_calls)
+    cfg = plan.config
+    key = {"variable": cfg.api_key_env, "set": cfg.key_is_set(), "needed": cfg.needs_key}
+    if args.json:
+        _print_json({"dry_run": True, "n_calls": plan.n_calls, "bases": len(plan.cohort.base_ids),
+                     "conditions": len(plan.cohort.conditions), "reps": args.reps, "order": args.order,
+                     "seed": args.seed, "guard": {"name": cfg.name, "backend": cfg.backend, "model": cfg.model,
+                                                  "base_url": cfg.effective_base_url},
+                     "prompt": plan.prompt.id, "schedule_sha256": plan.manifest["schedule_sha256"],
+                     "run_dir": str(run_dir), "max_calls": args.max_calls, "projection": proj, "key": key})
+        return 0
+    print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
+          f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
+    print(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) at {cfg.effective_base_url}, prompt {plan.prompt.id}")
+    if cfg.api_key_env:
+        state = "set" if key["set"] else ("NOT SET: launch will refuse" if key["needed"] else "not set (optional here)")
+        print(f"key: {cfg.api_key_env} is {state}")
+    print(f"schedule sha256: {plan.manifest['schedule_sha256']}")
+    print(f"would write: {run_dir}")
+    cost = proj["cost_usd_upper_est"]
+    pilot = f" (the first {proj['calls']}, --max-calls)" if proj["calls"] < plan.n_calls else ""
+    print(f"projection for {proj['calls']} calls{pilot}: ~{proj['prompt_tokens_est']} prompt tokens, "
+          f"<= {proj['max_output_tokens']} output tokens, "
+          + (f"cost <= ${cost:.4f}" + (" (simulated provider: not billed)" if cfg.is_simulated else "")
+             if cost is not None else "cost unknown (set price_in_per_mtok/price_out_per_mtok)"))
+    if args.max_cost is not None and cost is not None and cost > args.max_cost:
+        print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
+    print("dry run: nothing sent, nothing written")
+    return 0
+
+
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
-    from harness.run.runner import execute, finish_message, raise_if_stopped
+    from harness.run.runner import execute, finish_message, outcome_json, raise_if_stopped
 
     outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                       max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
@@ -115,11 +146,18 @@ def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_c
         print(f"guardeval: recovered a torn last line into {torn}", file=sys.stderr)
     if outcome.recovered:
         print(f"guardeval: re-derived {outcome.recovered} decision(s) from the raw log", file=sys.stderr)
-    print(f"guardeval: {finish_message(outcome)}", file=sys.stderr)
+    if args.json:
+        _print_json(outcome_json(outcome))
+    else:
+        print(f"{run_dir}: {finish_message(outcome)}")
     raise_if_stopped(outcome)
     if not outcome.complete:
         print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {run_dir}", file=sys.stderr)
     return 0
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -138,22 +176,39 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     return _run(run_dir, args, base_url=args.base_url)
 
 
+STATE_TEXT = {
+    "running": "running now (another process holds the run)",
+    "complete": "complete",
+    "stopped": "stopped; continue with: guardeval resume {run}",
+    "interrupted": "interrupted: the last session ended without stopping cleanly (killed or crashed); "
+                   "continue with: guardeval resume {run}",
+    "not_started": "not started; start with: guardeval resume {run}",
+}
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from harness.run.status import run_status
 
     st = run_status(_existing_run(args.run))
     if args.json:
-        sys.stdout.write(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        print(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} decided, {st['pending']} pending"
-              f" ({'complete' if st['complete'] else 'incomplete'}); attempts {st['attempts']}, "
-              f"spend ${st['spend_usd']:.4f}")
-        for k, v in sorted(st["statuses"].items()):
-            print(f"  {k}: {v}")
-        if st["quarantined"]:
-            print(f"  quarantined: {st['quarantined']} ({st['quarantine_by_reason']})")
-        if st["last_stop"]:
-            print(f"  last stop: {st['last_stop']}")
+        _print_json(st)
+        return 0
+    print(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} calls decided, {st['pending']} pending")
+    print(f"  state: {STATE_TEXT[st['state']].format(run=args.run)}")
+    print(f"  guard {st['guard']} (model {st['model']}), cohort {st['cohort']}"
+          + (f", replicate of {st['parent_run']}" if st["parent_run"] else ""))
+    if st["statuses"]:
+        print("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items())))
+    if st["quarantined"]:
+        print(f"  quarantined: {st['quarantined']} ("
+              + ", ".join(f"{k} {v}" for k, v in sorted(st["quarantine_by_reason"].items())) + ")")
+    print(f"  attempts: {st['attempts']} ({st['retries']} retried); spend ${st['spend_usd']:.4f}"
+          + (" (simulated provider: not billed)" if st["spend_simulated"] else ""))
+    stop = st["last_stop"]
+    if stop:
+        reason = stop.get("reason") or "every pending call handled"
+        print(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
+              + (f": {stop['fatal']}" if stop.get("fatal") else ""))
     return 0
 
 
@@ -162,13 +217,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     report = verify_run(_existing_run(args.run))
     if args.json:
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        _print_json(report)
     else:
         for p in report["problems"]:
             where = p["file"] + (f":{p['line']}" if p.get("line") else "")
-            print(f"{where}: {p['message']}", file=sys.stderr)
-        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}",
-              file=sys.stdout if report["ok"] else sys.stderr)
+            print(f"{where}: {p['message']}")
+        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}")
     return 0 if report["ok"] else 1
 
 

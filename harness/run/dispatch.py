@@ -53,6 +53,7 @@ class DispatchOptions:
     progress: bool = True
     handle_signals: bool = True
     adaptive: bool = True               # False: --fixed-concurrency (429s only back off per call)
+    simulated_spend: bool = False       # the simulated provider's costs: labelled as such in progress
 
 
 @dataclass
@@ -228,7 +229,7 @@ class Dispatcher:
                   spent_before: float = 0.0) -> DispatchResult:
         self._spent = spent_before
         limiter = anyio.Semaphore(max(1, self.opt.concurrency))
-        with RunProgress(total, already, enabled=self.opt.progress) as progress:
+        with RunProgress(total, already, enabled=self.opt.progress, simulated_spend=self.opt.simulated_spend) as progress:
             self.progress = progress
             progress.spend = spent_before
             async with anyio.create_task_group() as tg:

@@ -1,34 +1,26 @@
-"""Live progress on stderr: done/total, rate, ETA, retries, failures, spend.
+"""Live progress on stderr: done/total, rate, ETA, retries, failures, quarantined, spend.
 
-On a terminal it is a rich progress bar; otherwise (CI, pipes) a plain line every few
-seconds, so long runs still show signs of life in logs.
+On a terminal, one line redrawn in place that fits the terminal's width (80 columns keep the
+count, the rate, the ETA and the spend; the bar gets what is left); otherwise (CI, pipes) a
+plain line every few seconds, at most 80 columns, so long runs still show signs of life in logs.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+PLAIN_WIDTH = 80
 
 
 class RunProgress:
     def __init__(self, total: int, already: int = 0, *, stream: TextIO | None = None,
-                 enabled: bool = True, plain_every_s: float = 5.0) -> None:
+                 enabled: bool = True, plain_every_s: float = 5.0, simulated_spend: bool = False) -> None:
         self.total, self.done = total, already
         self.retries = self.failures = self.quarantined = 0
         self.spend = 0.0
+        self._simulated = simulated_spend
         self._stream = stream or sys.stderr
         self._enabled = enabled
         self._tty = enabled and self._stream.isatty()
@@ -36,25 +28,24 @@ class RunProgress:
         self._last_plain = 0.0
         self._t0 = time.monotonic()
         self._start_done = already
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
+        self._live: Any = None
 
     def __enter__(self) -> RunProgress:
         if self._tty:
-            self._progress = Progress(
-                TextColumn("[bold]calls"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                TextColumn("{task.fields[extra]}"),
-                console=Console(file=self._stream), refresh_per_second=4, transient=False)
-            self._progress.__enter__()
-            self._task = self._progress.add_task("calls", total=self.total, completed=self.done,
-                                                 rate="", extra="")
+            from rich.console import Console  # only a terminal needs rich
+            from rich.live import Live
+            from rich.text import Text
+
+            console = Console(file=self._stream)
+            self._live = Live(get_renderable=lambda: Text(self.line(console.width), no_wrap=True, overflow="crop"),
+                              console=console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self.refresh()
-            self._progress.__exit__(None, None, None)
+        if self._live is not None:
+            self._live.refresh()
+            self._live.__exit__(None, None, None)
         elif self._enabled:
             self._plain(force=True)
 
@@ -62,19 +53,33 @@ class RunProgress:
         elapsed = time.monotonic() - self._t0
         return (self.done - self._start_done) / elapsed if elapsed > 0 else 0.0
 
-    def summary(self) -> str:
+    def line(self, width: int, *, bar: bool = True) -> str:
+        """The progress line in at most `width` columns. Most important first: the count, the rate,
+        the ETA and the spend; then the other counters, shortened if need be; then a bar."""
         r = self.rate()
-        remaining = self.total - self.done
-        eta = f"{remaining / r:.0f}s" if r > 0 else "?"
-        return (f"{self.done}/{self.total} calls, {r:.1f}/s, ETA {eta}, retries {self.retries}, "
-                f"failures {self.failures}, quarantined {self.quarantined}, spend ${self.spend:.4f}")
+        eta = _clock((self.total - self.done) / r) if r > 0 else "?"
+        head = f"{self.done}/{self.total} calls {r:.1f}/s ETA {eta}"
+        spend = f"${self.spend:.4f}" + (" simulated" if self._simulated else "")
+        for tail in (f"{self.retries} retries · {self.failures} failed · {self.quarantined} quarantined · {spend}",
+                     f"retr {self.retries} fail {self.failures} quar {self.quarantined} {spend}",
+                     spend, ""):
+            text = f"{head} · {tail}" if tail else head
+            if len(text) <= width:
+                break
+        room = width - len(text) - 1
+        if bar and room >= 12:   # a bar only where it fits beside everything else
+            n = min(30, room)
+            filled = round(n * self.done / self.total) if self.total else n
+            text = "━" * filled + "─" * (n - filled) + " " + text
+        return text[:width]
+
+    def summary(self) -> str:
+        return self.line(PLAIN_WIDTH - len("progress: "), bar=False)
 
     def refresh(self) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=self.done, rate=f"{self.rate():.1f}/s",
-                                  extra=f"retries {self.retries} · failures {self.failures} · "
-                                        f"quarantined {self.quarantined} · ${self.spend:.4f}")
-        elif self._enabled:
+        if self._live is not None:
+            return   # redrawn by rich, four times a second
+        if self._enabled:
             self._plain()
 
     def _plain(self, force: bool = False) -> None:
@@ -95,3 +100,8 @@ class RunProgress:
 
     def add_spend(self, cost: float) -> None:
         self.spend += cost
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds + 0.5)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"

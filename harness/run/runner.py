@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from harness.errors import CheckFailed, InputError, RunStopped
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
+from harness.run.status import decision_counts
 from harness.run.store import (
     COHORT_DIR,
     SCHEDULE,
@@ -66,14 +68,20 @@ class Plan:
     prompt_tokens_est: int = 0          # rough (chars / 4), summed over calls
     parent_schedule_sha256: str | None = None   # replicate: the parent's schedule must still hash to this
 
-    def projection(self) -> dict[str, Any]:
+    def projection(self, max_calls: int | None = None) -> dict[str, Any]:
+        """Tokens and cost of the run, or of its first `max_calls` calls in schedule order (a pilot)."""
         cfg = self.config
-        tin = self.prompt_tokens_est
-        tout = self.n_calls * cfg.max_tokens
+        calls, tin = self.n_calls, self.prompt_tokens_est
+        if max_calls is not None and max_calls < self.n_calls:
+            calls, tin = max_calls, 0
+            for _, row in itertools.islice(self.lines(), max_calls):
+                self._request_sha(row)   # rendered once per instance
+                tin += self.requests[row["instance_sha256"]][1]
+        tout = calls * cfg.max_tokens
         cost = None
         if cfg.price_in_per_mtok is not None and cfg.price_out_per_mtok is not None:
             cost = tin / 1e6 * cfg.price_in_per_mtok + tout / 1e6 * cfg.price_out_per_mtok
-        return {"calls": self.n_calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
+        return {"calls": calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
                 "cost_usd_upper_est": cost}
 
     def digest(self) -> dict[str, Any]:
@@ -226,7 +234,16 @@ def load_run_cohort(run_dir: Path, manifest: dict[str, Any]) -> Cohort:
     return cohort
 
 
+def require_key(config: GuardConfig, where: str | Path | None = None) -> None:
+    """Refuse (exit 2, before anything is written) a guard whose endpoint needs a key that is not set."""
+    if config.needs_key and not config.key_is_set():
+        raise InputError(f"{config.api_key_env} is not set: this guard sends to {config.effective_base_url} with the "
+                         f"key in that variable (api_key_env). Export it first; guardeval reads it from the "
+                         "environment only", path=where, field="api_key_env")
+
+
 def materialise(plan: Plan, run_dir: Path) -> None:
+    require_key(plan.config, plan.config.source)
     plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort_src=plan.cohort.path, fill=plan.write)
 
 
@@ -244,6 +261,7 @@ class RunOutcome:
     result: DispatchResult
     recovered: int   # decisions re-derived from raw lines on open
     torn: list[Path]
+    statuses: dict[str, int] = field(default_factory=dict)   # decisions of the whole run, by status
 
     @property
     def complete(self) -> bool:
@@ -255,8 +273,9 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
+    config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
+    require_key(config, run_dir / "manifest.json")
     with RunLock(run_dir):
-        config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
         prompt = load_prompt(manifest["prompt"]["id"])
         if prompt.sha256 != manifest["prompt"]["sha256"]:
             # Sending would only write every pending call off as a replay mismatch: refuse.
@@ -289,7 +308,8 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
                                    projected_cost_per_call=_projected_cost(config, manifest),
-                                   progress=progress, handle_signals=handle_signals, adaptive=adaptive),
+                                   progress=progress, handle_signals=handle_signals, adaptive=adaptive,
+                                   simulated_spend=config.is_simulated),
                                len(state.decided), state.spent, backend_options=_backend_options())
             decided = len(state.decided)
             writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
@@ -301,7 +321,10 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
             writer.close()
     if pending.error is not None:
         raise pending.error
-    return RunOutcome(run_dir, total, decided, result, recovered, state.torn)
+    # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
+    # after the calls, so that it never delays the first request of a large resume.
+    statuses = decision_counts(run_dir)[1]
+    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses)
 
 
 def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -453,11 +476,23 @@ def _projected_cost(config: GuardConfig, manifest: dict[str, Any]) -> float:
 
 
 def finish_message(outcome: RunOutcome) -> str:
+    """The run's totals (not only this session's): `960/960 calls decided: ok 950, unparseable 10`."""
+    text = f"{outcome.decided}/{outcome.total} calls decided"
+    if outcome.statuses:
+        text += ": " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.statuses.items()))
+    if outcome.result.decided != outcome.decided:
+        text += f" ({outcome.result.decided} in this session)"
+    return text
+
+
+def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
+    """What `launch`, `resume` and `replicate` print with --json."""
     r = outcome.result
-    parts = [f"{outcome.decided}/{outcome.total} calls decided"]
-    if r.statuses:
-        parts.append(", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items())))
-    return "; ".join(parts)
+    return {"run_dir": str(outcome.run_dir), "total": outcome.total, "decided": outcome.decided,
+            "complete": outcome.complete, "statuses": outcome.statuses,
+            "session": {"dispatched": r.dispatched, "decided": r.decided, "statuses": r.statuses,
+                        "recovered": outcome.recovered, "torn": [str(p) for p in outcome.torn]},
+            "stop_reason": r.stop_reason, "fatal_message": r.fatal_message}
 
 
 def raise_if_stopped(outcome: RunOutcome) -> None:

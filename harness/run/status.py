@@ -15,10 +15,12 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from guards.config import GuardConfig
 from harness.run.store import (
     DECISIONS,
     EVENTS,
     RAW,
+    RunLock,
     decision_fields,
     is_cost,
     iter_jsonl,
@@ -33,39 +35,62 @@ from harness.run.workers import halves
 def run_status(run_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
     raw_counts = _RawCounts(run_dir / RAW)   # workers read the raw log while this reads decisions
-    statuses: dict[str, int] = {}
-    quarantine: dict[str, int] = {}
-    decided: set[str] = set()   # distinct call ids: a call decided twice (a damaged log) counts once
-    path = run_dir / DECISIONS
     try:
-        for lineno, line in iter_lines(path):
-            fields = decision_fields(line)
-            if fields is None:
-                rec = parse_line(line[:-1], path, lineno)
-                fields = rec["call_id"], rec["status"], rec.get("quarantine_reason")
-            cid, status, reason = fields
-            decided.add(cid)
-            statuses[status] = statuses.get(status, 0) + 1
-            if reason:
-                quarantine[reason] = quarantine.get(reason, 0) + 1
+        decided, statuses, quarantine = decision_counts(run_dir)
         attempts, spend, retries = raw_counts.result()
     finally:
         raw_counts.close()
-    last_stop = None
+    last_stop, last_event = None, None
     events = run_dir / EVENTS
     if events.exists():
         for _, _, ev in iter_jsonl(events):
-            if ev.get("event") == "stop":
+            last_event = ev.get("event")
+            if last_event == "stop":
                 last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
     n = manifest["n_calls"]
+    running = RunLock.held_by_another(run_dir)
+    complete = len(decided) >= n
     return {
         "run_id": manifest["run_id"], "run_dir": str(run_dir), "guard": manifest["guard"]["name"],
         "model": manifest["guard"]["model"], "cohort": manifest["cohort"]["name"],
         "parent_run": (manifest.get("parent_run") or {}).get("run_id"),
-        "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": len(decided) >= n,
+        "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": complete,
+        "running": running, "state": _state(running, complete, last_event, last_stop),
         "statuses": statuses, "quarantined": sum(quarantine.values()), "quarantine_by_reason": quarantine,
-        "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6), "last_stop": last_stop,
+        "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6),
+        "spend_simulated": GuardConfig(**manifest["guard"]).is_simulated, "last_stop": last_stop,
     }
+
+
+def decision_counts(run_dir: Path) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """(distinct decided call ids, decisions by status, quarantined by reason) of the whole run.
+    A call decided twice (a damaged log) counts once among the ids, and at each of its lines."""
+    statuses: dict[str, int] = {}
+    quarantine: dict[str, int] = {}
+    decided: set[str] = set()
+    path = run_dir / DECISIONS
+    for lineno, line in iter_lines(path):
+        fields = decision_fields(line)
+        if fields is None:
+            rec = parse_line(line[:-1], path, lineno)
+            fields = rec["call_id"], rec["status"], rec.get("quarantine_reason")
+        cid, status, reason = fields
+        decided.add(cid)
+        statuses[status] = statuses.get(status, 0) + 1
+        if reason:
+            quarantine[reason] = quarantine.get(reason, 0) + 1
+    return decided, statuses, quarantine
+
+
+def _state(running: bool, complete: bool, last_event: str | None, last_stop: dict[str, Any] | None) -> str:
+    """One word for where the run stands: running, complete, stopped, interrupted or not_started."""
+    if running:
+        return "running"          # another process holds the run's lock now
+    if complete:
+        return "complete"
+    if last_event == "start":
+        return "interrupted"      # a session started and never wrote its stop: killed or crashed
+    return "stopped" if last_stop is not None else "not_started"
 
 
 def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> tuple[int, int, array]:
