@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from conftest import REPO
 
 
@@ -27,3 +29,30 @@ def test_runs_folder_is_ignored_except_readme():
     probe = REPO / "runs" / "probe-not-tracked.jsonl"
     assert subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=REPO).returncode == 0
     assert subprocess.run(["git", "check-ignore", "-q", str(REPO / "runs" / "README.md")], cwd=REPO).returncode == 1
+
+
+def test_building_the_parser_imports_only_the_standard_library():
+    """`guardeval --help`/`--version` start fast: each command module imports what its command
+    needs when it runs (benchmarks/startup.py measures the time)."""
+    import json
+    import sys
+
+    probe = ("import json, sys; from harness.cli.app import build_parser; build_parser(); "
+             "ours = ('harness', 'guards', '__main__', '_distutils_hack'); "
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - set(ours))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert [m for m in json.loads(out) if not m.startswith("__editable__")] == []   # an editable install's finder
+
+
+def test_version_is_the_package_metadata(capsys):
+    from importlib.metadata import version
+
+    import harness
+    from harness.cli import main
+
+    assert harness.__version__ == version("guardeval")
+    assert f'\nversion = "{harness.__version__}"\n' in (REPO / "pyproject.toml").read_text()
+    assert "__version__ =" not in (REPO / "harness" / "__init__.py").read_text()   # written once, in pyproject
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out == f"guardeval {harness.__version__}\n"

@@ -12,7 +12,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from harness import __version__
 from harness.errors import GuardevalError
 
 # Order is the order of `guardeval --help`.
@@ -38,6 +37,19 @@ class _HelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+class _Version(argparse.Action):
+    """`--version`: the version is read from the package metadata only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from harness import __version__
+
+        print(f"guardeval {__version__}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
@@ -59,7 +71,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="guardeval", description="Asynchronous guard-evaluation harness.")
-    parser.add_argument("--version", action="version", version=f"guardeval {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMAND_MODULES:

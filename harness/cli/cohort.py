@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-from harness.canon import dumps_line
 from harness.errors import CheckFailed
 
 
@@ -82,6 +81,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _rows(args: argparse.Namespace) -> int:
     """One line per base (baseline condition): base_id, interaction_id, domain, tool, label."""
+    from harness.canon import dumps_line
     from harness.cohorts.model import load_cohort
 
     cohort = load_cohort(args.dir)

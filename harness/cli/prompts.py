@@ -18,8 +18,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from guards.prompts import load_prompt, prompts_root
-from harness.canon import sha256_hex
 from harness.errors import InputError
 
 TS_GUARD_ID = "ts-guard-v2"
@@ -62,6 +60,9 @@ def import_ts_guard(source: Path, root: Path | None = None, *, pinned_sha256: st
     """Verify `source` against the pin (TS_GUARD_SHA256 unless another is given, as the tests
     do for their TS-Guard-shaped template) and install it; return the prompt folder. Nothing is
     written on failure."""
+    from guards.prompts import load_prompt, prompts_root
+    from harness.canon import sha256_hex
+
     pin = pinned_sha256 or TS_GUARD_SHA256
     data = read_regular_file(source)
     digest = sha256_hex(data)
@@ -95,6 +96,8 @@ def import_ts_guard(source: Path, root: Path | None = None, *, pinned_sha256: st
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    from guards.prompts import load_prompt
+
     dest = import_ts_guard(Path(args.file))
     prompt = load_prompt(TS_GUARD_ID, dest.parent)
     if args.json:

@@ -7,13 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from harness.cli.args import nonneg_float, positive_float, positive_int
 from harness.errors import InputError
 
-# harness.run.runner (and with it the HTTP client and jsonschema) is imported by the commands that
-# run calls, not when the parser is built: `status` and `verify` start in a fraction of a second.
+# Only the standard library and harness.cli/harness.errors are imported to build the parser: each
+# command imports what it needs when it runs (the runner brings the HTTP client, jsonschema, numpy),
+# so `--help`, `--version`, `status` and `verify` start in a fraction of a second.
 
 
 RUN_HELP = "run folder (the one holding manifest.json)"
@@ -157,6 +156,8 @@ def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_c
 
 
 def _print_json(obj: Any) -> None:
+    import orjson
+
     sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
