@@ -48,8 +48,6 @@ def parse_retry_after(value: str | None) -> float | None:
 class ChatCompletionsGuard(Guard):
     """OpenAI-style `/chat/completions`; subclasses choose the extras."""
 
-    send_usage_flag = False
-
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
         # Parsed once: httpx re-parses a string URL on every request.

@@ -80,3 +80,20 @@ def test_quarantine_codes_match_the_decision_stage():
     from harness.run.decide import QUARANTINE_CODES as DECIDE_CODES
 
     assert tuple(QUARANTINE_CODES) == tuple(DECIDE_CODES)
+
+
+def test_the_documents_list_the_same_quarantine_codes():
+    """docs/design.md §10, the README and docs/estimators.md name exactly the codes decide writes."""
+    import re
+    from pathlib import Path
+
+    from harness.run.decide import QUARANTINE_CODES
+
+    root = Path(__file__).resolve().parents[1]
+    for doc, start, end in (("docs/design.md", "Quarantine codes", "**Estimates**"),
+                            ("README.md", "Quarantine codes on decisions", "## Guards"),
+                            ("docs/estimators.md", "Codes (written by", "Quarantined calls are excluded")):
+        text = (root / doc).read_text()
+        section = text[text.index(start):text.index(end, text.index(start))]
+        named = set(re.findall(r"`([a-z]+_(?:truncation|mismatch|drift))`", section))
+        assert named == set(QUARANTINE_CODES), doc

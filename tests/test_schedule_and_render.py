@@ -7,19 +7,28 @@ from collections import Counter
 from guards.chat_http import OpenRouterGuard
 from guards.config import GuardConfig
 from guards.prompts import load_prompt
+from harness.canon import dumps_line
 from harness.cohorts.model import build_row, load_cohort
-from harness.run.schedule import build_schedule, call_id_for, schedule_bytes
+from harness.run.schedule import call_id_for, iter_schedule
 
 from conftest import DEMO_COHORT
 
 
+def _schedule(cohort, **kw) -> list[dict]:
+    return list(iter_schedule(cohort, **kw))
+
+
+def _bytes(rows: list[dict]) -> bytes:
+    return b"".join(dumps_line(r) for r in rows)
+
+
 def test_schedule_is_seeded_and_complete():
     cohort = load_cohort(DEMO_COHORT)
-    a = build_schedule(cohort, reps=3, seed=42)
-    b = build_schedule(cohort, reps=3, seed=42)
-    c = build_schedule(cohort, reps=3, seed=43)
-    assert schedule_bytes(a) == schedule_bytes(b)
-    assert schedule_bytes(a) != schedule_bytes(c)
+    a = _schedule(cohort, reps=3, seed=42)
+    b = _schedule(cohort, reps=3, seed=42)
+    c = _schedule(cohort, reps=3, seed=43)
+    assert _bytes(a) == _bytes(b)
+    assert _bytes(a) != _bytes(c)
     assert len(a) == 64 * 5 * 3
     assert Counter((r["base_id"], r["condition"]) for r in a) == {k: 3 for k in
                                                                    {(r["base_id"], r["condition"]) for r in a}}
@@ -28,7 +37,7 @@ def test_schedule_is_seeded_and_complete():
 
 def test_rounds_order_groups_repetitions_and_bases():
     cohort = load_cohort(DEMO_COHORT)
-    rows = build_schedule(cohort, reps=3, seed=1, order="rounds")
+    rows = _schedule(cohort, reps=3, seed=1, order="rounds")
     assert [r["repetition"] for r in rows] == sorted(r["repetition"] for r in rows)
     # Within a round, the five conditions of a base are adjacent, in a shuffled order.
     first_round = rows[:320]
@@ -43,7 +52,7 @@ def test_rounds_order_groups_repetitions_and_bases():
 
 def test_shuffled_order_mixes_rounds():
     cohort = load_cohort(DEMO_COHORT)
-    rows = build_schedule(cohort, reps=3, seed=1, order="shuffled")
+    rows = _schedule(cohort, reps=3, seed=1, order="shuffled")
     reps = [r["repetition"] for r in rows]
     assert reps != sorted(reps)
 

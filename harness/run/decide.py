@@ -12,10 +12,11 @@ from guards.parsers import Parsed
 # Quarantine codes (docs/design.md §10, seed 002): the call is not attributable to the guard.
 FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 PROVIDER_DRIFT = "provider_drift"
-INPUT_TRUNCATION = "input_truncation"
 LENGTH_TRUNCATION = "length_truncation"
 REPLAY_MISMATCH = "replay_mismatch"
-QUARANTINE_CODES = (FINGERPRINT_MISMATCH, PROVIDER_DRIFT, INPUT_TRUNCATION, LENGTH_TRUNCATION, REPLAY_MISMATCH)
+# No input-truncation code: the harness never cuts a prompt (one longer than the context is a
+# `context_overflow` failure of the call, recorded as provider_error).
+QUARANTINE_CODES = (FINGERPRINT_MISMATCH, PROVIDER_DRIFT, LENGTH_TRUNCATION, REPLAY_MISMATCH)
 
 
 def provider_key(name: str | None) -> str:
@@ -39,8 +40,6 @@ def decide(raw: dict[str, Any], raw_line_sha256: str, *, expected_request_sha256
         status = "exhausted"
     elif outcome == "call_failed":
         status = "provider_error"
-        if raw.get("error_class") == "input_truncation":
-            quarantine = INPUT_TRUNCATION
     elif outcome == "reply":
         if raw.get("finish_reason") == "content_filter":
             status, detail = "refused", "finish_reason content_filter"

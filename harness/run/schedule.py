@@ -12,15 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.canon import canonical_sha256, dumps_line, sha256_hex
+from harness.canon import canonical_sha256
 from harness.cohorts.model import Cohort
 
 ORDERS = ("rounds", "shuffled")
 # Recorded in the manifest; Python's random.shuffle on a Mersenne Twister seeded with the int.
 ALGORITHM = {"rounds": "rounds-v1/python-random-mt19937-shuffle",
              "shuffled": "shuffled-v1/python-random-mt19937-shuffle"}
-SCHEDULE_FIELDS = ("index", "call_id", "base_id", "interaction_id", "domain", "condition", "repetition",
-                   "instance_sha256")
 
 
 def call_id_for(seed: int, base_id: str, condition: str, repetition: int, instance_sha256: str) -> str:
@@ -77,21 +75,6 @@ def _shuffled(rng: random.Random, bases: list[str], conds: list[str], reps: int)
         rep, rest = divmod(k, nb * nc)
         b, c = divmod(rest, nc)
         yield bases[b], conds[c], rep
-
-
-def build_schedule(cohort: Cohort, *, reps: int, seed: int, order: str = "rounds") -> list[dict[str, Any]]:
-    """The whole schedule as a list (small cohorts and tests; runs stream `iter_schedule`)."""
-    return list(iter_schedule(cohort, reps=reps, seed=seed, order=order))
-
-
-def schedule_bytes(rows: list[dict[str, Any]]) -> bytes:
-    return b"".join(dumps_line(r) for r in rows)
-
-
-def write_schedule(path: Path, rows: list[dict[str, Any]]) -> str:
-    data = schedule_bytes(rows)
-    path.write_bytes(data)
-    return sha256_hex(data)
 
 
 def read_schedule(path: Path) -> Iterator[dict[str, Any]]:
