@@ -4,10 +4,11 @@ so a decision can always be re-derived from the raw log alone (docs/design.md §
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from guards.parsers import Parsed
+from harness.run.records import Decision
 
 # Quarantine codes (docs/design.md §10, seed 002): the call is not attributable to the guard.
 FINGERPRINT_MISMATCH = "fingerprint_mismatch"
@@ -24,9 +25,10 @@ def provider_key(name: str | None) -> str:
     return re.sub(r"[^a-z0-9]", "", (name or "").lower())
 
 
-def decide(raw: dict[str, Any], raw_line_sha256: str, *, expected_request_sha256: str | None,
-           parser: Callable[[str | None, str | None], Parsed], pinned_provider: str | None) -> dict[str, Any]:
-    """The decision for a call whose final attempt is `raw`."""
+def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha256: str | None,
+           parser: Callable[[str | None, str | None], Parsed], pinned_provider: str | None) -> Decision:
+    """The decision for a call whose final attempt is `raw` (a `RawLine`, or what `verify` read
+    from one: a damaged line raises KeyError, TypeError or ValueError)."""
     outcome = raw.get("outcome")
     status: str
     decision: int | None = None

@@ -35,6 +35,7 @@ from harness.canon import canonical_bytes, sha256_hex
 from harness.lru import LRU
 from harness.run.decide import decide
 from harness.run.progress import RunProgress
+from harness.run.records import Attempt
 from harness.run.store import RunWriter, utcnow
 
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
@@ -444,7 +445,7 @@ class Dispatcher:
 
     def _record(self, call_id: str, body: dict[str, Any], request_sha: str, *, started: str, t0: float,
                 outcome: str, final: bool, reply: Reply | None = None, exc: AttemptError | None = None,
-                error_class: str | None = None, error: str | None = None) -> tuple[dict[str, Any], int, str]:
+                error_class: str | None = None, error: str | None = None) -> tuple[Attempt, int, str]:
         if exc is not None:
             reply = reply or exc.reply
             error_class, error = exc.error_class, str(exc)
@@ -455,7 +456,7 @@ class Dispatcher:
             self._spent += cost
             if self.progress is not None:
                 self.progress.add_spend(cost)
-        rec: dict[str, Any] = {
+        rec: Attempt = {
             "call_id": call_id,
             "attempt": self.writer.state.attempts.get(call_id, 0) + 1,
             "started": started, "finished": utcnow(),
@@ -478,7 +479,7 @@ class Dispatcher:
         rec["seq"] = seq
         return rec, seq, line_sha
 
-    def _finish(self, logged: tuple[dict[str, Any], int, str]) -> None:
+    def _finish(self, logged: tuple[Attempt, int, str]) -> None:
         rec, _, line_sha = logged
         decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
                           parser=self.parser, pinned_provider=self.guard.pinned_provider)

@@ -27,6 +27,7 @@ import orjson
 
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.errors import CheckFailed, InputError, RunLocked
+from harness.run.records import Attempt, Decision
 from harness.run.workers import halves
 
 GENESIS = "0" * 64
@@ -408,7 +409,7 @@ class RunWriter:
         self._raw = self._dec = self._events = None
 
     # -- appends -----------------------------------------------------------------------------
-    def append_raw(self, record: dict[str, Any], *, request_json: bytes | None = None) -> tuple[int, str]:
+    def append_raw(self, record: Attempt, *, request_json: bytes | None = None) -> tuple[int, str]:
         """Add seq and prev_sha256, write one line; return (seq, sha256 of the line).
 
         `request_json` is the request body already in canonical JSON: it is spliced in as the
@@ -418,8 +419,7 @@ class RunWriter:
         assert self._raw is not None
         st = self.state
         st.last_seq += 1
-        record = {**record, "seq": st.last_seq, "prev_sha256": st.last_raw_sha}
-        line = dumps_line(record)
+        line = dumps_line({**record, "seq": st.last_seq, "prev_sha256": st.last_raw_sha})
         if request_json is not None:
             # Keys are sorted, so "request" goes right before "request_sha256"; inside string
             # values a quote is escaped, so this pattern can only be that key.
@@ -432,7 +432,7 @@ class RunWriter:
         st.attempts[cid] = st.attempts.get(cid, 0) + 1
         return st.last_seq, st.last_raw_sha
 
-    def append_decision(self, record: dict[str, Any]) -> None:
+    def append_decision(self, record: Decision) -> None:
         # Held back until `flush()` (the dispatcher's ticker, and close): a decision lost in a
         # crash is re-derived from its final raw line on the next open, never re-sent.
         self._pending.append(dumps_line(record))

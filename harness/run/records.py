@@ -1,0 +1,55 @@
+"""The records of a run's two logs, as typed dictionaries (docs/design.md §6; README, "The run folder").
+
+`Attempt` is what the dispatcher records for one attempt; `RunWriter.append_raw` adds `seq`,
+`prev_sha256` and the canonical `request` body, giving a `RawLine` of raw.jsonl. `Decision` is one
+line of decisions.jsonl, derived from a call's final raw line alone (`harness.run.decide`). Lines
+read back from disk are data to be checked (`verify`), so readers take them as plain mappings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class Attempt(TypedDict):
+    call_id: str
+    attempt: int                    # 1, 2, ... per call, across sessions
+    started: str                    # UTC, ISO 8601
+    finished: str
+    request_sha256: str             # of the body sent (canonical JSON, no secrets)
+    status: int | str | None        # HTTP status, "local" for an in-process model, None when nothing came back
+    response: str | None            # the body exactly as received (secrets redacted)
+    response_sha256: str | None
+    content: str | None
+    finish_reason: str | None
+    error_class: str | None         # e.g. http_429, connection, timeout, malformed, context_overflow
+    error: str | None
+    latency_s: float
+    usage: dict[str, Any]           # prompt_tokens, completion_tokens, total_tokens, cost (as reported)
+    provider: str | None            # the upstream that answered (OpenRouter)
+    answers_call_id: str | None     # X-Call-Id echoed by the server
+    outcome: str                    # reply, transient, call_failed, not_sent
+    final: bool                     # the call's last attempt
+    seq: NotRequired[int]           # set once written
+
+
+class RawLine(Attempt):
+    """One line of raw.jsonl."""
+
+    prev_sha256: str                # SHA-256 of the previous line's bytes: the chain
+    request: dict[str, Any]         # the request body
+
+
+class Decision(TypedDict):
+    """One line of decisions.jsonl."""
+
+    call_id: str
+    raw_seq: int
+    raw_line_sha256: str
+    status: str                     # ok, unparseable, truncated, provider_error, refused, exhausted
+    decision: int | None            # 1 block, 0 allow, None
+    score: float | None
+    components: dict[str, Any]
+    attributable: bool
+    quarantine_reason: str | None   # one of harness.run.decide.QUARANTINE_CODES
+    detail: str | None
