@@ -15,7 +15,7 @@ import pytest
 from harness.cli import main
 from harness.cli.app import build_parser
 
-from conftest import DEMO_COHORT, run_cli, write_guard
+from conftest import run_cli, write_guard
 
 REMOTE = "https://guard.example.invalid/api/v1"   # never contacted: the refusal comes first
 
@@ -26,17 +26,17 @@ def _jsonl(path: Path) -> list[dict]:
 
 # -- a missing API key ---------------------------------------------------------------------------
 
-def test_missing_key_is_refused_before_anything_is_written(tmp_path):
+def test_missing_key_is_refused_before_anything_is_written(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", REMOTE, api_key_env="GUARDEVAL_UNSET_TEST_KEY")
     run = tmp_path / "run"
-    r = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--run-dir", str(run))
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--run-dir", str(run))
     assert r.code == 2 and "Traceback" not in r.err
     assert "GUARDEVAL_UNSET_TEST_KEY is not set" in r.err and str(guard) in r.err
     assert not run.exists()
     # --dry-run says so, and writes nothing either.
-    r = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--run-dir", str(run), "--dry-run")
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--run-dir", str(run), "--dry-run")
     assert r.code == 0 and "key: GUARDEVAL_UNSET_TEST_KEY is NOT SET" in r.out
-    r = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--dry-run", "--json",
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--json",
                 env={"GUARDEVAL_UNSET_TEST_KEY": "sk-test-value"})
     plan = json.loads(r.out)
     assert r.code == 0 and plan["key"] == {"variable": "GUARDEVAL_UNSET_TEST_KEY", "set": True, "needed": True}
@@ -105,17 +105,18 @@ def test_status_resume_and_json_speak_for_the_whole_run(tmp_path, small_cohort, 
     assert rep["run_dir"] == str(tmp_path / "rep") and rep["complete"] and rep["session"]["decided"] == 80
 
 
-def test_dry_run_projects_a_pilot(tmp_path):
+def test_dry_run_projects_a_pilot(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", "http://127.0.0.1:9")
-    whole = json.loads(run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--dry-run",
+    whole = json.loads(run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run",
                                "--json").out)
-    pilot = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--dry-run", "--json",
+    pilot = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--json",
                     "--max-calls", "20")
     proj = json.loads(pilot.out)["projection"]
-    assert whole["n_calls"] == 960 and whole["projection"]["calls"] == 960 and proj["calls"] == 20
-    assert 0 < proj["prompt_tokens_est"] < whole["projection"]["prompt_tokens_est"] / 20
+    assert whole["n_calls"] == 240 and whole["projection"]["calls"] == 240 and proj["calls"] == 20
+    share = whole["projection"]["prompt_tokens_est"] * 20 / 240   # the first 20 calls: about their share
+    assert share / 2 < proj["prompt_tokens_est"] < share * 2
     assert proj["max_output_tokens"] == 20 * 256
-    text = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--dry-run", "--max-calls", "20")
+    text = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--max-calls", "20")
     assert "projection for 20 calls (the first 20, --max-calls)" in text.out
     assert "(simulated provider: not billed)" in text.out
 

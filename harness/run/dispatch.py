@@ -70,7 +70,9 @@ class DispatchResult:
 
 
 class _Spacer:
-    """Requests-per-minute cap: attempts start at least 60/rpm seconds apart."""
+    """Requests-per-minute cap: attempts start on a grid of 60/rpm-second slots, one per slot and
+    never before it (a start that a busy event loop delays does not push the later slots back,
+    so over a minute the rate is the cap)."""
 
     def __init__(self, rpm: float | None) -> None:
         self.interval = 60.0 / rpm if rpm else 0.0
