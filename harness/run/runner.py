@@ -20,7 +20,7 @@ import orjson
 from guards.config import GuardConfig, load_guard_config
 from guards.parsers import get_parser
 from guards.prompts import Prompt, load_prompt
-from guards.registry import make_guard
+from guards.registry import make_guard, make_renderer
 from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
@@ -119,7 +119,7 @@ class Plan:
     @functools.cached_property
     def _render(self) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
         # Guards construct cheaply (no connection, no model load), so rendering needs no server.
-        return make_guard(self.config, self.prompt, max_connections=1).render
+        return make_renderer(self.config, self.prompt)
 
 
 def _emit(hashes: dict[str, Any], out: Mapping[str, BinaryIO], sched: list[bytes], stim: list[bytes]) -> None:
@@ -436,7 +436,7 @@ def _check_rendering(run_dir: Path, cohort: Cohort, config: GuardConfig, prompt:
     if first is None:
         return
     frozen = next((rec for _, _, rec in iter_jsonl(run_dir / STIMULI)), {})
-    body = make_guard(config, prompt, max_connections=1).render(cohort.instance(first["base_id"], first["condition"]))
+    body = make_renderer(config, prompt)(cohort.instance(first["base_id"], first["condition"]))
     if frozen.get("call_id") != first["call_id"] or canonical_sha256(body) != frozen.get("request_sha256"):
         raise InputError("the request re-rendered now differs from the one frozen at launch (stimuli.jsonl): the "
                          "guard config or the rendering changed; restore them, or start a new run with "

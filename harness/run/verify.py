@@ -384,7 +384,7 @@ class _Verifier:
         for a run from before copies, the prompts folder's entry when it still hashes as pinned).
         None, with the check recorded as skipped (or a damaged copy as a problem), otherwise."""
         from guards.config import GuardConfig
-        from guards.registry import make_guard
+        from guards.registry import make_renderer
 
         check = "stimuli re-render"
         pin = self.manifest.get("prompt")
@@ -401,7 +401,7 @@ class _Verifier:
                                  f"prompts folder cannot stand in: {exc}")
             return None
         try:
-            return make_guard(GuardConfig(**self.manifest["guard"]), prompt, max_connections=1).render
+            return make_renderer(GuardConfig(**self.manifest["guard"]), prompt)
         except Exception as exc:  # noqa: BLE001 - the rest of verification must not depend on the guard
             self.skip(check, f"the manifest's guard config cannot render ({type(exc).__name__}: {exc})")
             return None
