@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import nonneg_float, positive_float, positive_int
+from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
+from harness.terminal import safe, safe_json
 
 # Only the standard library and harness.cli/harness.errors are imported to build the parser: each
 # command imports what it needs when it runs (the runner brings the HTTP client, jsonschema, numpy),
@@ -32,11 +33,13 @@ def register(sub: Any) -> None:
     _dispatch_options(p)
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan, a token and cost projection and whether the key is set; send and write nothing")
+    row_limit_options(p)
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _dispatch_options(p)
+    row_limit_options(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("replicate", help="run a run's schedule on another guard")
@@ -44,6 +47,7 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", required=True, help="guard config (TOML) of the other guard")
     p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
     _dispatch_options(p, max_calls=False)
+    row_limit_options(p)
     p.set_defaults(func=cmd_replicate)
 
     p = sub.add_parser("status", help="what a run has done so far, and whether a process is running it now")
@@ -54,6 +58,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("verify", help="recompute every hash and the raw-log chain")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="OK even when a check could not be done (it is still listed)")
+    row_limit_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("demo", help="run the demo cohort against a local simulated provider (no network)",
@@ -67,7 +74,8 @@ def register(sub: Any) -> None:
 
 def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> None:
     """The options every command that sends calls shares (launch, resume, replicate)."""
-    p.add_argument("--base-url", help="send to this URL instead of the guard config's base_url")
+    p.add_argument("--base-url", type=base_url,
+                   help="send to this URL (http or https) instead of the guard config's base_url")
     p.add_argument("--concurrency", type=positive_int,
                    help="calls in flight at most (default: the guard config's concurrency, else 16; 1 for mlx)")
     p.add_argument("--fixed-concurrency", action="store_true",
@@ -93,12 +101,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_launch, resolve_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
-                       order=args.order, base_url=args.base_url)
+                       order=args.order, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
+    _warn_if_plain_http(plan.config.effective_base_url)
     if args.dry_run:
         return _dry_run(plan, run_dir, args)
     materialise(plan, run_dir)
-    print(f"run: {run_dir}", file=sys.stderr)
+    print(f"run: {safe(run_dir)}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
@@ -117,12 +126,13 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
         return 0
     print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
           f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
-    print(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) at {cfg.effective_base_url}, prompt {plan.prompt.id}")
+    print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) at {cfg.effective_base_url}, "
+               f"prompt {plan.prompt.id}"))
     if cfg.api_key_env:
         state = "set" if key["set"] else ("NOT SET: launch will refuse" if key["needed"] else "not set (optional here)")
         print(f"key: {cfg.api_key_env} is {state}")
     print(f"schedule sha256: {plan.manifest['schedule_sha256']}")
-    print(f"would write: {run_dir}")
+    print(f"would write: {safe(run_dir)}")
     cost = proj["cost_usd_upper_est"]
     pilot = f" (the first {proj['calls']}, --max-calls)" if proj["calls"] < plan.n_calls else ""
     print(f"projection for {proj['calls']} calls{pilot}: ~{proj['prompt_tokens_est']} prompt tokens, "
@@ -135,34 +145,55 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_if_plain_http(url: str | None) -> None:
+    from urllib.parse import urlsplit
+
+    from guards.config import plain_http_remote
+
+    if plain_http_remote(url):
+        host = urlsplit(url or "").hostname
+        print(f"guardeval: warning: {safe(host)} is reached over plain http: the key (if any) and every prompt "
+              "travel unencrypted; use https unless this network is yours", file=sys.stderr)
+
+
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
     from harness.run.runner import execute, finish_message, outcome_json, raise_if_stopped
 
     outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                       max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
-                      adaptive=not args.fixed_concurrency)
+                      adaptive=not args.fixed_concurrency, row_limits=row_limits(args))
     for torn in outcome.torn:
-        print(f"guardeval: recovered a torn last line into {torn}", file=sys.stderr)
+        print(f"guardeval: recovered a torn last line into {safe(torn)}", file=sys.stderr)
     if outcome.recovered:
         print(f"guardeval: re-derived {outcome.recovered} decision(s) from the raw log", file=sys.stderr)
     if args.json:
         _print_json(outcome_json(outcome))
     else:
-        print(f"{run_dir}: {finish_message(outcome)}")
+        print(safe(f"{run_dir}: {finish_message(outcome)}"))
     raise_if_stopped(outcome)
     if not outcome.complete:
-        print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {run_dir}", file=sys.stderr)
+        print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
+              file=sys.stderr)
     return 0
 
 
 def _print_json(obj: Any) -> None:
+    """`obj` as JSON on stdout; characters a terminal would obey are written as escapes."""
     import orjson
 
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(safe_json(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()) + "\n")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from guards.config import GuardConfig
+    from harness.run.store import read_manifest
+
     run_dir = _existing_run(args.run)
+    try:
+        _warn_if_plain_http(GuardConfig(**read_manifest(run_dir)["guard"]).with_base_url(args.base_url)
+                            .effective_base_url)
+    except (KeyError, TypeError):
+        pass  # a damaged manifest: `execute` says what is wrong
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
@@ -170,10 +201,11 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_replicate, resolve_run_dir
 
     parent = _existing_run(args.run)
-    plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url)
+    plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
+    _warn_if_plain_http(plan.config.effective_base_url)
     materialise(plan, run_dir)
-    print(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})", file=sys.stderr)
+    print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url)
 
 
@@ -194,36 +226,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(st)
         return 0
-    print(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} calls decided, {st['pending']} pending")
-    print(f"  state: {STATE_TEXT[st['state']].format(run=args.run)}")
-    print(f"  guard {st['guard']} (model {st['model']}), cohort {st['cohort']}"
-          + (f", replicate of {st['parent_run']}" if st["parent_run"] else ""))
+    print(safe(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} calls decided, {st['pending']} pending"))
+    print(safe(f"  state: {STATE_TEXT[st['state']].format(run=args.run)}"))
+    print(safe(f"  guard {st['guard']} (model {st['model']}), cohort {st['cohort']}"
+               + (f", replicate of {st['parent_run']}" if st["parent_run"] else "")))
     if st["statuses"]:
-        print("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items())))
+        print(safe("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items()))))
     if st["quarantined"]:
-        print(f"  quarantined: {st['quarantined']} ("
-              + ", ".join(f"{k} {v}" for k, v in sorted(st["quarantine_by_reason"].items())) + ")")
+        print(safe(f"  quarantined: {st['quarantined']} ("
+                   + ", ".join(f"{k} {v}" for k, v in sorted(st["quarantine_by_reason"].items())) + ")"))
     print(f"  attempts: {st['attempts']} ({st['retries']} retried); spend ${st['spend_usd']:.4f}"
           + (" (simulated provider: not billed)" if st["spend_simulated"] else ""))
     stop = st["last_stop"]
     if stop:
         reason = stop.get("reason") or "every pending call handled"
-        print(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
-              + (f": {stop['fatal']}" if stop.get("fatal") else ""))
+        print(safe(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
+                   + (f": {stop['fatal']}" if stop.get("fatal") else "")))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from harness.run.verify import verify_run
 
-    report = verify_run(_existing_run(args.run))
+    report = verify_run(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args))
     if args.json:
         _print_json(report)
     else:
+        # The report is the result: on stdout, whether the run passes or fails (the exit code says which).
         for p in report["problems"]:
             where = p["file"] + (f":{p['line']}" if p.get("line") else "")
-            print(f"{where}: {p['message']}")
-        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}")
+            print(safe(f"{where}: {p['message']}"))
+        for s in report["skipped"]:
+            print(safe(f"skipped: {s['check']}: {s['reason']}"))
+        note = ""
+        if report["skipped"]:
+            note = (f"; {len(report['skipped'])} check(s) skipped"
+                    + (" (allowed)" if args.allow_skipped else ", pass --allow-skipped to accept that"))
+        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}{note}")
     return 0 if report["ok"] else 1
 
 
