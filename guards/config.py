@@ -16,6 +16,9 @@ from harness.canon import canonical_sha256
 from harness.errors import InputError
 
 BACKENDS = ("openrouter", "openai-compatible", "mlx")
+# A guard's answer is a few KB; a body past this (decoded) is a failed attempt, not a crash
+# (docs/design.md §7). 16 calls in flight then hold at most 64 MiB of bodies.
+DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
 DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compatible": "http://127.0.0.1:8000/v1"}
 
 # field -> (accepted python types, required)
@@ -38,6 +41,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "retry_initial_s": ((int, float), False),
     "retry_max_s": ((int, float), False),
     "context_tokens": ((int,), False),
+    "max_response_bytes": ((int,), False),
     "provider": ((dict,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
@@ -66,6 +70,7 @@ class GuardConfig:
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
     context_tokens: int | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
     source: str | None = field(default=None, compare=False)
 
@@ -135,7 +140,7 @@ def load_guard_config(path: str | Path) -> GuardConfig:
     if data["backend"] not in BACKENDS:
         raise InputError(f"unknown backend '{data['backend']}' (expected one of {', '.join(BACKENDS)})",
                          path=p, line=_line_of(text, "backend"), field="backend")
-    for key in ("max_tokens", "max_attempts", "concurrency", "context_tokens"):
+    for key in ("max_tokens", "max_attempts", "concurrency", "context_tokens", "max_response_bytes"):
         if key in data and data[key] < 1:
             raise InputError("must be >= 1", path=p, line=_line_of(text, key), field=key)
     for key in ("timeout_s", "price_in_per_mtok", "price_out_per_mtok", "temperature", "retry_initial_s",
