@@ -19,7 +19,8 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
                               the first <n> attempts of each call (by X-Call-Id) get <status>
                               with `Retry-After: <value>` (`far-date`: a date in year 9999),
                               later ones a valid answer
-  ansi-error/<status>         an error whose message carries ANSI/OSC escape sequences
+  ansi-error/<status>[/raw]   an error whose message carries ANSI/OSC escape sequences,
+                              JSON-escaped (`\\u001b`), or with `raw` as the bytes themselves
   ansi-content                a valid HTTP 200 whose message content carries them
   key/<form>/<status>         echoes the caller's Bearer key in the error message (status
                               4xx/5xx) or in the content and X-Call-Id header (200); forms:
@@ -212,6 +213,9 @@ class Hostile:
             return web.json_response(answer(call_id=call_id))
         if mode == "ansi-error":
             status = int(args[0])
+            if args[1:] == ["raw"]:
+                return web.Response(text='{"error": {"code": %d, "message": "upstream said %s"}}' % (status, ANSI),
+                                    status=status, content_type="application/json")
             return web.json_response({"error": {"code": status, "message": f"upstream said {ANSI}"}}, status=status)
         if mode == "ansi-content":
             return web.json_response(answer(content=VERDICT + ANSI, call_id=call_id))

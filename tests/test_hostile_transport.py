@@ -168,3 +168,17 @@ def test_the_bombs_are_real():
     for data, wbits in ((gz, 31), (zl, 15)):
         out = zlib.decompressobj(wbits).decompress(data[:100_000], 64 << 20)
         assert out == bytes(64 << 20)
+
+
+async def test_escape_sequences_from_the_provider_stay_exact_in_the_record(hostile):
+    # raw.jsonl is data, not terminal output: what the provider sent is kept byte for byte
+    # (showing it safely on a terminal is the printer's job).
+    from hostile_server import ANSI
+
+    base, _ = hostile
+    out = await _send(f"{base}/ansi-error/500/v1")            # JSON-escaped: decoded into the message
+    assert isinstance(out, TransientError) and out.reply is not None and ANSI in str(out)
+    out = await _send(f"{base}/ansi-error/500/raw/v1")        # the bytes themselves, kept as sent
+    assert isinstance(out, TransientError) and out.reply is not None and ANSI in out.reply.raw
+    reply = await _send(f"{base}/ansi-content/v1")
+    assert not isinstance(reply, AttemptError) and reply.content.endswith(ANSI)   # type: ignore[attr-defined]
