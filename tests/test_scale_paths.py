@@ -209,7 +209,7 @@ def test_dispatched_records_have_the_shape_the_builder_writes(half_run, tmp_path
     assert set(built) == set(dispatched)
     from harness.run.records import Decision, RawLine  # the typed records name exactly the fields written
 
-    assert set(dispatched) == RawLine.__required_keys__ | RawLine.__optional_keys__
+    assert RawLine.__required_keys__ | {"seq"} <= set(dispatched) <= RawLine.__required_keys__ | RawLine.__optional_keys__
     assert set(_jsonl(run / "decisions.jsonl")[-1]) == Decision.__required_keys__
     assert set(built["usage"]) == set(dispatched["usage"])
     assert orjson.loads(built["response"]).keys() == orjson.loads(dispatched["response"]).keys()

@@ -101,6 +101,14 @@ class RunProgress:
     def add_spend(self, cost: float) -> None:
         self.spend += cost
 
+    def note(self, message: str) -> None:
+        """A one-off message on the progress stream (above the live line on a terminal), shown
+        even with the display off."""
+        if self._live is not None:
+            self._live.console.print(f"guardeval: note: {message}", markup=False, highlight=False)
+        else:
+            print(f"guardeval: note: {message}", file=self._stream, flush=True)
+
 
 def _clock(seconds: float) -> str:
     s = int(seconds + 0.5)

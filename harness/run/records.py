@@ -6,8 +6,8 @@ line of decisions.jsonl, derived from a call's final raw line alone (`harness.ru
 read back from disk are data to be checked (`verify`), so readers take them as plain mappings.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: TypedDict reads NotRequired from evaluated
+# annotations (Python 3.11 would count string ones as required keys).
 from typing import Any, NotRequired, TypedDict
 
 
@@ -31,6 +31,7 @@ class Attempt(TypedDict):
     outcome: str                    # reply, transient, call_failed, not_sent
     final: bool                     # the call's last attempt
     seq: NotRequired[int]           # set once written
+    redacted: NotRequired[bool]     # True on a line the API key was cut out of
 
 
 class RawLine(Attempt):
