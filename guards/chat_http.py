@@ -1,15 +1,16 @@
 """Chat-completions back-ends over HTTP: `openrouter` and `openai-compatible`.
 
-One wire format, two flavours: OpenRouter adds the `provider` routing table, usage
-accounting and a resolved upstream provider in the reply. The HTTP client is httpx over the
-aiohttp transport (httpx's own pool is CPU-bound at high concurrency, docs/design.md §11).
+One wire format, two flavours: OpenRouter adds the `provider` routing table, its own error
+shapes (judged by `guards.openrouter.errors`), the resolved upstream provider, the generation id
+and BYOK cost in the reply. `send` reads an answer (the transport); `judge` decides what it
+amounts to, through hooks the flavours override. The HTTP client is httpx over the aiohttp
+transport (httpx's own pool is CPU-bound at high concurrency, docs/design.md §11).
 """
 
 from __future__ import annotations
 
 import email.utils
 import os
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -21,13 +22,11 @@ from httpx_aiohttp import AiohttpTransport
 
 from guards.base import Guard, Reply
 from guards.config import GuardConfig
-from guards.errors import CallFailed, FatalError, TransientError
+from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.openrouter import errors as openrouter_errors
+from guards.openrouter.errors import CONTEXT_RE, TRANSIENT_STATUS, message_of
 from guards.prompts import Prompt
 from harness.lru import LRU
-
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
-_CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds the context|context_length_exceeded",
-                         re.IGNORECASE)
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -47,8 +46,6 @@ def parse_retry_after(value: str | None) -> float | None:
 
 class ChatCompletionsGuard(Guard):
     """OpenAI-style `/chat/completions`; subclasses choose the extras."""
-
-    send_usage_flag = False
 
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
@@ -112,19 +109,14 @@ class ChatCompletionsGuard(Guard):
             raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
         except (httpx.TransportError, OSError) as exc:
             raise TransientError("connection", f"{type(exc).__name__}: {_redact(str(exc), key)}") from None
-        text = _redact(text, key)
-        echoed = resp.headers.get("x-call-id")
-        reply = Reply(status=resp.status_code, raw=text, answers_call_id=echoed)
-        if resp.status_code != 200:
-            message = f"HTTP {resp.status_code}: {_error_message(text)}"
-            if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
-                raise TransientError(f"http_{resp.status_code}", message, reply,
-                                     retry_after=parse_retry_after(resp.headers.get("retry-after")))
-            if resp.status_code == 400 and _CONTEXT_RE.search(text):
-                # vLLM and llama.cpp answer 400 for a prompt longer than the context: a failure of
-                # this call (as with the mlx back-end), not a configuration error.
-                raise CallFailed("context_overflow", message, reply)
-            raise FatalError(f"http_{resp.status_code}", message, reply)
+        return self.judge(resp.status_code, resp.headers, _redact(text, key))
+
+    # -- judging an answer (the transport above only reads it) ---------------------------------
+    def judge(self, status: int, headers: Mapping[str, str], text: str) -> Reply:
+        """The reply of an answer that was read in full, or the error it amounts to."""
+        reply = Reply(status=status, raw=text, answers_call_id=headers.get("x-call-id"))
+        if status != 200:
+            raise self._status_error(status, parse_retry_after(headers.get("retry-after")), text, reply)
         try:
             data = orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -132,7 +124,7 @@ class ChatCompletionsGuard(Guard):
         if not isinstance(data, dict):
             raise TransientError("malformed", "HTTP 200 with a JSON body that is not an object", reply)
         if "error" in data:
-            raise TransientError("error200", f"HTTP 200 carrying an error: {_error_message(text)}", reply)
+            raise TransientError("error200", f"HTTP 200 carrying an error: {message_of(text)}", reply)
         try:
             choice = data["choices"][0]
             msg = choice.get("message") or {}
@@ -140,16 +132,38 @@ class ChatCompletionsGuard(Guard):
             finish = choice.get("finish_reason")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise TransientError("malformed", "HTTP 200 without choices[0]", reply) from None
+        self._check_choice(choice, reply)
         if content is not None and not isinstance(content, str):
             raise TransientError("malformed", "message content is not a string", reply)
         usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
         reply.content = content
         reply.finish_reason = finish if isinstance(finish, str) else None
+        native = choice.get("native_finish_reason")
+        reply.native_finish_reason = native if isinstance(native, str) else None
         reply.usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
                        if k in usage}
-        prov = data.get("provider")
-        reply.provider = prov if isinstance(prov, str) else None
+        self._read_extras(data, headers, usage, reply)
         return reply
+
+    def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
+        """A non-200 answer of a self-hosted server (vLLM, llama.cpp, mlx_lm.server)."""
+        message = f"HTTP {status}: {message_of(text)}"
+        if status == 413:
+            return CallFailed("request_too_large", message, reply)
+        if status in TRANSIENT_STATUS or status >= 500:
+            return TransientError(f"http_{status}", message, reply, retry_after=retry_after)
+        if status == 400 and CONTEXT_RE.search(text[:4096]):
+            # vLLM and llama.cpp answer 400 for a prompt longer than the context: a failure of
+            # this call (as with the mlx back-end), not a configuration error.
+            return CallFailed("context_overflow", message, reply)
+        return FatalError(f"http_{status}", message, reply)
+
+    def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
+        """Dialect hook: raise for a choice that is not an answer."""
+
+    def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], usage: Mapping[str, Any],
+                     reply: Reply) -> None:
+        """Dialect hook: fields beyond the OpenAI shape (OpenRouter's provider, generation id, BYOK cost)."""
 
     def _payload(self, body: Mapping[str, Any]) -> bytes:
         """Serialised body, once per body object (repetitions and retries reuse one body)."""
@@ -163,15 +177,37 @@ class ChatCompletionsGuard(Guard):
 
 
 class OpenRouterGuard(ChatCompletionsGuard):
+    """OpenRouter: the `provider` routing object, its error shapes (guards.openrouter.errors),
+    the resolved provider, the generation id and BYOK cost."""
+
     def _extend_body(self, body: dict[str, Any]) -> None:
+        # No `usage: {include: true}`: documented as deprecated, usage is always returned.
         if self.config.provider:
             prov = dict(self.config.provider)
             body["provider"] = {k: prov[k] for k in sorted(prov)}
-        body["usage"] = {"include": True}
+
+    def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
+        return openrouter_errors.classify_status(status, retry_after, text, reply)
+
+    def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
+        openrouter_errors.check_choice(choice, reply)
+
+    def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], usage: Mapping[str, Any],
+                     reply: Reply) -> None:
+        prov = data.get("provider")
+        reply.provider = prov if isinstance(prov, str) else None
+        gen = data.get("id")
+        gen = gen if isinstance(gen, str) and gen else headers.get("x-generation-id")
+        reply.generation_id = gen[:200] if gen else None
+        if usage.get("is_byok") is True:
+            details = usage.get("cost_details")
+            upstream = details.get("upstream_inference_cost") if isinstance(details, dict) else None
+            reply.usage["is_byok"] = True
+            reply.usage["upstream_inference_cost"] = upstream
 
     @property
-    def pinned_provider(self) -> str | None:
-        return self.config.pinned_provider
+    def allowed_providers(self) -> tuple[str, ...]:
+        return self.config.allowed_providers
 
 
 class OpenAICompatibleGuard(ChatCompletionsGuard):
@@ -180,16 +216,3 @@ class OpenAICompatibleGuard(ChatCompletionsGuard):
 
 def _redact(text: str, key: str | None) -> str:
     return text.replace(key, "[redacted]") if key else text
-
-
-def _error_message(text: str, limit: int = 300) -> str:
-    try:
-        data = orjson.loads(text)
-        err = data.get("error") if isinstance(data, dict) else None
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:limit]
-        if isinstance(err, str):
-            return err[:limit]
-    except orjson.JSONDecodeError:
-        pass
-    return text[:limit].replace("\n", " ")

@@ -311,11 +311,10 @@ def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: Gu
     if not finals:
         return 0
     expected = _stimuli_for(run_dir, set(finals))
-    pinned = config.pinned_provider if config.backend == "openrouter" else None
     recovered = 0
     for rec, line_sha in writer.undecided_finals():
         writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected.get(rec["call_id"]),
-                                      parser=parser, pinned_provider=pinned))
+                                      parser=parser, allowed_providers=config.allowed_providers))
         recovered += 1
     finals.clear()
     return recovered

@@ -49,6 +49,13 @@ def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
     return {**body, "sha256": canonical_sha256(body)}
 
 
+def refuse_used_run_dir(run_dir: Path) -> None:
+    """A new run goes into a folder that does not exist yet, or is empty (checked again when
+    it is created; checked first so that nothing is asked of the provider in vain)."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise InputError("run folder already exists and is not empty", path=run_dir)
+
+
 def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
                    fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """Materialise a new run folder atomically: build it beside, then rename into place.
@@ -57,8 +64,7 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
     and returns the manifest fields it learned on the way (their SHA-256); the manifest is
     written last. Returns the manifest as written (with its own `sha256`).
     """
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise InputError("run folder already exists and is not empty", path=run_dir)
+    refuse_used_run_dir(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = run_dir.with_name(f".{run_dir.name}.partial-{os.getpid()}")
     if tmp.exists():
@@ -165,7 +171,7 @@ class RunState:
     attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
     decided: set[str] = field(default_factory=set)
     final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
-    spent: float = 0.0                                            # usage.cost summed over every attempt
+    spent: float = 0.0                                            # spend_of(usage) summed over every attempt
     torn: list[Path] = field(default_factory=list)
 
 
@@ -173,12 +179,13 @@ class RawFields(NamedTuple):
     call_id: Any
     final: Any
     outcome: Any
-    cost: Any
+    cost: Any                   # what the attempt cost (`spend_of` its usage)
+    generation_id: Any = None   # the provider's generation id, when recorded
 
 
 def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
-    """call_id, final, outcome and usage.cost of the raw line `buf[start:end]` (no newline),
-    without parsing its request.
+    """call_id, final, outcome, cost (`spend_of` its usage) and generation id of the raw line
+    `buf[start:end]` (no newline), without parsing its request.
 
     A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
     `request` are scalars and whose last field is `usage`; inside a JSON string every `"` is
@@ -201,13 +208,14 @@ def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | 
     if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
             or "outcome" not in head:
         return None
-    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"))
+    return RawFields(head["call_id"], head["final"], head["outcome"], spend_of(usage), head.get("generation_id"))
 
 
 def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
     """The same fields from a full parse (CheckFailed, as iter_jsonl, if not a JSON object)."""
     rec = parse_line(body, path, lineno)
-    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), spend_of(rec.get("usage")),
+                     rec.get("generation_id"))
 
 
 def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
@@ -303,6 +311,19 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def is_cost(value: Any) -> bool:
     return isinstance(value, (int, float))
+
+
+def spend_of(usage: Any) -> Any:
+    """What one attempt cost, from the `usage` of its raw line: `cost` as the provider reported
+    it, plus the upstream's own charge (`upstream_inference_cost`) when the call ran on the
+    caller's own provider key (`is_byok`): OpenRouter's `cost` is then only its part."""
+    if not isinstance(usage, dict):
+        return None
+    cost: Any = usage.get("cost")
+    upstream: Any = usage.get("upstream_inference_cost")
+    if usage.get("is_byok") is True and is_cost(upstream):
+        return (cost if is_cost(cost) else 0.0) + upstream
+    return cost
 
 
 class RunWriter:
@@ -447,7 +468,7 @@ class RawPart:
     """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
 
     n_lines: int = 0
-    costs: array = field(default_factory=lambda: array("d"))   # numeric usage.cost, in log order
+    costs: array = field(default_factory=lambda: array("d"))   # what each attempt cost, in log order
     attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
     finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)
     last: tuple[int, int] | None = None                         # (offset, length) of the last line

@@ -780,7 +780,6 @@ def _parser_and_pin(manifest: dict[str, Any]):
         from guards.parsers import get_parser
 
         cfg = GuardConfig(**manifest["guard"])
-        pinned = cfg.pinned_provider if cfg.backend == "openrouter" else None
-        return _memo_parser(get_parser(manifest["prompt"]["parser"])), pinned
+        return _memo_parser(get_parser(manifest["prompt"]["parser"])), cfg.allowed_providers
     except Exception:  # noqa: BLE001
-        return None, None
+        return None, ()
