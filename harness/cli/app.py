@@ -18,6 +18,7 @@ from harness.errors import GuardevalError
 # Order is the order of `guardeval --help`.
 COMMAND_MODULES = (
     "harness.cli.run",
+    "harness.cli.preflight",
     "harness.cli.estimate",
     "harness.cli.audit",
     "harness.cli.cohort",

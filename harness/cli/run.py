@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from harness.cli import preflight
 from harness.cli.args import nonneg_float, positive_float, positive_int
 from harness.errors import InputError
 
@@ -25,7 +26,9 @@ def register(sub: Any) -> None:
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds")
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     _dispatch_options(p)
-    p.add_argument("--dry-run", action="store_true", help="print the plan and a cost projection; send nothing")
+    preflight.add_option(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan, a cost projection and the preflight; send no call, write nothing")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
@@ -38,6 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", required=True)
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     _dispatch_options(p, max_calls=False)
+    preflight.add_option(p)
     p.set_defaults(func=cmd_replicate)
 
     p = sub.add_parser("status", help="what a run has done so far")
@@ -80,6 +84,7 @@ def _existing_run(path: str) -> Path:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_launch, resolve_run_dir
+    from harness.run.store import refuse_used_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url)
@@ -98,8 +103,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
               + (f"cost <= ${cost:.4f}" if cost is not None else "cost unknown (set price_in_per_mtok/price_out_per_mtok)"))
         if args.max_cost is not None and cost is not None and cost > args.max_cost:
             print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
-        print("dry run: nothing sent, nothing written")
-        return 0
+        ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stdout)
+        print("dry run: no call sent, nothing written" + ("" if ready else "; launch would refuse (exit 2)"))
+        return 0 if ready else 2
+    refuse_used_run_dir(run_dir)
+    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(f"run: {run_dir}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
@@ -129,10 +138,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_replicate(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_replicate, resolve_run_dir
+    from harness.run.store import refuse_used_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url)
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
+    refuse_used_run_dir(run_dir)
+    if not preflight.check_plan(plan, args, max_calls=None, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url)
@@ -152,6 +165,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  {k}: {v}")
         if st["quarantined"]:
             print(f"  quarantined: {st['quarantined']} ({st['quarantine_by_reason']})")
+        if st["generation_replays"]:
+            print(f"  answered under a generation id another call also got: {st['generation_replays']} "
+                  "(quarantined as replay_mismatch by estimate)")
         if st["last_stop"]:
             print(f"  last stop: {st['last_stop']}")
     return 0

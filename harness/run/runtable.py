@@ -1,7 +1,8 @@
 """A run folder as an analysis table: one row per scheduled call (docs/design.md §10 inputs).
 
 Calls with no decision yet appear with status `missing`, so the estimator can see coverage
-and refuse an incomplete run.
+and refuse an incomplete run. Calls answered under a generation id that another call also
+received are quarantined here as `replay_mismatch` (a check across calls: `harness.run.replay`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cohorts.model import load_cohort
+from harness.run.decide import REPLAY_MISMATCH
+from harness.run.replay import generation_replays
 from harness.run.store import DECISIONS, SCHEDULE, iter_jsonl, read_manifest
 
 
@@ -33,6 +36,7 @@ def load_run_table(run_dir: str | Path) -> RunTable:
     decisions: dict[str, dict[str, Any]] = {}
     for _, _, rec in iter_jsonl(run / DECISIONS):
         decisions[rec["call_id"]] = rec
+    replayed = generation_replays(run)
     rows: list[dict[str, Any]] = []
     n = 0
     for _, _, s in iter_jsonl(run / SCHEDULE):
@@ -45,8 +49,16 @@ def load_run_table(run_dir: str | Path) -> RunTable:
             "decision": d["decision"] if d else None,
             "status": d["status"] if d else "missing",
             "components": d.get("components") if d else None,
-            "quarantine_reason": d.get("quarantine_reason") if d else None,
+            "quarantine_reason": _quarantine(d, replayed),
         })
     roles = {c.name: c.role for c in cohort.conditions}
     return RunTable(rows=rows, n_scheduled=n, complete=all(r["status"] != "missing" for r in rows), roles=roles,
                     baseline=cohort.baseline(), placebo=cohort.placebo(), manifest=manifest)
+
+
+def _quarantine(d: dict[str, Any] | None, replayed: dict[str, str]) -> str | None:
+    if d is None:
+        return None
+    if d.get("quarantine_reason") is None and d["call_id"] in replayed:
+        return REPLAY_MISMATCH
+    return d.get("quarantine_reason")
