@@ -2,14 +2,14 @@
 
 Before a paid run (and on its own: `guardeval preflight`), ask OpenRouter:
 
-- `GET /models/{author}/{slug}/endpoints` (https://openrouter.ai/docs/api-reference/list-endpoints):
+- `GET /models/{author}/{slug}/endpoints` (https://openrouter.ai/docs/api/api-reference/endpoints/list-endpoints):
   `data.endpoints[]` with `provider_name`, `tag` (the routing slug), `context_length`,
   `max_completion_tokens`, `pricing.{prompt, completion, request}` (USD per token, as strings) and
   `supported_parameters`. Is every pinned provider listed; does it answer under a name
   guardeval recognises (`guards.openrouter.providers`); does it support every parameter the
   body sends (`response_format` with a json_schema needs `structured_outputs`); does the
   longest prompt plus `max_tokens` fit its context; what does the run cost at its prices?
-- `GET /key` (https://openrouter.ai/docs/api-reference/api-keys/get-current-key):
+- `GET /key` (https://openrouter.ai/docs/api/api-reference/api-keys/get-current-key):
   `data.limit_remaining` (null: the key has no limit) against the projected cost (capped by
   `--max-cost`). The account balance itself (`GET /credits`) needs a management key, so a key
   without a limit is reported as unchecked, not as a failure.
