@@ -38,8 +38,8 @@ CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds
                         re.IGNORECASE)
 # A 403 that names no type: only a message saying the input was blocked or flagged is a refusal
 # of this call; anything else (a key without permission, say) stops the run.
-_BLOCKED_RE = re.compile(r"\b(guardrail|moderation|flagged|blocked|content polic|prompt.injection|safety)",
-                         re.IGNORECASE)
+_BLOCKED_RE = re.compile(r"\b(guardrail|moderation|prompt.injection|content.polic"
+                         r"|(request|input|prompt|content|message)\b[^.]{0,20}\b(blocked|flagged))", re.IGNORECASE)
 MESSAGE_LIMIT = 300
 
 
