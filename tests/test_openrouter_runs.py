@@ -111,9 +111,9 @@ def test_insufficient_credits_stop_the_run_resumably(tmp_path, small_cohort, sim
     assert r.code == 1 and "402" in r.err and "resume" in r.err, r.err
     assert _jsonl(run / "decisions.jsonl") == []    # nothing written off: every call stays pending
     ok = sim_factory("--seed", "3")
-    r = run_cli("resume", str(run), "--base-url", ok.base_url, "--no-progress", "--concurrency", "16")
+    r = run_cli("resume", str(run), "--base-url", ok.base_url, "--no-progress", "--max-calls", "10")
     assert r.code == 0, r.err
-    assert len(_jsonl(run / "decisions.jsonl")) == 80
+    assert len(_jsonl(run / "decisions.jsonl")) == 10
 
 
 def test_drift_and_unknown_provider_are_told_apart(tmp_path, small_cohort, sim_factory):
@@ -295,7 +295,7 @@ def test_audit_providers_confirms_from_generation_stats(tmp_path, small_cohort, 
 
 def test_audit_providers_finds_drift_and_what_it_cannot_confirm(tmp_path, small_cohort, sim_factory):
     sim = sim_factory("--seed", "4", "--faults", "drift=0.25")
-    r, run = _launch(tmp_path, small_cohort, sim.base_url, "drifting", "--concurrency", "8")
+    r, run = _launch(tmp_path, small_cohort, sim.base_url, "drifting", "--concurrency", "8", "--max-calls", "40")
     assert r.code == 0, r.err
     drifted = sum(d["quarantine_reason"] == "provider_drift" for d in _jsonl(run / "decisions.jsonl"))
     assert drifted > 0
@@ -305,7 +305,7 @@ def test_audit_providers_finds_drift_and_what_it_cannot_confirm(tmp_path, small_
     fresh = sim_factory("--seed", "4")
     res = json.loads(run_cli("audit", "providers", str(run), "--base-url", fresh.base_url, "--json",
                              env=KEY_ENV).out)
-    assert res["unconfirmed"] == res["answers"] == 80 and "404" in res["unconfirmed_calls"][0]["why"]
+    assert res["unconfirmed"] == res["answers"] == 40 and "404" in res["unconfirmed_calls"][0]["why"]
 
 
 # ------------------------------------------------- replay by generation id; 413 per call
@@ -353,13 +353,13 @@ def test_request_too_large_fails_that_call_only(tmp_path, small_cohort, plain_se
     fields: dict[str, Any] = {"backend": backend}
     if backend != "openrouter":
         fields["provider"] = None
-    r, run = _launch(tmp_path, small_cohort, srv.url, f"big-{backend}", "--no-preflight", **fields)
+    r, run = _launch(tmp_path, small_cohort, srv.url, f"big-{backend}", "--no-preflight", "--max-calls", "30", **fields)
     assert r.code == 0, r.err                              # not a run-fatal stop
     decisions = _jsonl(run / "decisions.jsonl")
-    assert len(decisions) == 80
+    assert len(decisions) == 30
     too_large = [d for d in decisions if d["status"] == "provider_error"]
     assert too_large and all("413" in d["detail"] for d in too_large)
     assert any(d["status"] == "ok" for d in decisions)
     raw = _jsonl(run / "raw.jsonl")
     assert {rec["error_class"] for rec in raw if rec["outcome"] == "call_failed"} == {"request_too_large"}
-    assert len(raw) == 80                                  # one attempt each: nothing retried or re-sent
+    assert len(raw) == 30                                  # one attempt each: nothing retried or re-sent
