@@ -21,6 +21,7 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from guards.base import Guard, Reply
+from guards.chat_body import chat_body
 from guards.config import GuardConfig
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guards.openrouter import errors as openrouter_errors
@@ -65,22 +66,7 @@ class ChatCompletionsGuard(Guard):
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        body: dict[str, Any] = {
-            "model": cfg.model,
-            "messages": self.prompt.render_messages(instance),
-            "temperature": cfg.temperature,
-            "max_tokens": cfg.max_tokens,
-        }
-        if cfg.seed is not None:
-            body["seed"] = cfg.seed
-        if cfg.structured_output and self.prompt.output_schema:
-            body["response_format"] = {"type": "json_schema", "json_schema": self.prompt.output_schema}
-        self._extend_body(body)
-        return body
-
-    def _extend_body(self, body: dict[str, Any]) -> None:
-        """Back-end specific fields (OpenRouter routing)."""
+        return chat_body(self.config, self.prompt, instance)
 
     # -- transport ------------------------------------------------------------------------
     def _api_key(self) -> str | None:
@@ -177,14 +163,8 @@ class ChatCompletionsGuard(Guard):
 
 
 class OpenRouterGuard(ChatCompletionsGuard):
-    """OpenRouter: the `provider` routing object, its error shapes (guards.openrouter.errors),
-    the resolved provider, the generation id and BYOK cost."""
-
-    def _extend_body(self, body: dict[str, Any]) -> None:
-        # No `usage: {include: true}`: documented as deprecated, usage is always returned.
-        if self.config.provider:
-            prov = dict(self.config.provider)
-            body["provider"] = {k: prov[k] for k in sorted(prov)}
+    """OpenRouter: its error shapes (guards.openrouter.errors), the resolved provider, the
+    generation id and BYOK cost (the body, with the routing table, is `chat_body`'s)."""
 
     def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
         return openrouter_errors.classify_status(status, retry_after, text, reply)

@@ -9,7 +9,7 @@ from guards.config import GuardConfig
 from guards.openrouter import providers
 from guards.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
 from guards.prompts import load_prompt
-from guards.registry import make_guard
+from guards.registry import make_renderer
 from harness.run.store import spend_of
 
 
@@ -55,7 +55,7 @@ def test_allowed_providers_follow_the_routing_table():
 def test_parameters_sent_are_read_from_the_rendered_body(seed, structured, want):
     cfg = GuardConfig(name="g", backend="openrouter", model="a/b", prompt="guardeval-json-v1", seed=seed,
                       structured_output=structured, provider={"only": ["anthropic"]})
-    body = make_guard(cfg, load_prompt(cfg.prompt), max_connections=1).render(EMPTY_INSTANCE)
+    body = make_renderer(cfg, load_prompt(cfg.prompt))(EMPTY_INSTANCE)
     assert parameters_sent(body) == want
     assert "provider" in body and "usage" not in body
 

@@ -21,7 +21,7 @@ from aiohttp import web
 from guards.config import load_guard_config
 from guards.openrouter.preflight import EMPTY_INSTANCE, Workload, run_preflight
 from guards.prompts import load_prompt
-from guards.registry import make_guard
+from guards.registry import make_renderer
 from guards.sim import SimServerProcess
 from harness.run.runner import plan_launch
 from harness.run.runtable import load_run_table
@@ -176,7 +176,7 @@ def test_preflight_refuses_what_cannot_be_served(preflight_sims, monkeypatch, si
         work = plan_launch(cohort_dir=DEMO_COHORT, guard_path=REPO / "guards/presets/haiku-4.5.toml", reps=3, seed=0,
                            order="rounds", base_url=config.base_url).workload()
     else:
-        work = Workload(body=make_guard(config, load_prompt(config.prompt)).render(EMPTY_INSTANCE))
+        work = Workload(body=make_renderer(config, load_prompt(config.prompt))(EMPTY_INSTANCE))
     result = run_preflight(config, work)
     assert not result.ok
     assert any(words in c.detail for c in result.failures()), result.checks

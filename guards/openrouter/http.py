@@ -17,6 +17,8 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from harness.terminal import safe
+
 MAX_BODY = 8 << 20   # bytes: a model's endpoint list is a few KB; anything near this is not an answer
 
 
@@ -75,5 +77,4 @@ async def get_json(http: httpx.AsyncClient, target: str, *, key: str | None, tim
 
 def shown(value: Any, limit: int = 120) -> str:
     """Provider text in a message: bounded, control characters escaped (it may be hostile)."""
-    s = value if isinstance(value, str) else repr(value)
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s[:limit])
+    return safe((value if isinstance(value, str) else repr(value))[:limit])

@@ -122,5 +122,11 @@ def cmd_audit_providers(args: argparse.Namespace) -> int:
     if res["generation_replays"]:
         lines.append(f"calls answered under a generation id another call also got: {res['generation_replays']}")
     lines.append(f"audit providers: {'OK' if res['ok'] else 'FAILED'}")
-    _emit(res, args.json, "\n".join(lines))
+    if args.json:
+        from harness.estimators.report import dumps_json
+        from harness.terminal import safe_json
+
+        print(safe_json(dumps_json(res)))     # provider names are the provider's text
+    else:
+        print("\n".join(lines))
     return 0 if res["ok"] else 1

@@ -13,6 +13,7 @@ import orjson
 
 from harness.cli.args import nonneg_float, positive_int
 from harness.errors import InputError
+from harness.terminal import safe, safe_json
 
 
 def register(sub: Any) -> None:
@@ -44,19 +45,18 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         _require_openrouter(config.backend, args.guard)
         work = plan.workload(max_calls=args.max_calls, max_cost=args.max_cost)
     else:
-        from guards.registry import make_guard
+        from guards.registry import make_renderer
 
         config, prompt = load_guard_and_prompt(args.guard, args.base_url)
-        _require_openrouter(config.backend, args.guard)   # before rendering: an mlx guard would load a model
-        work = Workload(body=make_guard(config, prompt, max_connections=1).render(EMPTY_INSTANCE),
-                        max_cost=args.max_cost)
+        _require_openrouter(config.backend, args.guard)
+        work = Workload(body=make_renderer(config, prompt)(EMPTY_INSTANCE), max_cost=args.max_cost)
     result = run_preflight(config, work)
     if args.json:
-        sys.stdout.write(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(safe_json(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         show(result, sys.stdout)
     if not result.ok:
-        print(f"guardeval: preflight failed: {result.failures()[0].detail}", file=sys.stderr)
+        print(safe(f"guardeval: preflight failed: {result.failures()[0].detail}"), file=sys.stderr)
         return 2
     return 0
 
@@ -68,9 +68,9 @@ def _require_openrouter(backend: str, path: str) -> None:
 
 
 def show(result: Any, out: TextIO) -> None:
-    print(f"preflight: {result.model} at {result.base_url}", file=out)
+    print(safe(f"preflight: {result.model} at {result.base_url}"), file=out)
     for c in result.checks:
-        print(f"  {c.status:<4}  {c.name}: {c.detail}", file=out)
+        print(safe(f"  {c.status:<4}  {c.name}: {c.detail}"), file=out)
     print(f"preflight: {'OK' if result.ok else 'FAILED'}", file=out)
 
 
