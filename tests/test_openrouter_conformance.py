@@ -19,8 +19,8 @@ from guards.config import GuardConfig
 from guards.errors import CallFailed, FatalError, TransientError
 from guards.parsers import get_parser
 from guards.prompts import load_prompt
+from harness.run.budget import reported_cost
 from harness.run.decide import decide
-from harness.run.store import spend_of
 
 CASES: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "fixtures" / "openrouter" / "conformance.json").read_text("utf-8"))["cases"]
@@ -92,7 +92,7 @@ async def test_case(case: dict[str, Any], replay: str) -> None:
         if field in expect:
             assert getattr(reply, field) == expect[field]
     if "spend" in expect:
-        assert spend_of(reply.usage) == pytest.approx(expect["spend"])
+        assert reported_cost(reply.usage) == pytest.approx(expect["spend"])
     if "empty" in expect:
         assert reply.content == "" and reply.finish_reason == "stop"
     if outcome == "fatal":

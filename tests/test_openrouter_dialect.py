@@ -10,7 +10,7 @@ from guards.openrouter import providers
 from guards.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
 from guards.prompts import load_prompt
 from guards.registry import make_renderer
-from harness.run.store import spend_of
+from harness.run.budget import reported_cost
 
 
 @pytest.mark.parametrize("reported, slugs, allowed", [
@@ -68,9 +68,12 @@ def test_endpoint_tags_pin_variants():
 
 
 def test_byok_spend_counts_the_upstream_charge():
-    assert spend_of({"cost": 0.001}) == 0.001
+    assert reported_cost({"cost": 0.001}) == 0.001
     # Not BYOK: upstream_inference_cost (when present) is part of `cost`, not added.
-    assert spend_of({"cost": 0.001, "upstream_inference_cost": 0.001}) == 0.001
-    assert spend_of({"cost": 0.00005, "is_byok": True, "upstream_inference_cost": 0.001}) == pytest.approx(0.00105)
-    assert spend_of({"is_byok": True, "upstream_inference_cost": 0.001}) == 0.001
-    assert spend_of({}) is None and spend_of(None) is None
+    assert reported_cost({"cost": 0.001, "upstream_inference_cost": 0.001}) == 0.001
+    assert reported_cost({"cost": 0.00005, "is_byok": True, "upstream_inference_cost": 0.001}) == pytest.approx(0.00105)
+    assert reported_cost({"is_byok": True, "upstream_inference_cost": 0.001}) == 0.001
+    assert reported_cost({}) is None and reported_cost(None) is None
+    # Untrusted like any provider number: an invalid part counts as unknown, never as a refund.
+    assert reported_cost({"cost": -5, "is_byok": True, "upstream_inference_cost": 0.001}) == 0.001
+    assert reported_cost({"cost": 0.001, "is_byok": True, "upstream_inference_cost": float("inf")}) == 0.001

@@ -26,8 +26,9 @@ from guards.config import GuardConfig
 from guards.openrouter import providers
 from guards.openrouter.generation import fetch_generations
 from harness.errors import InputError
+from harness.run.budget import reported_cost
 from harness.run.replay import generation_replays
-from harness.run.store import RAW, iter_jsonl, read_manifest, spend_of
+from harness.run.store import RAW, iter_jsonl, read_manifest
 
 SHOWN = 20   # calls listed per finding (the counts are complete)
 
@@ -45,7 +46,7 @@ def final_answers(run_dir: Path) -> list[dict[str, Any]]:
         if not isinstance(gen, str) or not gen:
             gen = _id_in_response(rec.get("response"))
         out[str(rec.get("call_id"))] = {"call_id": str(rec.get("call_id")), "generation_id": gen,
-                                        "provider": rec.get("provider"), "spend": spend_of(rec.get("usage"))}
+                                        "provider": rec.get("provider"), "spend": reported_cost(rec.get("usage"))}
     return list(out.values())
 
 

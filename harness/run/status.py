@@ -18,12 +18,12 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from guards.base import valid_cost
 from harness.run.store import (
     DECISIONS,
     EVENTS,
     RAW,
     decision_fields,
-    is_cost,
     iter_jsonl,
     iter_lines,
     iter_raw_fields,
@@ -86,7 +86,7 @@ def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> _Part:
     generations: dict[str, set[str]] = {}
     for _, _, _, f in iter_raw_fields(path, start, end):
         attempts += 1
-        if is_cost(f.cost):
+        if valid_cost(f.cost):
             costs.append(f.cost)
         if f.outcome == "transient" and not f.final:
             retries += 1

@@ -27,9 +27,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from guards.base import valid_cost
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
+from harness.run.budget import Unpriced, priced_cost, reported_cost
 
 GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
@@ -338,7 +340,8 @@ class RunState:
     attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
     decided: set[str] = field(default_factory=set)
     final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
-    spent: float = 0.0                                            # spend_of(usage) summed over every attempt
+    spent: float = 0.0                                            # reported cost summed over every attempt
+    unpriced: Unpriced = field(default_factory=Unpriced)          # answers the provider did not price
     torn: list[Path] = field(default_factory=list)
 
 
@@ -346,12 +349,13 @@ class RawFields(NamedTuple):
     call_id: Any
     final: Any
     outcome: Any
-    cost: Any                   # what the attempt cost (`spend_of` its usage)
+    cost: Any                   # what the provider says the attempt cost (`budget.reported_cost`)
+    usage: dict[str, Any]
     generation_id: Any = None   # the provider's generation id, when recorded
 
 
 def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
-    """call_id, final, outcome, cost (`spend_of` its usage) and generation id of the raw line
+    """call_id, final, outcome, reported cost, usage and generation id of the raw line
     `buf[start:end]` (no newline), without parsing its request.
 
     A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
@@ -375,13 +379,16 @@ def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | 
     if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
             or "outcome" not in head:
         return None
-    return RawFields(head["call_id"], head["final"], head["outcome"], spend_of(usage), head.get("generation_id"))
+    return RawFields(head["call_id"], head["final"], head["outcome"], reported_cost(usage), usage,
+                     head.get("generation_id"))
 
 
 def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
     """The same fields from a full parse (CheckFailed, as iter_jsonl, if not a JSON object)."""
     rec = parse_line(body, path, lineno)
-    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), spend_of(rec.get("usage")),
+    usage = rec.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), reported_cost(usage), usage,
                      rec.get("generation_id"))
 
 
@@ -474,23 +481,6 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             if not line.endswith(b"\n"):
                 return
             yield lineno, line
-
-
-def is_cost(value: Any) -> bool:
-    return isinstance(value, (int, float))
-
-
-def spend_of(usage: Any) -> Any:
-    """What one attempt cost, from the `usage` of its raw line: `cost` as the provider reported
-    it, plus the upstream's own charge (`upstream_inference_cost`) when the call ran on the
-    caller's own provider key (`is_byok`): OpenRouter's `cost` is then only its part."""
-    if not isinstance(usage, dict):
-        return None
-    cost: Any = usage.get("cost")
-    upstream: Any = usage.get("upstream_inference_cost")
-    if usage.get("is_byok") is True and is_cost(upstream):
-        return (cost if is_cost(cost) else 0.0) + upstream
-    return cost
 
 
 class AppendLog:
@@ -605,6 +595,7 @@ class RunWriter:
         for part in parts:
             for cost in part.costs:    # one at a time, in log order, as the attempts were written
                 st.spent += cost
+            st.unpriced.merge(part.unpriced)
             for cid, n in part.attempts.items():
                 st.attempts[cid] = st.attempts.get(cid, 0) + n
             for cid, where in part.finals.items():
@@ -699,7 +690,8 @@ class RawPart:
     """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
 
     n_lines: int = 0
-    costs: array = field(default_factory=lambda: array("d"))   # what each attempt cost, in log order
+    costs: array = field(default_factory=lambda: array("d"))   # reported costs, in log order
+    unpriced: Unpriced = field(default_factory=Unpriced)        # answers without a positive cost
     attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
     finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)
     last: tuple[int, int] | None = None                         # (offset, length) of the last line
@@ -708,8 +700,10 @@ class RawPart:
 def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) -> RawPart:
     part = RawPart()
     for lineno, offset, length, f in iter_raw_fields(path, start, end):
-        if is_cost(f.cost):
+        if valid_cost(f.cost):
             part.costs.append(f.cost)
+        if f.outcome == "reply" and priced_cost(f.usage) is None:
+            part.unpriced.add(f.usage)
         cid = f.call_id
         if cid not in decided:
             part.attempts[cid] = part.attempts.get(cid, 0) + 1
