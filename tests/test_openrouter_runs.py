@@ -363,3 +363,20 @@ def test_request_too_large_fails_that_call_only(tmp_path, small_cohort, plain_se
     raw = _jsonl(run / "raw.jsonl")
     assert {rec["error_class"] for rec in raw if rec["outcome"] == "call_failed"} == {"request_too_large"}
     assert len(raw) == 30                                  # one attempt each: nothing retried or re-sent
+
+
+def test_preflight_never_shows_the_key(plain_server):
+    secret = "sk-or-v1-" + "a1B2c3" * 8
+
+    async def endpoints(request: web.Request) -> web.Response:
+        # A careless server echoes the bearer token, JSON-escaped, in its refusal.
+        token = request.headers.get("Authorization", "")[7:]
+        escaped = "".join(f"\\u{ord(c):04x}" for c in token)
+        return web.Response(status=401, text='{"error": {"code": 401, "message": "bad key ' + escaped + '"}}',
+                            content_type="application/json")
+
+    srv = plain_server({"/models/{a}/{s}/endpoints": endpoints})
+    r = run_cli("preflight", "--guard", "guards/presets/haiku-4.5.toml", "--base-url", srv.url,
+                env={"OPENROUTER_API_KEY": secret})
+    assert r.code == 2 and "HTTP 401" in r.out and "[redacted]" in r.out
+    assert secret not in r.out + r.err and secret[9:21] not in r.out + r.err

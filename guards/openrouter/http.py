@@ -2,7 +2,8 @@
 
 Bounded on every side the provider controls: the whole exchange has a deadline, the body is
 read in chunks and refused past a size cap (counted after decompression), and the key is
-redacted from anything kept. Never raises anything but `FetchError` for a failed exchange.
+redacted (`guards.redact`, every spelling) from anything kept. Never raises anything but
+`FetchError` for a failed exchange.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from guards.redact import Redactor
 from harness.terminal import safe
 
 MAX_BODY = 8 << 20   # bytes: a model's endpoint list is a few KB; anything near this is not an answer
@@ -62,12 +64,10 @@ async def get_json(http: httpx.AsyncClient, target: str, *, key: str | None, tim
     except TimeoutError:
         raise FetchError(f"no answer from {host} within {timeout_s:g} s") from None
     except (httpx.HTTPError, OSError) as exc:
-        detail = str(exc).replace(key, "[redacted]") if key else str(exc)
+        detail = Redactor(key)(str(exc))
         # The message, not the class: the aiohttp transport reports a refused connection as a timeout.
         raise FetchError(f"cannot reach {host} ({shown(detail, 200) or type(exc).__name__})") from None
-    text = b"".join(chunks).decode("utf-8", errors="replace")
-    if key:
-        text = text.replace(key, "[redacted]")
+    text = Redactor(key)(b"".join(chunks).decode("utf-8", errors="replace"))
     try:
         data = orjson.loads(text)
     except orjson.JSONDecodeError:
