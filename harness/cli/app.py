@@ -19,6 +19,7 @@ from harness.errors import GuardevalError
 COMMAND_MODULES = (
     "harness.cli.run",
     "harness.cli.estimate",
+    "harness.cli.view",
     "harness.cli.audit",
     "harness.cli.cohort",
     "harness.cli.prompts",

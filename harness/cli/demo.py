@@ -2,7 +2,7 @@
 
 Starts the simulated provider on 127.0.0.1 (a light fault mix: some 429s and 5xx, nothing
 that quarantines), launches 64 bases x 5 conditions x 3 repetitions = 960 calls, then runs
-the estimator on the finished run.
+the estimator on the finished run; the last line says where report.html is.
 """
 
 from __future__ import annotations
@@ -35,4 +35,8 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
     from harness.cli import main
 
     # The same command a user would run next: prints the effects table (or the JSON).
-    return main(["estimate", str(target), *(["--json"] if as_json else [])])
+    code = main(["estimate", str(target), *(["--json"] if as_json else [])])
+    report = target / "report.html"
+    if report.is_file():
+        print(f"demo: report: {report.resolve()} (one self-contained file: open it in a browser)", file=sys.stderr)
+    return code
