@@ -21,9 +21,9 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from harness.estimators.report import rules_differ, significant  # noqa: E402
 from harness.printable import printable  # noqa: E402
 
-ALPHA = 0.05
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
 RULE_STYLE = {"drop": ("o", "#1b4f8a"), "fail-closed": ("s", "#c0392b"), "fail-open": ("^", "#2e8b57")}
 _RC: Any = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "guardeval", "font.size": 9}
@@ -44,20 +44,6 @@ def _ci(ci: Sequence[float] | None) -> str:
 
 def _p(p: float | None) -> str:
     return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
-
-
-def rules_differ(report: Mapping[str, Any]) -> bool:
-    """True when some contrast's effect or interval depends on the failure rule (there were failures)."""
-    for c in report["contrasts"]:
-        for key in ("by_rule", "by_rule_ci", "by_rule_minus_placebo"):
-            values = {repr(v) for v in (c.get(key) or {}).values()}
-            if len(values) > 1:
-                return True
-    return False
-
-
-def significant(c: Mapping[str, Any]) -> bool:
-    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
 
 
 def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure:
@@ -118,7 +104,7 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
         fig.suptitle(_label(title or "guardeval: effects", 160), fontsize=10.5, x=0.01, ha="left")
         handles, names = ax.get_legend_handles_labels()
         unique = dict(zip(names, handles))
-        note = f"* Holm-adjusted p < {ALPHA} over the family; headline failure rule {report['failure_rule']}"
+        note = "* Holm-adjusted p < 0.05 over the family; headline failure rule {report['failure_rule']}"
         if not rules:
             note += " (all failure rules agree)"
         fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=2, fontsize=8, frameon=False,
@@ -146,7 +132,7 @@ def paired_figure(result: Mapping[str, Any], title: str | None = None,
             if r.get("ci_difference") is not None:
                 dx.plot(r["ci_difference"], [y] * 2, color="#6a3d9a", lw=2.2)
             if r.get("difference") is not None:
-                sig = r.get("p_holm") is not None and r["p_holm"] < ALPHA
+                sig = r.get("p_holm") is not None and r["p_holm"] < 0.05
                 dx.plot([r["difference"]], [y], marker="s", ms=6, color="#6a3d9a", ls="none",
                         label="B − A (paired)")
                 dx.annotate(f"p_Holm {_p(r.get('p_holm'))}{' *' if sig else ''}", (1.0, y), xycoords=("axes fraction", "data"),
@@ -166,7 +152,7 @@ def paired_figure(result: Mapping[str, Any], title: str | None = None,
             labels += l_
         unique = dict(zip(labels, handles))
         fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=3, fontsize=8, frameon=False,
-                   title=f"* Holm-adjusted p < {ALPHA} for B − A", title_fontsize=7.5, alignment="left")
+                   title="* Holm-adjusted p < 0.05 for B − A", title_fontsize=7.5, alignment="left")
     return fig
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich import box
 
 from harness.printable import printable
 
 JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
 
 
 def dumps_json(report: Mapping[str, Any]) -> str:
@@ -35,6 +35,20 @@ def interval(ci: list[float] | None) -> str:
 
 def pval(p: float | None) -> str:
     return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def rules_differ(report: Mapping[str, Any]) -> bool:
+    """True when some contrast's effect or interval depends on the failure rule (there were failures)."""
+    for c in report["contrasts"]:
+        for key in ("by_rule", "by_rule_ci", "by_rule_minus_placebo"):
+            values = {repr(v) for v in (c.get(key) or {}).values()}
+            if len(values) > 1:
+                return True
+    return False
+
+
+def significant(c: Mapping[str, Any]) -> bool:
+    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
 
 
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -104,11 +118,10 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     """The effects table for a terminal, fitted to `width` columns (default: the terminal's),
     with the definitions of its columns under it. Effects are proportions; names from the
     cohort are shown with control characters escaped."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-
-    from harness.estimators.plot import rules_differ, significant
 
     safe = lambda s: printable(str(s), multiline=False)  # noqa: E731
     width = width or terminal_width()

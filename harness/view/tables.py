@@ -13,9 +13,7 @@ from typing import Any
 import orjson
 
 from harness.estimators.definitions import DEFINITIONS
-from harness.estimators.plot import rules_differ, significant
-
-ALPHA = 0.05
+from harness.estimators.report import rules_differ, significant
 
 
 def esc(value: Any) -> str:

@@ -177,8 +177,8 @@
 
   // ---- one call --------------------------------------------------------------------------------
   function text(ids) { return ids.map(function (i) { return DATA.lines[i]; }).join("\n"); }
-  function facts(pairs) {
-    const dl = el("dl", { class: "facts" });
+  function facts(pairs, wide) {
+    const dl = el("dl", { class: wide ? "facts wide" : "facts" });
     pairs.forEach(function (p) { dl.append(el("dt", {}, p[0]), el("dd", { class: p[2] || "" }, fmt(p[1]))); });
     return dl;
   }
@@ -202,7 +202,7 @@
              ["quarantine reason", c.quarantine_reason, c.quarantine_reason ? "bad" : ""],
              ["flip vs " + DATA.baseline, c.flip === null ? "—" : c.flip ? "yes" : "no"],
              ["attempts", c.attempts], ["latency s (final)", c.latency_s], ["cost $ (all attempts)", c.cost],
-             ["provider", c.provider], ["finish reason", c.finish_reason]]),
+             ["provider", c.provider], ["finish reason", c.finish_reason]], true),
     ];
     const pairs = el("button", { class: "link" }, "this base under every condition →");
     pairs.addEventListener("click", function () { location.hash = "base=" + encodeURIComponent(c.base_id); });
@@ -214,9 +214,11 @@
       return;
     }
     const last = d.attempts[d.attempts.length - 1];
-    parts.push(el("h4", {}, "decision"), facts([
+    parts.push(el("h4", {}, "decision"), c.status === "missing"
+      ? el("p", { class: "note" }, "No decision yet: the call is pending.")
+      : facts([
       ["parsed components", d.components], ["detail", d.detail],
-      ["raw_seq", d.raw_seq], ["raw_line_sha256", d.raw_line_sha256 + check(d.raw_line_sha256, last && last.line_sha256)],
+      ["raw_seq", d.raw_seq], ["raw_line_sha256", fmt(d.raw_line_sha256) + check(d.raw_line_sha256, last && last.line_sha256)],
     ]));
     parts.push(el("h4", {}, "hashes"), facts([
       ["instance_sha256 (schedule)", d.instance_sha256],
