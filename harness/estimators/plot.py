@@ -104,7 +104,7 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
         fig.suptitle(_label(title or "guardeval: effects", 160), fontsize=10.5, x=0.01, ha="left")
         handles, names = ax.get_legend_handles_labels()
         unique = dict(zip(names, handles))
-        note = "* Holm-adjusted p < 0.05 over the family; headline failure rule {report['failure_rule']}"
+        note = f"* Holm-adjusted p < 0.05 over the family; headline failure rule {report['failure_rule']}"
         if not rules:
             note += " (all failure rules agree)"
         fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=2, fontsize=8, frameon=False,

@@ -31,9 +31,7 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        if value == 0:
-            return "0"
-        return f"{value:.4f}" if abs(value) >= 1e-3 else f"{value:.2e}"
+        return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.2e}"
     if isinstance(value, str):
         return value
     if isinstance(value, Sequence) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
@@ -92,16 +90,17 @@ def definitions(*groups: str) -> str:
 
 # -- generic rendering ---------------------------------------------------------------------------
 
-def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _cells(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object's fields as table cells: a nested object of scalars becomes one compact cell
+    ("tp 30, fp 91, …"), anything deeper its own generic table."""
     out: dict[str, Any] = {}
     for k, v in obj.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v and all(not isinstance(x, (Mapping, list)) for x in v.values()) and prefix:
-            out[key] = ", ".join(f"{kk} {fmt(vv)}" for kk, vv in v.items())
-        elif isinstance(v, Mapping) and v:
-            out.update(_flatten(v, key + "."))
+        if isinstance(v, Mapping) and all(not isinstance(x, (Mapping, list)) for x in v.values()):
+            out[k] = ", ".join(f"{kk} {fmt(vv)}" for kk, vv in v.items())
+        elif isinstance(v, (Mapping, list)) and not _short(v):
+            out[k] = Raw(generic(v))
         else:
-            out[key] = v
+            out[k] = v
     return out
 
 
@@ -109,7 +108,7 @@ def generic(value: Any, *, row_name: str = "") -> str:
     """Any JSON value as HTML: tables where the shape allows, else its text."""
     if isinstance(value, Mapping):
         if value and all(isinstance(v, Mapping) for v in value.values()):
-            flat = {k: _flatten(v) for k, v in value.items()}
+            flat = {k: _cells(v) for k, v in value.items()}
             cols: list[str] = []
             for f in flat.values():
                 cols += [c for c in f if c not in cols]
@@ -117,7 +116,7 @@ def generic(value: Any, *, row_name: str = "") -> str:
         return table(["", ""], [[k, v if not isinstance(v, (Mapping, list)) else Raw(generic(v))]
                                 for k, v in value.items()])
     if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-        flat_rows = [_flatten(v) for v in value]
+        flat_rows = [_cells(v) for v in value]
         cols = []
         for f in flat_rows:
             cols += [c for c in f if c not in cols]
@@ -199,9 +198,10 @@ def coverage_table(report: Mapping[str, Any]) -> str:
 def quarantine_table(report: Mapping[str, Any]) -> str:
     q = report["quarantine"]
     verdict = ("publishable" if q.get("publishable") else "NOT PUBLISHABLE")
+    pct = lambda x: f"{x:.2%}" if isinstance(x, (int, float)) else fmt(x)  # noqa: E731
     head = (f'<p class="{"ok" if q.get("publishable") else "bad"}">{esc(q.get("count"))} of '
-            f'{esc(report.get("n_calls"))} calls quarantined ({esc(fmt(q.get("fraction")))}); threshold '
-            f'{esc(fmt(q.get("threshold")))}: {verdict}</p>')
+            f'{esc(report.get("n_calls"))} calls quarantined ({esc(pct(q.get("fraction")))}); threshold '
+            f'{esc(pct(q.get("threshold")))}: {verdict}</p>')
     rest = {k: v for k, v in q.items() if k not in ("count", "fraction", "publishable", "threshold", "by_reason")}
     return (head + table(["reason", "calls"], list((q.get("by_reason") or {}).items()))
             + (generic(rest) if rest else ""))
