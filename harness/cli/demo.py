@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from harness.run.runner import execute, finish_message, materialise, plan_launch, raise_if_stopped, resolve_run_dir
+from harness.terminal import safe
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_COHORT = REPO / "cohorts" / "demo"
@@ -38,5 +39,6 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
     code = main(["estimate", str(target), *(["--json"] if as_json else [])])
     report = target / "report.html"
     if report.is_file():
-        print(f"demo: report: {report.resolve()} (one self-contained file: open it in a browser)", file=sys.stderr)
+        print(safe(f"demo: report: {report.resolve()} (one self-contained file: open it in a browser)"),
+              file=sys.stderr)
     return code

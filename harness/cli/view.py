@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from harness.terminal import safe, safe_json
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("report", help="write report.html for a run: one self-contained file with a call browser",
@@ -33,8 +35,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.view.html import write_report_html
 
     path = write_report_html(run_dir(args.run), out=args.out)
-    print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=sys.stderr)
-    print(path)
+    print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
+    print(safe(path))
     return 0
 
 
@@ -45,7 +47,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from harness.view.show import story_text
 
     story = find_call(run_dir(args.run), args.call_id)
-    print(dumps_json(story) if args.json else story_text(story))
+    print(safe_json(dumps_json(story)) if args.json else story_text(story))
     return 0
 
 
@@ -57,6 +59,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     calls = load_calls(run_dir(args.run))
     path = export(calls, args.format, args.out)
     if path is not None:
-        print(f"wrote {path} ({len(calls.rows):,} calls)", file=sys.stderr)
-        print(path)
+        print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)
+        print(safe(path))
     return 0

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from harness.estimators.report import rules_differ, significant  # noqa: E402
-from harness.printable import printable  # noqa: E402
+from harness.terminal import safe  # noqa: E402
 
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
 RULE_STYLE = {"drop": ("o", "#1b4f8a"), "fail-closed": ("s", "#c0392b"), "fail-open": ("^", "#2e8b57")}
@@ -30,7 +30,7 @@ _RC: Any = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "g
 
 
 def _label(text: Any, limit: int = 40) -> str:
-    s = printable(str(text), multiline=False)
+    s = safe(text)
     return s if len(s) <= limit else s[:limit - 1] + "…"
 
 

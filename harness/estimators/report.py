@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from harness.printable import printable
+from harness.terminal import safe as terminal_safe
 
 JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
@@ -123,7 +123,7 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     from rich.table import Table
     from rich.text import Text
 
-    safe = lambda s: printable(str(s), multiline=False)  # noqa: E731
+    safe = terminal_safe
     width = width or terminal_width()
     # Fixed widths for the numbers, the rest for the names: the table never passes `width`.
     one_line = width >= 104

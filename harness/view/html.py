@@ -218,17 +218,23 @@ def asset(name: str) -> str:
     return text
 
 
-def verify_summary(run: Path, report: Mapping[str, Any]) -> dict[str, Any]:
-    """Whether the run verified: the result recorded in report.json by `estimate` when there
-    is one, else `verify_run` now."""
-    recorded = report.get("verify") or report.get("verified")
-    if isinstance(recorded, Mapping) and isinstance(recorded.get("ok"), bool):
-        return {"ok": recorded["ok"], "how": "recorded by estimate", "checked": recorded.get("checked"),
-                "problems": list(recorded.get("problems") or [])[:5]}
+def verify_summary(run: Path, report: Mapping[str, Any], *, just_estimated: bool = False) -> dict[str, Any]:
+    """Whether the run verifies. `estimate` verifies a run before estimating it and records that
+    in report.json (`source.verified`, `source.verify_skipped`): right after it, that record is
+    the answer. Otherwise (`guardeval report` later, or an estimate made with --no-verify) the
+    run may have changed since, so `verify_run` runs now."""
+    src = report.get("source") or {}
+    if just_estimated and src.get("verified") is True:
+        skipped = [s.get("check") for s in src.get("verify_skipped") or [] if isinstance(s, Mapping)]
+        return {"ok": True, "how": "checked by estimate before estimating",
+                "checked": "skipped, allowed: " + ", ".join(map(str, skipped)) if skipped else "every check",
+                "problems": []}
     from harness.run.verify import verify_run
 
     result = verify_run(run)
-    return {"ok": bool(result.get("ok")), "how": "run when this report was made", "checked": result.get("checked"),
+    skipped = [s.get("check") for s in result.get("skipped") or [] if isinstance(s, Mapping)]
+    return {"ok": bool(result.get("ok")), "how": "run when this report was made",
+            "checked": str(result.get("checked") or "") + (f"; skipped: {', '.join(map(str, skipped))}" if skipped else ""),
             "problems": list(result.get("problems") or [])[:5]}
 
 
@@ -329,8 +335,9 @@ def read_report(run: Path) -> dict[str, Any]:
 
 
 def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = None, *, out: str | Path | None = None,
-                      calls: RunCalls | None = None) -> Path:
-    """Write report.html for a run (into the run folder unless `out` names a file)."""
+                      calls: RunCalls | None = None, just_estimated: bool = False) -> Path:
+    """Write report.html for a run (into the run folder unless `out` names a file);
+    `just_estimated`: `report` comes from an estimate made a moment ago (see `verify_summary`)."""
     run = Path(run_dir)
     calls = calls or load_calls(run)
     report = report if report is not None else read_report(run)
@@ -338,7 +345,7 @@ def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = No
     if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
         raise InputError("report.json belongs to another run (schedule sha256 differs); re-run `guardeval estimate`",
                          path=run / "report.json")
-    text = build_html(calls, report, verify_summary(run, report))
+    text = build_html(calls, report, verify_summary(run, report, just_estimated=just_estimated))
     target = Path(out) if out is not None else run / "report.html"
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -10,19 +10,19 @@ from typing import Any
 
 import orjson
 
-from harness.printable import printable
+from harness.terminal import safe
 
 
 def _one(value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, str):
-        return printable(value, multiline=False)
-    return printable(orjson.dumps(value).decode(), multiline=False)
+        return safe(value)
+    return safe(orjson.dumps(value).decode())
 
 
 def _block(text: str, indent: str = "    ") -> list[str]:
-    return [indent + line for line in printable(text).split("\n")]
+    return [indent + line for line in safe(text, newlines=True).split("\n")]
 
 
 def _mark(a: Any, b: Any) -> str:
