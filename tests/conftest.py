@@ -8,11 +8,12 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from guards.sim import SimServerProcess
+
+from hostile_server import MARKUP, serving
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_COHORT = REPO / "cohorts" / "demo"
@@ -122,73 +123,16 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
 
 # -- a run full of hostile text (report, show and export tests) ----------------------------------
 
-HOSTILE_HTML = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+HOSTILE_HTML = MARKUP
 HOSTILE_TERM = "\x1b[2J\x1b]0;owned\x07\u202e"
 HOSTILE_BASE = 'b<img src=x onerror="window.pwned=3">\u2028'
-
-
-class HostileProvider:
-    """A chat-completions server on 127.0.0.1 whose answers carry markup and terminal escapes:
-    every answer has a hostile extra field, and every call whose id ends in an even hex digit
-    gets hostile content instead of a verdict (an `unparseable` decision)."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._ready = threading.Event()
-        self.base_url = ""
-        self._loop: Any = None
-        self._stop: Any = None
-
-    def _serve(self) -> None:
-        import asyncio
-
-        from aiohttp import web
-
-        async def answer(request: web.Request) -> web.Response:
-            body = await request.json()
-            call_id = request.headers.get("X-Call-Id", "0")
-            hostile = call_id[-1] in "02468ace"
-            content = (f"{HOSTILE_HTML}{HOSTILE_TERM} not a verdict" if hostile else
-                       '{"malicious_user_request": false, "third_party_attack": true, "current_action_harmfulness": 1}')
-            return web.json_response({
-                "id": "gen-hostile", "object": "chat.completion", "model": body.get("model"),
-                "note": HOSTILE_HTML + HOSTILE_TERM,
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-            })
-
-        async def main() -> None:
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", answer)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.base_url = f"http://127.0.0.1:{port}/v1"
-            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-            self._ready.set()
-            await self._stop.wait()
-            await runner.cleanup()
-
-        asyncio.run(main())
-
-    def __enter__(self) -> HostileProvider:
-        self._thread.start()
-        assert self._ready.wait(30), "hostile provider did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
 
 
 @pytest.fixture(scope="session")
 def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """4 demo bases x 5 conditions x 2 repetitions, one base renamed to markup, markup and
-    terminal escapes in every user request, answered by `HostileProvider`; estimated."""
+    terminal escapes in every user request, answered by the hostile provider's `markup` mode
+    (markup in every answer, as the content of about half); estimated."""
     from harness.cohorts.model import Condition, instance_hash, load_cohort, write_cohort
 
     root = tmp_path_factory.mktemp("hostile")
@@ -207,8 +151,8 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           conditions=[Condition(c.name, c.role, c.description, c.acts_on) for c in demo.conditions],
                           rows=rows)
     run = root / "run"
-    with HostileProvider() as provider:
-        guard = write_guard(root / "guard.toml", provider.base_url, backend="openai-compatible", provider=None,
+    with serving() as (base_url, _):
+        guard = write_guard(root / "guard.toml", f"{base_url}/markup/v1", backend="openai-compatible", provider=None,
                             api_key_env=None, name="hostile-guard", model="hostile/model")
         r = run_cli("launch", "--cohort", str(cohort), "--guard", str(guard), "--reps", "2", "--seed", "5",
                     "--run-dir", str(run), "--no-progress")

@@ -200,7 +200,9 @@ def test_report_needs_estimate_and_shows_a_failed_verify(hostile_run, tmp_path):
     assert r.code == 2 and "guardeval estimate" in r.err and not (copy / "report.html").exists()
     shutil.copy(hostile_run / "report.json", copy / "report.json")
     lines = (copy / "decisions.jsonl").read_text().split("\n")
-    lines[0] = lines[0].replace('"decision":1', '"decision":0').replace('"decision":null', '"decision":1')
+    first = json.loads(lines[0])
+    first["decision"] = 0 if first["decision"] == 1 else 1          # a decision its raw line does not say
+    lines[0] = json.dumps(first, sort_keys=True, separators=(",", ":"))
     (copy / "decisions.jsonl").write_text("\n".join(lines))
     assert verify_summary(copy, {})["ok"] is False
     assert run_cli("report", str(copy)).code == 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guards.base import valid_cost
 from harness.canon import sha256_hex
 from harness.cohorts.model import load_cohort
 from harness.errors import InputError
@@ -39,11 +40,6 @@ EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition",
                   "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost", "provider",
                   "finish_reason")
 CALL_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def valid_cost(value: Any) -> bool:
-    """A provider's reported cost counts only when it is a finite, non-negative number."""
-    return type(value) in (int, float) and math.isfinite(value) and value >= 0
 
 
 @dataclass
