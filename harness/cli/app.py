@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "harness.cli.run",
     "harness.cli.preflight",
     "harness.cli.estimate",
+    "harness.cli.view",
     "harness.cli.audit",
     "harness.cli.cohort",
     "harness.cli.prompts",
