@@ -13,6 +13,8 @@ import pytest
 
 from guards.sim import SimServerProcess
 
+from hostile_server import MARKUP, serving
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_COHORT = REPO / "cohorts" / "demo"
 DATA = REPO / "tests" / "data"     # synthetic stand-ins for third-party files, written for these tests
@@ -124,3 +126,109 @@ def small_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  conditions=[Condition(c.name, c.role, c.description, c.acts_on) for c in demo.conditions],
                  rows=[r for r in demo.instances if r["base_id"] in keep])
     return out
+
+
+@dataclass
+class DemoRun:
+    result: CliResult
+    run: Path
+
+
+@dataclass
+class Installed:
+    """guardeval installed from a wheel of this tree into a fresh virtual environment."""
+
+    venv: Path
+    outside: Path     # a folder outside the repository: the commands' working directory
+
+    def run(self, *args: str, timeout: float = 300) -> CliResult:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPENROUTER_API_KEY")}
+        proc = subprocess.run([str(self.venv / "bin" / "guardeval"), *args], cwd=self.outside, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """A non-editable install: the wheel built from this tree, in a fresh virtual environment that
+    finds its dependencies through a path entry to this environment's site-packages (a path
+    entry only: this environment's .pth files, an editable install's among them, are not run)."""
+    import shutil
+    import site
+    import sysconfig
+
+    base = tmp_path_factory.mktemp("install")
+    wheels = base / "wheels"
+    # Built from a copy (setuptools writes build/ and *.egg-info into the tree it builds), with the
+    # project's own build backend from this environment: no download, no build isolation.
+    source = base / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "runs", "__pycache__", ".*_cache", ".hypothesis", "benchmarks"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                            "-q", "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    [wheel] = wheels.glob("guardeval-*.whl")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    target_site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", purelib],
+                                      capture_output=True, text=True, check=True).stdout.strip())
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    (target_site / "_guardeval_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                              "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    outside = base / "elsewhere"
+    outside.mkdir()
+    return Installed(venv, outside)
+
+
+@pytest.fixture(scope="session")
+def demo_run(installed: Installed) -> DemoRun:
+    """`guardeval demo --json` once per session (960 calls against the simulated provider), run
+    by the installed wheel's `guardeval` in a folder outside the repository with no PYTHONPATH:
+    the demo cohort, prompt and presets come from the package, and the simulated provider starts
+    from it. The demo tests check its output, the report tests read its run folder."""
+    run = installed.outside / "demo-run"
+    return DemoRun(installed.run("demo", "--run-dir", str(run), "--json", "--no-progress"), run)
+
+
+# -- a run full of hostile text (report, show and export tests) ----------------------------------
+
+HOSTILE_HTML = MARKUP
+HOSTILE_TERM = "\x1b[2J\x1b]0;owned\x07\u202e"
+HOSTILE_BASE = 'b<img src=x onerror="window.pwned=3">\u2028'
+
+
+@pytest.fixture(scope="session")
+def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 demo bases x 5 conditions x 2 repetitions, one base renamed to markup, markup and
+    terminal escapes in every user request, answered by the hostile provider's `markup` mode
+    (markup in every answer, as the content of about half); estimated."""
+    from harness.cohorts.model import Condition, instance_hash, load_cohort, write_cohort
+
+    root = tmp_path_factory.mktemp("hostile")
+    demo = load_cohort(DEMO_COHORT)
+    keep = demo.base_ids[:4]
+    rows = []
+    for r in demo.instances:
+        if r["base_id"] not in keep:
+            continue
+        r = {**r, "user_request": r["user_request"] + " " + HOSTILE_HTML + HOSTILE_TERM}
+        if r["base_id"] == keep[0]:
+            r["base_id"] = HOSTILE_BASE
+        r["instance_sha256"] = instance_hash(r)
+        rows.append(r)
+    cohort = write_cohort(root / "cohort", name="hostile", version="test", description="markup in every field",
+                          conditions=[Condition(c.name, c.role, c.description, c.acts_on) for c in demo.conditions],
+                          rows=rows)
+    run = root / "run"
+    with serving() as (base_url, _):
+        guard = write_guard(root / "guard.toml", f"{base_url}/markup/v1", backend="openai-compatible", provider=None,
+                            api_key_env=None, name="hostile-guard", model="hostile/model")
+        r = run_cli("launch", "--cohort", str(cohort), "--guard", str(guard), "--reps", "2", "--seed", "5",
+                    "--run-dir", str(run), "--no-progress")
+        assert r.code == 0, r.err
+    r = run_cli("estimate", str(run), "--bootstrap", "200")
+    assert r.code == 0, r.err
+    return run

@@ -34,10 +34,11 @@ def test_missing_key_is_refused_before_anything_is_written(tmp_path, small_cohor
     assert "GUARDEVAL_UNSET_TEST_KEY is not set" in r.err and str(guard) in r.err
     assert not run.exists()
     # --dry-run says so, and writes nothing either.
-    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--run-dir", str(run), "--dry-run")
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--run-dir", str(run), "--dry-run",
+                "--no-preflight")
     assert r.code == 0 and "key: GUARDEVAL_UNSET_TEST_KEY is NOT SET" in r.out
     r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--json",
-                env={"GUARDEVAL_UNSET_TEST_KEY": "sk-test-value"})
+                "--no-preflight", env={"GUARDEVAL_UNSET_TEST_KEY": "sk-test-value"})
     plan = json.loads(r.out)
     assert r.code == 0 and plan["key"] == {"variable": "GUARDEVAL_UNSET_TEST_KEY", "set": True, "needed": True}
     assert "sk-test-value" not in r.out + r.err
@@ -67,7 +68,7 @@ def test_connection_refused_names_the_url(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", url, max_attempts=1)
     run = tmp_path / "run"
     r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run),
-                "--max-calls", "2", "--no-progress")
+                "--max-calls", "2", "--no-progress", "--no-preflight")   # the dispatcher's own answer
     assert r.code == 0, r.err
     raw = _jsonl(run / "raw.jsonl")
     assert {(rec["error_class"], rec["error"]) for rec in raw} == {
@@ -108,15 +109,16 @@ def test_status_resume_and_json_speak_for_the_whole_run(tmp_path, small_cohort, 
 def test_dry_run_projects_a_pilot(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", "http://127.0.0.1:9")
     whole = json.loads(run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run",
-                               "--json").out)
+                               "--json", "--no-preflight").out)
     pilot = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--json",
-                    "--max-calls", "20")
+                    "--max-calls", "20", "--no-preflight")
     proj = json.loads(pilot.out)["projection"]
     assert whole["n_calls"] == 240 and whole["projection"]["calls"] == 240 and proj["calls"] == 20
     share = whole["projection"]["prompt_tokens_est"] * 20 / 240   # the first 20 calls: about their share
     assert share / 2 < proj["prompt_tokens_est"] < share * 2
     assert proj["max_output_tokens"] == 20 * 256
-    text = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--max-calls", "20")
+    text = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run", "--max-calls", "20",
+                   "--no-preflight")
     assert "projection for 20 calls (the first 20, --max-calls)" in text.out
     assert "(simulated provider: not billed)" in text.out
 

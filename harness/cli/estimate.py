@@ -53,6 +53,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
     p.add_argument("run_a", metavar="RUN_A", help="run folder A")
     p.add_argument("run_b", metavar="RUN_B", help="run folder B, of the same schedule (a replicate of A)")
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default RUN_B)")
     _stats_options(p)
     _verify_options(p)
     p.set_defaults(func=cmd_compare)
@@ -95,11 +96,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             written = write_reports(report, args.out)
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
+        from harness.view.html import write_report_html
+
         report = estimate_run(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
                               allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
         _say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        print(safe(f"wrote report.json, report.md, effects.png in {args.run}"), file=sys.stderr)
+        html = write_report_html(args.run, report, just_estimated=True)
+        print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))
     if not report["complete"]:
         print("guardeval: warning: incomplete run, estimated with --allow-partial", file=sys.stderr)
@@ -130,8 +134,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, roles=ta.roles,
                      complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
                      allow_unpublishable=args.allow_unpublishable)
-    result["run_a"] = {"run": str(run_a), "run_id": ta.manifest.get("run_id"), "verified": checks[0]["checked"]}
-    result["run_b"] = {"run": str(run_b), "run_id": tb.manifest.get("run_id"), "verified": checks[1]["checked"]}
+    for key, run, table, check in (("run_a", run_a, ta, checks[0]), ("run_b", run_b, tb, checks[1])):
+        guard = table.manifest.get("guard") or {}
+        result[key] = {"run": str(run), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
+                       "guard": {"name": guard.get("name"), "model": guard.get("model")}}
     head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
     rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
              num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
@@ -145,6 +151,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "ranking changed: " + ("yes, " + "; ".join(f"{x} vs {y}" for x, y in result["reversed_pairs"])
                                if result["ranking_changed"] else "no")])
     _emit(result, args.json, text)
+    from harness.view.compare import write_compare
+
+    out_dir = Path(args.out) if args.out else run_b
+    if not out_dir.is_dir():
+        raise InputError("no such folder", path=out_dir, field="out")
+    written = write_compare(result, out_dir)
+    print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:
         print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli import preflight
 from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
@@ -31,8 +32,10 @@ def register(sub: Any) -> None:
                         "shuffled: all calls shuffled")
     p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
     _dispatch_options(p)
+    preflight.add_option(p)
     p.add_argument("--dry-run", action="store_true",
-                   help="print the plan, a token and cost projection and whether the key is set; send and write nothing")
+                   help="print the plan, a token and cost projection, whether the key is set and the preflight; "
+                        "send no call, write nothing")
     row_limit_options(p)
     p.set_defaults(func=cmd_launch)
 
@@ -47,6 +50,7 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", required=True, help="guard config (TOML) of the other guard")
     p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
     _dispatch_options(p, max_calls=False)
+    preflight.add_option(p)
     row_limit_options(p)
     p.set_defaults(func=cmd_replicate)
 
@@ -98,7 +102,8 @@ def _existing_run(path: str) -> Path:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from harness.run.runner import materialise, plan_launch, resolve_run_dir
+    from harness.run.runner import materialise, plan_launch, require_key, resolve_run_dir
+    from harness.run.store import check_new_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url, row_limits=row_limits(args))
@@ -106,6 +111,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     _warn_if_plain_http(plan.config.effective_base_url)
     if args.dry_run:
         return _dry_run(plan, run_dir, args)
+    check_new_run_dir(run_dir)
+    require_key(plan.config, plan.config.source)   # before the preflight, which would send it
+    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(f"run: {safe(run_dir)}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
@@ -117,13 +126,16 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
     cfg = plan.config
     key = {"variable": cfg.api_key_env, "set": cfg.key_is_set(), "needed": cfg.needs_key}
     if args.json:
+        # The preflight's checks go to stderr here: stdout carries only the JSON.
+        ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr)
         _print_json({"dry_run": True, "n_calls": plan.n_calls, "bases": len(plan.cohort.base_ids),
                      "conditions": len(plan.cohort.conditions), "reps": args.reps, "order": args.order,
                      "seed": args.seed, "guard": {"name": cfg.name, "backend": cfg.backend, "model": cfg.model,
                                                   "base_url": cfg.effective_base_url},
                      "prompt": plan.prompt.id, "schedule_sha256": plan.manifest["schedule_sha256"],
-                     "run_dir": str(run_dir), "max_calls": args.max_calls, "projection": proj, "key": key})
-        return 0
+                     "run_dir": str(run_dir), "max_calls": args.max_calls, "projection": proj, "key": key,
+                     "preflight_ok": ready})
+        return 0 if ready else 2
     print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
           f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
     print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) at {cfg.effective_base_url}, "
@@ -141,8 +153,9 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
              if cost is not None else "cost unknown (set price_in_per_mtok/price_out_per_mtok)"))
     if args.max_cost is not None and cost is not None and cost > args.max_cost:
         print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
-    print("dry run: nothing sent, nothing written")
-    return 0
+    ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stdout)
+    print("dry run: no call sent, nothing written" + ("" if ready else "; launch would refuse (exit 2)"))
+    return 0 if ready else 2
 
 
 def _warn_if_plain_http(url: str | None) -> None:
@@ -198,12 +211,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
-    from harness.run.runner import materialise, plan_replicate, resolve_run_dir
+    from harness.run.runner import materialise, plan_replicate, require_key, resolve_run_dir
+    from harness.run.store import check_new_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
     _warn_if_plain_http(plan.config.effective_base_url)
+    check_new_run_dir(run_dir)
+    require_key(plan.config, plan.config.source)   # before the preflight, which would send it
+    if not preflight.check_plan(plan, args, max_calls=None, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url)
@@ -242,6 +260,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         reason = stop.get("reason") or "every pending call handled"
         print(safe(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
                    + (f": {stop['fatal']}" if stop.get("fatal") else "")))
+    if st["generation_replays"]:
+        print(f"  answered under a generation id another call also got: {st['generation_replays']} "
+              "(quarantined as replay_mismatch by estimate)")
     return 0
 
 

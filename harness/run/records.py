@@ -22,6 +22,8 @@ class Attempt(TypedDict):
     response_sha256: str | None
     content: str | None
     finish_reason: str | None
+    native_finish_reason: str | None  # the upstream's own finish reason (OpenRouter)
+    generation_id: str | None       # the answer's generation id (OpenRouter): replays across calls
     error_class: str | None         # e.g. http_429, connection, timeout, malformed, context_overflow
     error: str | None
     latency_s: float
