@@ -11,6 +11,7 @@ from harness.cli.args import positive_int
 from harness.errors import InputError
 
 RULES = ("drop", "fail-closed", "fail-open")
+MISSING_MODES = ("exclude", "as-failure")
 
 
 def _name_list(text: str) -> list[str]:
@@ -26,6 +27,9 @@ def _stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="replicates (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded; default 0)")
     p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
+    p.add_argument("--missing", choices=MISSING_MODES, default="exclude",
+                   help="a scheduled call without a decision: counts nowhere (exclude, the default) or as a failed "
+                        "call under each failure rule (as-failure); an incomplete run still needs --allow-partial")
     p.add_argument("--allow-partial", action="store_true", help="estimate an incomplete run anyway")
     p.add_argument("--allow-unpublishable", action="store_true", help="exit 0 even when quarantine exceeds 2%%")
     p.add_argument("--json", action="store_true", help="stdout carries only the JSON object")
@@ -65,7 +69,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.out and args.table is None:
         raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
-                  failure_rule=args.failures, allow_partial=args.allow_partial,
+                  failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
                   allow_unpublishable=args.allow_unpublishable)
     if args.table is not None:
         path = Path(args.table)
@@ -77,6 +81,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     else:
         report = estimate_run(args.run, baseline=args.baseline, write=True, **common)
         print(f"wrote report.json, report.md, effects.png in {args.run}", file=sys.stderr)
+    for note in report["notes"]:
+        print(f"guardeval: note: {note}", file=sys.stderr)
     print(dumps_json(report) if args.json else human_text(report))
     if not report["complete"]:
         print("guardeval: warning: incomplete run, estimated with --allow-partial", file=sys.stderr)
@@ -86,6 +92,23 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(f"guardeval: not publishable: {q['count']} quarantined calls ({q['fraction']:.2%} > "
               f"{q['threshold']:.0%}); rerun, or pass --allow-unpublishable", file=sys.stderr)
     return code
+
+
+def _reversals_text(result: dict[str, Any]) -> list[str]:
+    """Each reversed pair with the test of its difference of differences; the verdict."""
+    from harness.estimators.report import interval, num, pval
+
+    pairs = result["reversed_pairs"]
+    lines = [f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
+             f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}"
+             for pr in pairs for x, y in [pr["conditions"]]]
+    if result["ranking_changed"]:
+        verdict = "yes (a reversal survives Holm across the reversed pairs)"
+    elif pairs:
+        verdict = "no (no reversal survives Holm across the reversed pairs)"
+    else:
+        verdict = "no (no pair of conditions reversed)"
+    return [*lines, f"ranking changed: {verdict}"]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -100,7 +123,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _, ta, rows_a = load_run(run_a)
     _, tb, rows_b = load_run(run_b)
     result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
-                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, roles=ta.roles,
+                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
+                     roles=ta.roles,
                      complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
                      allow_unpublishable=args.allow_unpublishable)
     result["run_a"] = {"run": str(run_a), "run_id": ta.manifest.get("run_id")}
@@ -115,8 +139,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         text_table(head, rows), "",
         f"ranking A: {' > '.join(result['ranking_a'])}",
         f"ranking B: {' > '.join(result['ranking_b'])}",
-        "ranking changed: " + ("yes, " + "; ".join(f"{x} vs {y}" for x, y in result["reversed_pairs"])
-                               if result["ranking_changed"] else "no")])
+        *_reversals_text(result)])
     _emit(result, args.json, text)
     if not result["publishable"] and not args.allow_unpublishable:
         print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)

@@ -10,6 +10,7 @@ from typing import Any
 from harness.errors import InputError
 from harness.estimators.core import estimate, validated
 from harness.estimators.table import ValidatedRows
+from harness.estimators.types import Report
 
 
 def run_dir(path: str | Path) -> Path:
@@ -31,13 +32,13 @@ def load_run(path: str | Path) -> tuple[Path, Any, ValidatedRows]:
 
 def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
-                 failure_rule: str = "drop", allow_partial: bool = False, allow_unpublishable: bool = False,
-                 write: bool = True) -> dict[str, Any]:
+                 failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
+                 allow_unpublishable: bool = False, write: bool = True) -> Report:
     """The report of a run (see `estimate`); with `write`, report.json, report.md and
     effects.png go into the run folder."""
     run, table, rows = load_run(path)
     report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
-                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, roles=table.roles,
+                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
                       allow_unpublishable=allow_unpublishable)
     m = table.manifest
