@@ -110,7 +110,12 @@ class Quantities:
                 reps[row:row + k, col:col + len(st.keys)] = st.fn(sums)
                 col += len(st.keys)
             row += k
-        totals_num, totals_den = num_g.sum(axis=0), den_g.sum(axis=0)
+        # A base-level point value is summed over the bases, column by column (numpy's pairwise
+        # sum), so it does not depend on how bases group into interactions.
+        totals_num = np.array([num_b[:, j].sum() for j in range(len(self.keys))]
+                              + list(num_g[:, len(self.keys):].sum(axis=0)))
+        totals_den = np.array([den_b[:, j].sum() for j in range(len(self.keys))]
+                              + list(den_g[:, len(self.keys):].sum(axis=0)))
         points: dict[Key, float | None] = {}
         columns: dict[Key, np.ndarray] = {}
         for j, key in enumerate(ratio_keys):
