@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO))
 
 from guards.config import GuardConfig  # noqa: E402
 from guards.parsers import get_parser  # noqa: E402
-from guards.prompts import load_prompt  # noqa: E402
 from guards.registry import make_guard  # noqa: E402
 from guards.sim import guard as sim_guard  # noqa: E402
 from guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
@@ -43,7 +42,7 @@ from harness.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
 from harness.cohorts.model import write_cohort  # noqa: E402
 from harness.run.decide import decide  # noqa: E402
 from harness.run.runner import load_run_cohort, materialise, plan_launch  # noqa: E402
-from harness.run.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, read_manifest, utcnow  # noqa: E402
+from harness.run.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, load_run_prompt, read_manifest, utcnow  # noqa: E402
 
 SIM_SEED = 7
 NEUTRAL = ("account report weekly summary invoice meeting calendar folder note draft review status "
@@ -152,7 +151,7 @@ def fill_run(run: Path, *, decided: int, retry_every: int = 97) -> dict[str, int
     manifest = read_manifest(run)
     cohort = load_run_cohort(run, manifest)
     config = GuardConfig(**manifest["guard"])
-    prompt = load_prompt(manifest["prompt"]["id"])
+    prompt = load_run_prompt(run, manifest)
     render = make_guard(config, prompt, max_connections=1).render
     parser = get_parser(prompt.parser)
     sim = SimAnswers()

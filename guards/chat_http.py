@@ -20,6 +20,7 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from guards.base import Guard, Reply
+from guards.chat_body import chat_body
 from guards.config import GuardConfig
 from guards.errors import CallFailed, FatalError, TransientError
 from guards.prompts import Prompt
@@ -68,22 +69,7 @@ class ChatCompletionsGuard(Guard):
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        body: dict[str, Any] = {
-            "model": cfg.model,
-            "messages": self.prompt.render_messages(instance),
-            "temperature": cfg.temperature,
-            "max_tokens": cfg.max_tokens,
-        }
-        if cfg.seed is not None:
-            body["seed"] = cfg.seed
-        if cfg.structured_output and self.prompt.output_schema:
-            body["response_format"] = {"type": "json_schema", "json_schema": self.prompt.output_schema}
-        self._extend_body(body)
-        return body
-
-    def _extend_body(self, body: dict[str, Any]) -> None:
-        """Back-end specific fields (OpenRouter routing)."""
+        return chat_body(self.config, self.prompt, instance)
 
     # -- transport ------------------------------------------------------------------------
     def _api_key(self) -> str | None:
@@ -163,11 +149,7 @@ class ChatCompletionsGuard(Guard):
 
 
 class OpenRouterGuard(ChatCompletionsGuard):
-    def _extend_body(self, body: dict[str, Any]) -> None:
-        if self.config.provider:
-            prov = dict(self.config.provider)
-            body["provider"] = {k: prov[k] for k in sorted(prov)}
-        body["usage"] = {"include": True}
+    """The body adds OpenRouter's routing table and usage accounting (`chat_body`)."""
 
     @property
     def pinned_provider(self) -> str | None:

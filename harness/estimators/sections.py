@@ -1,8 +1,8 @@
 """report.md sections for the diagnostic families (docs/estimators.md): contrast diagnostics,
 placebo-corrected strata, block rates, stability, order, accuracy and the worst case.
 
-Names (conditions, domains) can come from a hand-written table: control characters are
-escaped before they reach the file.
+Names (conditions, domains) can come from a hand-written table: control characters, bidi
+overrides and the like are escaped (`harness.terminal.safe`) before they reach the file.
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.estimators.report import interval, md_table, num, pval
-
-_CONTROL = {i: f"\\x{i:02x}" for i in [*range(32), 127]}
+from harness.terminal import safe
 
 
 def clean(name: Any) -> str:
-    return str(name).translate(_CONTROL)
+    return safe(name)
 
 
 def _rate(x: float | None) -> str:

@@ -32,6 +32,7 @@ from guards.base import Guard, Reply
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guards.parsers import Parsed
 from harness.canon import canonical_bytes, sha256_hex
+from harness.errors import WriteFailed
 from harness.lru import LRU
 from harness.run.decide import decide
 from harness.run.progress import RunProgress
@@ -222,6 +223,7 @@ class Dispatcher:
         self._hold_until = 0.0          # no probing above the ceiling before this time
         self._pause_until = 0.0         # Retry-After honoured for every new attempt
         self.result.min_concurrency = self._gate.capacity
+        self._calls_scope: anyio.CancelScope | None = None
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
@@ -236,6 +238,7 @@ class Dispatcher:
                     tg.start_soon(self._watch_signals, tg.cancel_scope)
                 tg.start_soon(self._ticker)
                 async with anyio.create_task_group() as calls:
+                    self._calls_scope = calls.cancel_scope
                     for row in pending:
                         await limiter.acquire()
                         if not await self._admit():
@@ -284,14 +287,29 @@ class Dispatcher:
         # Keeps the display moving (rate, ETA) even when no call finishes for a while.
         while True:
             await anyio.sleep(0.5)
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            except WriteFailed as exc:
+                self._write_failed(exc)
             if self.progress is not None:
                 self.progress.refresh()
 
     # -- one call ----------------------------------------------------------------------------
+    def _write_failed(self, exc: WriteFailed) -> None:
+        """The run folder takes no more writes (a full disk): stop now. Calls in flight are
+        cancelled, since an answer that cannot be logged would be paid for and lost; they stay
+        pending for `resume`."""
+        if self._stop != "write_failed":
+            self._stop = self.result.stop_reason = "write_failed"
+            self.result.fatal_message = str(exc)
+        if self._calls_scope is not None:
+            self._calls_scope.cancel()
+
     async def _call_task(self, row: dict[str, Any], limiter: anyio.Semaphore) -> None:
         try:
             await self._call(row)
+        except WriteFailed as exc:
+            self._write_failed(exc)
         finally:
             self.expected_sha.pop(row["call_id"], None)
             self._in_flight -= 1

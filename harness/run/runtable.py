@@ -15,8 +15,23 @@ from typing import Any
 
 import orjson
 
-from harness.cohorts.model import load_cohort
+from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
+from harness.errors import CheckFailed
 from harness.run.store import DECISIONS, RAW, SCHEDULE, iter_jsonl, iter_mapped_lines, read_manifest
+
+# The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
+_SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {"call_id": (str,), "base_id": (str,), "interaction_id": (str,), "domain": (str,),
+                    "condition": (str,), "repetition": (int,)}
+_DECISION_FIELDS: dict[str, tuple[type, ...]] = {"call_id": (str,), "status": (str,), "decision": (int, type(None)),
+                    "components": (dict, type(None)), "quarantine_reason": (str, type(None))}
+
+
+def _checked(rec: dict[str, Any], fields: dict[str, tuple[type, ...]], path: Path, lineno: int) -> dict[str, Any]:
+    for name, types in fields.items():
+        if name not in rec or not isinstance(rec[name], types) or isinstance(rec[name], bool):
+            raise CheckFailed(f"{path}: line {lineno}: missing or malformed field '{name}' (the run is damaged; "
+                              f"`guardeval verify {path.parent}` lists every problem)")
+    return rec
 
 
 @dataclass
@@ -81,11 +96,11 @@ def _parsed_fields(line: bytes) -> tuple[int, str] | None:
     return rec["seq"], rec["started"]
 
 
-def load_run_table(run_dir: str | Path) -> RunTable:
+def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
     run = Path(run_dir)
     manifest = read_manifest(run)
     pin = manifest.get("cohort", {}).get("sha256") if isinstance(manifest.get("cohort"), dict) else None
-    cohort = load_cohort(run / "cohort", pinned_sha256=pin)
+    cohort = load_cohort(run / "cohort", pinned_sha256=pin, limits=row_limits)
     baseline = cohort.baseline()
     labels: dict[str, Any] = {}
     tools: dict[str, str] = {}
@@ -94,13 +109,14 @@ def load_run_table(run_dir: str | Path) -> RunTable:
         if r["condition"] == baseline or r["base_id"] not in tools:
             tools[r["base_id"]] = r["tool"]
     decisions: dict[str, dict[str, Any]] = {}
-    for _, _, rec in iter_jsonl(run / DECISIONS):
-        decisions[rec["call_id"]] = rec
+    for lineno, _, rec in iter_jsonl(run / DECISIONS):
+        decisions[_checked(rec, _DECISION_FIELDS, run / DECISIONS, lineno)["call_id"]] = rec
     starts = final_attempt_starts(run / RAW, {d["raw_seq"] for d in decisions.values()
                                               if type(d.get("raw_seq")) is int})
     rows: list[dict[str, Any]] = []
     n = 0
-    for _, _, s in iter_jsonl(run / SCHEDULE):
+    for lineno, _, s in iter_jsonl(run / SCHEDULE):
+        _checked(s, _SCHEDULE_FIELDS, run / SCHEDULE, lineno)
         n += 1
         d = decisions.get(s["call_id"])
         rows.append({
