@@ -109,14 +109,16 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
         if r["condition"] == baseline or r["base_id"] not in tools:
             tools[r["base_id"]] = r["tool"]
     decisions: dict[str, dict[str, Any]] = {}
-    for lineno, _, rec in iter_jsonl(run / DECISIONS):
-        decisions[_checked(rec, _DECISION_FIELDS, run / DECISIONS, lineno)["call_id"]] = rec
+    # The paths once: joining them per line cost more than the rest of the loop on a large run.
+    dec_path, sched_path = run / DECISIONS, run / SCHEDULE
+    for lineno, _, rec in iter_jsonl(dec_path):
+        decisions[_checked(rec, _DECISION_FIELDS, dec_path, lineno)["call_id"]] = rec
     starts = final_attempt_starts(run / RAW, {d["raw_seq"] for d in decisions.values()
                                               if type(d.get("raw_seq")) is int})
     rows: list[dict[str, Any]] = []
     n = 0
-    for lineno, _, s in iter_jsonl(run / SCHEDULE):
-        _checked(s, _SCHEDULE_FIELDS, run / SCHEDULE, lineno)
+    for lineno, _, s in iter_jsonl(sched_path):
+        _checked(s, _SCHEDULE_FIELDS, sched_path, lineno)
         n += 1
         d = decisions.get(s["call_id"])
         rows.append({
