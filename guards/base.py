@@ -8,9 +8,10 @@ secrets) and sends that body, returning the reply exactly as received. Parsing i
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from guards.config import GuardConfig
 from guards.prompts import Prompt
@@ -27,6 +28,15 @@ class Reply:
     usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost
     provider: str | None = None  # resolved upstream provider, when the back-end reports one
     answers_call_id: str | None = None  # call id echoed by the server, when it echoes one
+    redacted: bool = False       # the API key was removed from `raw` or a field taken from it
+
+
+def valid_cost(value: Any) -> TypeGuard[int | float]:
+    """A provider's cost that counts as spend: a finite, non-negative number (not a bool).
+    Anything else is unknown, never a refund (docs/design.md §7)."""
+    if type(value) is int:
+        return value >= 0
+    return type(value) is float and math.isfinite(value) and value >= 0
 
 
 class Guard(abc.ABC):

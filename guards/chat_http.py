@@ -8,22 +8,26 @@ aiohttp transport (httpx's own pool is CPU-bound at high concurrency, docs/desig
 from __future__ import annotations
 
 import email.utils
+import math
 import os
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from guards.base import Guard, Reply
+from guards.base import Guard, Reply, valid_cost
+from guards.body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_capped
 from guards.chat_body import chat_body
 from guards.config import GuardConfig
 from guards.errors import CallFailed, FatalError, TransientError
 from guards.prompts import Prompt
+from guards.redact import Redactor
 from harness.lru import LRU
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
@@ -32,18 +36,18 @@ _CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceed
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date."""
+    """Retry-After as seconds: a number, or an HTTP date; never negative, possibly infinite
+    (`inf`, 1e308, a far-future date): the dispatcher caps every wait at `retry_max_s`."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return None if math.isnan(seconds) else max(0.0, seconds)
 
 
 class ChatCompletionsGuard(Guard):
@@ -66,6 +70,7 @@ class ChatCompletionsGuard(Guard):
         # Serialised bodies by body object, bounded like the dispatcher's body cache (a large run
         # has ~100,000 distinct bodies; only those of calls in flight are needed).
         self._payloads: LRU[int, tuple[Mapping[str, Any], bytes]] = LRU(1024)
+        self._redact = Redactor(None)
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,12 +81,20 @@ class ChatCompletionsGuard(Guard):
         name = self.config.api_key_env
         return os.environ.get(name) or None if name else None
 
+    def _redactor(self, key: str | None) -> Redactor:
+        # Built once per key (the key is read from the environment at each send).
+        if self._redact.secret != key:
+            self._redact = Redactor(key)
+        return self._redact
+
     async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
         key = self._api_key()
-        headers = {"Content-Type": "application/json", "X-Call-Id": call_id}
+        redact = self._redactor(key)
+        headers = {"Content-Type": "application/json", "X-Call-Id": call_id, "Accept-Encoding": ACCEPT_ENCODING}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         payload = self._payload(body)
+        too_large: BodyTooLarge | None = None
         try:
             # Overall deadline as well as httpx's per-phase timeouts: a stalled body counts too.
             with anyio.fail_after(self.config.timeout_s):
@@ -89,20 +102,42 @@ class ChatCompletionsGuard(Guard):
                                         extensions={"timeout": self._timeout})
                 resp = await self._transport.handle_async_request(request)
                 try:
-                    text = (await resp.aread()).decode("utf-8", errors="replace")
+                    received = await read_capped(resp, self.config.max_response_bytes)
+                except BodyTooLarge as exc:
+                    too_large, received = exc, exc.head
                 finally:
                     await resp.aclose()
         except TimeoutError:
             raise TransientError("timeout", f"no complete answer within {self.config.timeout_s:g} s") from None
         except httpx.TimeoutException as exc:
             raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
-        except (httpx.TransportError, OSError) as exc:
-            raise TransientError("connection", f"{type(exc).__name__}: {_redact(str(exc), key)}") from None
-        text = _redact(text, key)
+        except BodyUnreadable as exc:
+            raise TransientError("malformed", f"HTTP {resp.status_code} with a body that cannot be read: {exc}") from None
+        except (httpx.TransportError, aiohttp.ClientError, OSError) as exc:
+            # aiohttp's own errors (a response it cannot parse) as well as httpx's mapped ones.
+            message = f"{type(exc).__name__}: {str(exc)[:300]}"
+            safe = redact(message)
+            raise TransientError("connection", safe, redacted=safe is not message) from None
+        raw = received.decode("utf-8", errors="replace")
+        reply = Reply(status=resp.status_code, raw=redact(raw))
+        reply.redacted = reply.raw is not raw
+
+        def clean(value: str) -> str:
+            # Decoded text is checked again: cheap when clean, and a leak that no escape form
+            # in the raw text spelled would show up here.
+            safe = redact(value)
+            reply.redacted = reply.redacted or safe is not value
+            return safe
+
         echoed = resp.headers.get("x-call-id")
-        reply = Reply(status=resp.status_code, raw=text, answers_call_id=echoed)
+        reply.answers_call_id = clean(echoed) if echoed is not None else None
+        if too_large is not None:
+            # The first bytes are kept (redacted) for diagnosis; the attempt failed, the call may retry.
+            raise TransientError("response_too_large", f"HTTP {resp.status_code}: {too_large}; the first "
+                                 f"{len(received)} bytes are kept", reply)
+        text = reply.raw
         if resp.status_code != 200:
-            message = f"HTTP {resp.status_code}: {_error_message(text)}"
+            message = clean(f"HTTP {resp.status_code}: {_error_message(text)}")
             if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
                 raise TransientError(f"http_{resp.status_code}", message, reply,
                                      retry_after=parse_retry_after(resp.headers.get("retry-after")))
@@ -118,7 +153,7 @@ class ChatCompletionsGuard(Guard):
         if not isinstance(data, dict):
             raise TransientError("malformed", "HTTP 200 with a JSON body that is not an object", reply)
         if "error" in data:
-            raise TransientError("error200", f"HTTP 200 carrying an error: {_error_message(text)}", reply)
+            raise TransientError("error200", clean(f"HTTP 200 carrying an error: {_error_message(text)}"), reply)
         try:
             choice = data["choices"][0]
             msg = choice.get("message") or {}
@@ -128,13 +163,11 @@ class ChatCompletionsGuard(Guard):
             raise TransientError("malformed", "HTTP 200 without choices[0]", reply) from None
         if content is not None and not isinstance(content, str):
             raise TransientError("malformed", "message content is not a string", reply)
-        usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
-        reply.content = content
-        reply.finish_reason = finish if isinstance(finish, str) else None
-        reply.usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
-                       if k in usage}
+        reply.content = clean(content) if content is not None else None
+        reply.finish_reason = clean(finish) if isinstance(finish, str) else None
         prov = data.get("provider")
-        reply.provider = prov if isinstance(prov, str) else None
+        reply.provider = clean(prov) if isinstance(prov, str) else None
+        reply.usage = _usage(data.get("usage"))
         return reply
 
     def _payload(self, body: Mapping[str, Any]) -> bytes:
@@ -160,8 +193,21 @@ class OpenAICompatibleGuard(ChatCompletionsGuard):
     """vLLM, llama.cpp server, mlx_lm.server: no key required, no routing table."""
 
 
-def _redact(text: str, key: str | None) -> str:
-    return text.replace(key, "[redacted]") if key else text
+def _usage(usage: Any) -> dict[str, Any]:
+    """The provider's usage numbers that can be trusted: token counts that are non-negative
+    integers, a cost that is a finite non-negative number. A cost that is not is recorded as
+    `cost_invalid` and counts as unknown (docs/design.md §7); nothing else is kept, so no text
+    from the provider travels in this field."""
+    if not isinstance(usage, dict):
+        return {}
+    out: dict[str, Any] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                           if type(usage.get(k)) is int and usage[k] >= 0}
+    if "cost" in usage:
+        if valid_cost(usage["cost"]):
+            out["cost"] = usage["cost"]
+        else:
+            out["cost_invalid"] = True
+    return out
 
 
 def _error_message(text: str, limit: int = 300) -> str:

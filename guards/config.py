@@ -20,6 +20,9 @@ from harness.canon import canonical_sha256
 from harness.errors import InputError
 
 BACKENDS = ("openrouter", "openai-compatible", "mlx")
+# A guard's answer is a few KB; a body past this (decoded) is a failed attempt, not a crash
+# (docs/design.md §7). 16 calls in flight then hold at most 64 MiB of bodies.
+DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
 DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compatible": "http://127.0.0.1:8000/v1"}
 
 # field -> (accepted python types, required)
@@ -42,6 +45,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "retry_initial_s": ((int, float), False),
     "retry_max_s": ((int, float), False),
     "context_tokens": ((int,), False),
+    "max_response_bytes": ((int,), False),
     "provider": ((dict,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
@@ -70,6 +74,7 @@ class GuardConfig:
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
     context_tokens: int | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
     source: str | None = field(default=None, compare=False)
 
@@ -131,6 +136,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "retry_initial_s": (0.0, 3600.0),
     "retry_max_s": (0.0, 3600.0),
     "context_tokens": (1, 10_000_000),
+    "max_response_bytes": (1, 1 << 30),
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

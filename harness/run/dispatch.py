@@ -34,6 +34,7 @@ from guards.parsers import Parsed
 from harness.canon import canonical_bytes, sha256_hex
 from harness.errors import WriteFailed
 from harness.lru import LRU
+from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.progress import RunProgress
 from harness.run.store import RunWriter, utcnow
@@ -50,7 +51,7 @@ class DispatchOptions:
     max_attempts: int = 6
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
-    projected_cost_per_call: float = 0.0
+    prices: Prices | None = None        # the guard config's, for answers the provider does not price
     progress: bool = True
     handle_signals: bool = True
     adaptive: bool = True               # False: --fixed-concurrency (429s only back off per call)
@@ -66,6 +67,8 @@ class DispatchResult:
     min_concurrency: int = 0            # lowest adaptive limit reached
     rate_limited: int = 0               # attempts answered 429
     limit_cuts: int = 0                 # 429 episodes that cut the limit
+    budget_unenforceable: bool = False  # --max-cost given, but nothing prices the calls
+    budget_estimated: bool = False      # --max-cost counts unpriced answers at the config's prices
 
 
 class _Spacer:
@@ -88,7 +91,9 @@ class _Spacer:
 
 
 class _Wait:
-    """Jittered exponential backoff, never shorter than the server's Retry-After.
+    """Jittered exponential backoff, never shorter than the server's Retry-After, never longer
+    than `maximum` (`retry_max_s`): a Retry-After of 1e9, `inf` or a far-future date is the
+    provider's text, not an order to sleep for ever (docs/design.md §7).
 
     `offset` counts attempts made before tenacity took over (the first attempt runs outside
     it: the common, successful path then pays nothing for retry bookkeeping). With `paced`
@@ -103,9 +108,11 @@ class _Wait:
     def delay(self, failed_attempts: int, exc: BaseException | None) -> float:
         retry_after = getattr(exc, "retry_after", None)
         if self.paced and retry_after is not None and getattr(exc, "error_class", None) == "http_429":
-            return min(self.maximum, retry_after) + random.uniform(0, self.initial / 10)
-        expo = min(self.maximum, self.initial * 2 ** (failed_attempts - 1)) + random.uniform(0, self.initial)
-        return max(expo, retry_after) if retry_after is not None else expo
+            return min(self.maximum, retry_after + random.uniform(0, self.initial / 10))
+        # The exponent is bounded so that a config with thousands of attempts cannot overflow.
+        expo = self.initial * 2.0 ** min(failed_attempts - 1, 64)
+        floor = retry_after if retry_after is not None else 0.0
+        return min(self.maximum, max(expo, floor) + random.uniform(0, self.initial))
 
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -206,9 +213,7 @@ class Dispatcher:
         self._spacer = _Spacer(options.rpm)
         self._stop: str | None = None
         self._in_flight = 0
-        self._spent = 0.0
-        self._cost_done = 0.0
-        self._n_cost = 0
+        self.budget = Budget(options.max_cost, options.prices)
         # Rendered bodies by instance (repetitions and retries share one), bounded: a million-call
         # run has ~100,000 distinct instances, and a body is only needed while its calls run.
         self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
@@ -227,12 +232,12 @@ class Dispatcher:
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
-                  spent_before: float = 0.0) -> DispatchResult:
-        self._spent = spent_before
+                  spent_before: float = 0.0, unpriced_before: Unpriced | None = None) -> DispatchResult:
+        self.budget = Budget(self.opt.max_cost, self.opt.prices, spent=spent_before, unpriced=unpriced_before)
         limiter = anyio.Semaphore(max(1, self.opt.concurrency))
         with RunProgress(total, already, enabled=self.opt.progress) as progress:
             self.progress = progress
-            progress.spend = spent_before
+            progress.spend = self.budget.total
             async with anyio.create_task_group() as tg:
                 if self.opt.handle_signals:
                     tg.start_soon(self._watch_signals, tg.cancel_scope)
@@ -259,22 +264,26 @@ class Dispatcher:
             if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
                 self._stop = "max_calls"
                 return False
-            if self.opt.max_cost is None:
-                return True
-            if self._spent >= self.opt.max_cost:
-                return self._close_budget()
-            per_call = self._cost_done / self._n_cost if self._n_cost else self.opt.projected_cost_per_call
-            if per_call <= 0 and self._in_flight:
-                # No price known and no call priced yet: one call at a time until one is.
+            gate = self.budget.gate(self._in_flight)
+            if gate is Gate.WAIT:
+                # No price known and nothing answered yet: one call at a time until something is.
                 await anyio.sleep(0.01)
                 continue
-            if self._spent + (self._in_flight + 1) * per_call > self.opt.max_cost:
-                return self._close_budget()
+            if gate is Gate.STOP:
+                self._stop = self.result.stop_reason = "budget"
+                return False
+            if self.budget.unenforceable and not self.result.budget_unenforceable:
+                self.result.budget_unenforceable = True
+                self._note(f"--max-cost ${self.opt.max_cost:g} cannot be enforced: the provider reports no cost "
+                           "and the guard config sets no prices (price_in_per_mtok, price_out_per_mtok); calls go on "
+                           "at full concurrency")
             return True
 
-    def _close_budget(self) -> bool:
-        self._stop = self.result.stop_reason = "budget"
-        return False
+    def _note(self, message: str) -> None:
+        """Said once, on stderr and in events.jsonl."""
+        self.writer.event("note", message=message)
+        if self.progress is not None:
+            self.progress.note(message)
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -355,7 +364,9 @@ class Dispatcher:
         except _CircuitOpen:
             pass  # left pending: the provider looks unreachable
         except FatalError as exc:
-            if not self._stop:
+            # After --max-calls has closed admission (`_stop` set, no stop reason) a fatal error
+            # must still stop the run: a pilot that met a 401 did not succeed.
+            if self.result.stop_reason is None:
                 self._stop = self.result.stop_reason = "fatal"
                 self.result.fatal_message = str(exc)
 
@@ -467,11 +478,13 @@ class Dispatcher:
             error_class, error = exc.error_class, str(exc)
         response = reply.raw if reply is not None else None
         usage = dict(reply.usage) if reply is not None else {}
-        cost = usage.get("cost")
-        if isinstance(cost, (int, float)) and math.isfinite(cost):
-            self._spent += cost
-            if self.progress is not None:
-                self.progress.add_spend(cost)
+        added = self.budget.charge(usage, answered=outcome == "reply")
+        if added and self.progress is not None:
+            self.progress.add_spend(added)
+        if self.budget.estimated and not self.result.budget_estimated:
+            self.result.budget_estimated = True
+            self._note(f"the provider reports no cost: --max-cost ${self.opt.max_cost:g} counts its answers at the "
+                       "guard config's prices (price_in_per_mtok, price_out_per_mtok), an estimate")
         rec: dict[str, Any] = {
             "call_id": call_id,
             "attempt": self.writer.state.attempts.get(call_id, 0) + 1,
@@ -489,6 +502,10 @@ class Dispatcher:
             "answers_call_id": reply.answers_call_id if reply is not None else None,
             "outcome": outcome, "final": final,
         }
+        if (reply is not None and reply.redacted) or (exc is not None and exc.redacted):
+            # The API key was cut out of this line (docs/design.md §11): `response` is what was
+            # received less the key, and `response_sha256` is of the text stored here.
+            rec["redacted"] = True
         # An evicted body (a call retried for long while thousands of others ran) is serialised again.
         request_json = self._request_json.get(request_sha) or canonical_bytes(body)
         seq, line_sha = self.writer.append_raw(rec, request_json=request_json)
@@ -503,9 +520,5 @@ class Dispatcher:
         st = decision["status"]
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
-        cost = rec["usage"].get("cost")
-        if isinstance(cost, (int, float)):
-            self._cost_done += cost
-            self._n_cost += 1
         if self.progress is not None:
             self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)

@@ -25,6 +25,7 @@ from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
+from harness.run.budget import Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
@@ -292,9 +293,9 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    rpm=rpm,
                                    max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
-                                   projected_cost_per_call=_projected_cost(config, manifest),
+                                   prices=_prices(config),
                                    progress=progress, handle_signals=handle_signals, adaptive=adaptive),
-                               len(state.decided), state.spent, backend_options=_backend_options())
+                               len(state.decided), state.spent, state.unpriced, backend_options=_backend_options())
             decided = len(state.decided)
             try:
                 writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
@@ -418,13 +419,13 @@ def _call_id_pair(sline: bytes, tline: bytes) -> tuple[str | None, str | None]:
 
 async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, cohort: Cohort, parser: Any,
                     pending: Iterable[dict[str, Any]], total: int, options: DispatchOptions, already: int,
-                    spent: float) -> DispatchResult:
+                    spent: float, unpriced: Unpriced) -> DispatchResult:
     guard = make_guard(config, prompt, max_connections=max(options.concurrency, 1))
     try:
         d = Dispatcher(guard=guard, writer=writer,
                        instance_for=lambda r: cohort.instance(r["base_id"], r["condition"]),
                        parser=parser, options=options)
-        return await d.run(pending, total=total, already=already, spent_before=spent)
+        return await d.run(pending, total=total, already=already, spent_before=spent, unpriced_before=unpriced)
     finally:
         with anyio.CancelScope(shield=True):
             await guard.aclose()
@@ -458,12 +459,13 @@ def _backend_options() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
-def _projected_cost(config: GuardConfig, manifest: dict[str, Any]) -> float:
+def _prices(config: GuardConfig) -> Prices | None:
     if config.price_in_per_mtok is None or config.price_out_per_mtok is None:
-        return 0.0
+        return None
     # Upper estimate per call: a 4k-token prompt is generous for guard prompts; refined by
     # the running mean once calls finish.
-    return 4000 / 1e6 * config.price_in_per_mtok + config.max_tokens / 1e6 * config.price_out_per_mtok
+    per_call = 4000 / 1e6 * config.price_in_per_mtok + config.max_tokens / 1e6 * config.price_out_per_mtok
+    return Prices(config.price_in_per_mtok, config.price_out_per_mtok, per_call)
 
 
 def finish_message(outcome: RunOutcome) -> str:

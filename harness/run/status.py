@@ -17,12 +17,12 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from guards.base import valid_cost
 from harness.run.store import (
     DECISIONS,
     EVENTS,
     RAW,
     decision_fields,
-    is_cost,
     iter_jsonl,
     iter_lines,
     iter_raw_fields,
@@ -73,12 +73,12 @@ def run_status(run_dir: Path) -> dict[str, Any]:
 
 
 def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> tuple[int, int, array]:
-    """(attempts, retries, the numeric usage.cost of each attempt in order) over the complete
+    """(attempts, retries, the valid usage.cost of each attempt in order) over the complete
     lines of raw.jsonl (of bytes [start, end), when given)."""
     attempts, retries, costs = 0, 0, array("d")
     for _, _, _, f in iter_raw_fields(path, start, end):
         attempts += 1
-        if is_cost(f.cost):
+        if valid_cost(f.cost):
             costs.append(f.cost)
         if f.outcome == "transient" and not f.final:
             retries += 1

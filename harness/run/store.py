@@ -27,9 +27,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from guards.base import valid_cost
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
+from harness.run.budget import Unpriced, priced_cost
 
 GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
@@ -337,7 +339,8 @@ class RunState:
     attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
     decided: set[str] = field(default_factory=set)
     final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
-    spent: float = 0.0                                            # usage.cost summed over every attempt
+    spent: float = 0.0                                            # valid usage.cost summed over every attempt
+    unpriced: Unpriced = field(default_factory=Unpriced)          # answers the provider did not price
     torn: list[Path] = field(default_factory=list)
 
 
@@ -346,11 +349,12 @@ class RawFields(NamedTuple):
     final: Any
     outcome: Any
     cost: Any
+    usage: dict[str, Any]
 
 
 def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
-    """call_id, final, outcome and usage.cost of the raw line `buf[start:end]` (no newline),
-    without parsing its request.
+    """call_id, final, outcome, usage.cost and usage of the raw line `buf[start:end]` (no
+    newline), without parsing its request.
 
     A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
     `request` are scalars and whose last field is `usage`; inside a JSON string every `"` is
@@ -373,13 +377,15 @@ def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | 
     if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
             or "outcome" not in head:
         return None
-    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"))
+    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"), usage)
 
 
 def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
     """The same fields from a full parse (CheckFailed, as iter_jsonl, if not a JSON object)."""
     rec = parse_line(body, path, lineno)
-    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
+    usage = rec.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), usage.get("cost"), usage)
 
 
 def iter_mapped_lines(path: Path, start: int = 0, end: int | None = None,
@@ -479,10 +485,6 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             if not line.endswith(b"\n"):
                 return
             yield lineno, line
-
-
-def is_cost(value: Any) -> bool:
-    return isinstance(value, (int, float))
 
 
 class AppendLog:
@@ -597,6 +599,7 @@ class RunWriter:
         for part in parts:
             for cost in part.costs:    # one at a time, in log order, as the attempts were written
                 st.spent += cost
+            st.unpriced.merge(part.unpriced)
             for cid, n in part.attempts.items():
                 st.attempts[cid] = st.attempts.get(cid, 0) + n
             for cid, where in part.finals.items():
@@ -691,7 +694,8 @@ class RawPart:
     """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
 
     n_lines: int = 0
-    costs: array = field(default_factory=lambda: array("d"))   # numeric usage.cost, in log order
+    costs: array = field(default_factory=lambda: array("d"))   # valid usage.cost, in log order
+    unpriced: Unpriced = field(default_factory=Unpriced)        # answers without a positive cost
     attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
     finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)
     last: tuple[int, int] | None = None                         # (offset, length) of the last line
@@ -700,8 +704,10 @@ class RawPart:
 def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) -> RawPart:
     part = RawPart()
     for lineno, offset, length, f in iter_raw_fields(path, start, end):
-        if is_cost(f.cost):
+        if valid_cost(f.cost):
             part.costs.append(f.cost)
+        if f.outcome == "reply" and priced_cost(f.usage) is None:
+            part.unpriced.add(f.usage)
         cid = f.call_id
         if cid not in decided:
             part.attempts[cid] = part.attempts.get(cid, 0) + 1
