@@ -112,7 +112,7 @@ class GuardConfig:
 
 def _line_of(text: str, key: str) -> int | None:
     pat = re.compile(rf"^\s*{re.escape(key)}\s*=")
-    for i, line in enumerate(text.splitlines(), start=1):
+    for i, line in enumerate(text.split("\n"), start=1):
         if pat.match(line):
             return i
     return None

@@ -13,6 +13,7 @@ answer) costs a few substring searches; anything else is tokenised and checked e
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 MARK = "[redacted]"
 MIN_RUN = 12
@@ -40,6 +41,9 @@ class Redactor:
         # One unit = one decoded character. Case-insensitive hex, as servers differ.
         self._units = re.compile(rf'[{literal}]|\\u[0-9A-Fa-f]{{4}}|\\[/"\\bfnrt]|%[0-9A-Fa-f]{{2}}')
         self._runs = re.compile(rf'(?:[{literal}]|\\u[0-9A-Fa-f]{{4}}|\\[/"\\bfnrt]|%[0-9A-Fa-f]{{2}}){{{self.run},}}')
+        # The same text read literally: `\r0000…` is an escape to a decoder but a plain run of the
+        # key to a reader, so both readings are redacted.
+        self._plain = re.compile(rf'[{literal}]{{{self.run},}}')
 
     def __call__(self, text: str) -> str:
         """`text` with the secret removed; the same object when there was nothing to remove."""
@@ -47,10 +51,14 @@ class Redactor:
             return text
         if not any(t in text for t in self._triggers) and not any(b in text for b in self._blocks):
             return text
+        decoded = self._replace(text, self._runs, lambda run: [u.group() for u in self._units.finditer(run)])
+        return self._replace(decoded, self._plain, list)
+
+    def _replace(self, text: str, runs: re.Pattern[str], units_of: Callable[[str], list[str]]) -> str:
         out: list[str] = []
         pos = 0
-        for m in self._runs.finditer(text):
-            spans = self._key_spans(m.group())
+        for m in runs.finditer(text):
+            spans = self._key_spans(units_of(m.group()))
             if not spans:
                 continue
             out.append(text[pos:m.start()])
@@ -61,10 +69,9 @@ class Redactor:
         out.append(text[pos:])
         return "".join(out)
 
-    def _key_spans(self, run: str) -> str:
-        """The run with every stretch that decodes to `self.run`+ key characters replaced;
-        "" when there is none."""
-        units = [u.group() for u in self._units.finditer(run)]
+    def _key_spans(self, units: list[str]) -> str:
+        """The run (as units, each one decoded character) with every stretch that decodes to
+        `self.run`+ key characters replaced; "" when there is none."""
         chars = "".join(_decode(u) for u in units)
         n, k = len(chars), self.run
         covered = bytearray(n)

@@ -22,6 +22,9 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
   ansi-error/<status>[/raw]   an error whose message carries ANSI/OSC escape sequences,
                               JSON-escaped (`\\u001b`), or with `raw` as the bytes themselves
   ansi-content                a valid HTTP 200 whose message content carries them
+  markup                      HTML markup and ANSI in an extra field of every answer, and as the
+                              content of every call whose id ends in an even hex digit (an
+                              `unparseable` decision); the others get a verdict (report.html tests)
   key/<form>/<status>         echoes the caller's Bearer key in the error message (status
                               4xx/5xx) or in the content and X-Call-Id header (200); forms:
                               plain, json (every character \\uXXXX), json-mixed (every other
@@ -51,6 +54,7 @@ from aiohttp import web
 
 VERDICT = '{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0}'
 ANSI = "\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\x1b[32mall good\x1b[0m"
+MARKUP = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 CHUNK = b"x" * (64 << 10)
 BOMB_UNPACKED = 4 << 30     # bytes a bomb inflates to
 _SHORT = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -219,6 +223,9 @@ class Hostile:
             return web.json_response({"error": {"code": status, "message": f"upstream said {ANSI}"}}, status=status)
         if mode == "ansi-content":
             return web.json_response(answer(content=VERDICT + ANSI, call_id=call_id))
+        if mode == "markup":
+            content = f"{MARKUP}{ANSI} not a verdict" if call_id[-1:] in tuple("02468ace") else VERDICT
+            return web.json_response({**answer(content=content, call_id=call_id), "note": MARKUP + ANSI})
         if mode == "key":
             form, status = args[0], int(args[1])
             if form == "all":

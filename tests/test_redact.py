@@ -58,3 +58,10 @@ def test_any_run_of_twelve_in_any_form_is_gone(key, start, length, form, before,
     # (hypothesis draws both from one alphabet) may go too, but never more than runs of the key.
     assert leaked(out, key) is None, (text, out)
     assert MARK in out
+
+
+def test_a_run_after_a_backslash_is_redacted_in_both_readings():
+    # `\r` decodes to a carriage return, but a reader sees the key's run `r00000000000`.
+    r = Redactor("00000000r00000000000")
+    out = r("\\r00000000000")
+    assert leaked(out, "00000000r00000000000") is None and MARK in out

@@ -20,6 +20,7 @@ from harness.terminal import safe
 COMMAND_MODULES = (
     "harness.cli.run",
     "harness.cli.estimate",
+    "harness.cli.view",
     "harness.cli.audit",
     "harness.cli.cohort",
     "harness.cli.prompts",

@@ -58,6 +58,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
     p.add_argument("run_a")
     p.add_argument("run_b")
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default RUN_B)")
     _stats_options(p)
     _verify_options(p)
     p.set_defaults(func=cmd_compare)
@@ -100,11 +101,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             written = write_reports(report, args.out)
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
+        from harness.view.html import write_report_html
+
         report = estimate_run(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
                               allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
         _say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        print(safe(f"wrote report.json, report.md, effects.png in {args.run}"), file=sys.stderr)
+        html = write_report_html(args.run, report, just_estimated=True)
+        print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
     for note in report["notes"]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))
@@ -118,26 +122,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return code
 
 
-def _reversals_text(result: dict[str, Any]) -> list[str]:
-    """Each reversed pair with the test of its difference of differences; the verdict."""
-    from harness.estimators.report import interval, num, pval
-
-    pairs = result["reversed_pairs"]
-    lines = [f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
-             f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}"
-             for pr in pairs for x, y in [pr["conditions"]]]
-    if result["ranking_changed"]:
-        verdict = "yes (a reversal survives Holm across the reversed pairs)"
-    elif pairs:
-        verdict = "no (no reversal survives Holm across the reversed pairs)"
-    else:
-        verdict = "no (no pair of conditions reversed)"
-    return [*lines, f"ranking changed: {verdict}"]
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
-    from harness.estimators.compare import compare
+    from harness.estimators.compare import compare, ranking_lines
     from harness.estimators.report import interval, num, pval, text_table
     from harness.estimators.runs import load_run, run_dir, verified
 
@@ -155,8 +142,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      roles=ta.roles,
                      complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
                      allow_unpublishable=args.allow_unpublishable)
-    result["run_a"] = {"run": str(run_a), "run_id": ta.manifest.get("run_id"), "verified": checks[0]["checked"]}
-    result["run_b"] = {"run": str(run_b), "run_id": tb.manifest.get("run_id"), "verified": checks[1]["checked"]}
+    for key, run, table, check in (("run_a", run_a, ta, checks[0]), ("run_b", run_b, tb, checks[1])):
+        guard = table.manifest.get("guard") or {}
+        result[key] = {"run": str(run), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
+                       "guard": {"name": guard.get("name"), "model": guard.get("model")}}
     head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
     rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
              num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
@@ -165,10 +154,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"A = {run_a}, B = {run_b}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
         f"{result['bootstrap']['n']} paired replicates, seed {result['bootstrap']['seed']}", "",
         text_table(head, rows), "",
-        f"ranking A: {' > '.join(result['ranking_a'])}",
-        f"ranking B: {' > '.join(result['ranking_b'])}",
-        *_reversals_text(result)])
+        *ranking_lines(result)])
     _emit(result, args.json, text)
+    from harness.view.compare import write_compare
+
+    out_dir = Path(args.out) if args.out else run_b
+    if not out_dir.is_dir():
+        raise InputError("no such folder", path=out_dir, field="out")
+    written = write_compare(result, out_dir)
+    print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:
         print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
         return 1

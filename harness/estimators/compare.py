@@ -21,6 +21,7 @@ from harness.estimators.core import resolve_conditions, validated
 from harness.estimators.holm import holm
 from harness.estimators.quantities import Quantities
 from harness.estimators.quarantine import quarantine_summary
+from harness.estimators.report import interval, num, pval
 from harness.estimators.table import MISSING
 
 ALPHA = 0.05
@@ -127,3 +128,20 @@ def compare(rows_a: Iterable[Any], rows_b: Iterable[Any], *, baseline: str = "or
         "allow_unpublishable": allow_unpublishable,
         "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for both runs"},
     }
+
+
+def ranking_lines(result: Mapping[str, Any]) -> list[str]:
+    """The two rankings, each reversed pair with the test of its difference of differences,
+    and the verdict (for the terminal, compare.md and compare.html)."""
+    pairs = result["reversed_pairs"]
+    lines = [f"ranking A: {' > '.join(result['ranking_a'])}", f"ranking B: {' > '.join(result['ranking_b'])}"]
+    lines += [f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
+              f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}"
+              for pr in pairs for x, y in [pr["conditions"]]]
+    if result["ranking_changed"]:
+        verdict = "yes (a reversal survives Holm across the reversed pairs)"
+    elif pairs:
+        verdict = "no (no reversal survives Holm across the reversed pairs)"
+    else:
+        verdict = "no (no pair of conditions reversed)"
+    return [*lines, f"ranking changed: {verdict}"]

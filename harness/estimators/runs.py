@@ -78,5 +78,6 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
     if write:
         from harness.estimators.report import write_reports
 
-        write_reports(report, run)
+        guard = m.get("guard") or {}
+        write_reports(report, run, title=f"guardeval · {guard.get('name')} ({guard.get('model')}) · run {m.get('run_id')}")
     return report

@@ -352,8 +352,8 @@ class RawFields(NamedTuple):
     usage: dict[str, Any]
 
 
-def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
-    """call_id, final, outcome, usage.cost and usage of the raw line `buf[start:end]` (no
+def raw_head(buf: Any, start: int = 0, end: int | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(every field before `request`, the `usage` object) of the raw line `buf[start:end]` (no
     newline), without parsing its request.
 
     A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
@@ -377,6 +377,16 @@ def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | 
     if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
             or "outcome" not in head:
         return None
+    return head, usage
+
+
+def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
+    """call_id, final, outcome, usage.cost and usage of the raw line `buf[start:end]` (see
+    `raw_head`; None: parse the whole line)."""
+    parts = raw_head(buf, start, end)
+    if parts is None:
+        return None
+    head, usage = parts
     return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"), usage)
 
 

@@ -90,7 +90,7 @@ class _Report:
 
 
 def _line_containing(path: Path, needle: str) -> int | None:
-    for i, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), start=1):
+    for i, line in enumerate(path.read_text("utf-8", errors="replace").split("\n"), start=1):
         if needle in line:
             return i
     return None
