@@ -25,9 +25,11 @@ class Reply:
     raw: str                     # response text exactly as received (HTTP body / generated text)
     content: str | None = None   # the model's message text, extracted from `raw`
     finish_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost
+    native_finish_reason: str | None = None  # the upstream's own finish reason, when reported
+    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost (+ BYOK cost)
     provider: str | None = None  # resolved upstream provider, when the back-end reports one
     answers_call_id: str | None = None  # call id echoed by the server, when it echoes one
+    generation_id: str | None = None  # the provider's id of this generation (OpenRouter: `id`)
     redacted: bool = False       # the API key was removed from `raw` or a field taken from it
 
 
@@ -58,6 +60,7 @@ class Guard(abc.ABC):
         """Release connections, models, threads."""
 
     @property
-    def pinned_provider(self) -> str | None:
-        """The upstream provider the config pins, if any (drift is checked against it)."""
-        return None
+    def allowed_providers(self) -> tuple[str, ...]:
+        """Routing slugs of the upstream providers the config allows, if it pins any (an answer
+        from another is quarantined as drift; docs/design.md §10)."""
+        return ()

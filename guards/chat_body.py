@@ -23,10 +23,9 @@ def chat_body(config: GuardConfig, prompt: Prompt, instance: Mapping[str, Any]) 
         body["seed"] = config.seed
     if config.structured_output and prompt.output_schema:
         body["response_format"] = {"type": "json_schema", "json_schema": prompt.output_schema}
-    if config.backend == "openrouter":
-        # OpenRouter's routing table and usage accounting (docs/design.md §8).
-        if config.provider:
-            prov = dict(config.provider)
-            body["provider"] = {k: prov[k] for k in sorted(prov)}
-        body["usage"] = {"include": True}
+    if config.backend == "openrouter" and config.provider:
+        # OpenRouter's routing table (docs/design.md §8). No `usage: {include: true}`: documented
+        # as deprecated, usage is always returned.
+        prov = dict(config.provider)
+        body["provider"] = {k: prov[k] for k in sorted(prov)}
     return body

@@ -100,14 +100,23 @@ class GuardConfig:
         return self.base_url or DEFAULT_BASE_URL.get(self.backend)
 
     @property
-    def pinned_provider(self) -> str | None:
-        """`provider.only[0]`, or `provider.order[0]` when fallbacks are off."""
+    def allowed_providers(self) -> tuple[str, ...]:
+        """The providers an answer may come from: every slug of `provider.only`, else every slug
+        of `provider.order` when fallbacks are off; () when routing is left to OpenRouter."""
+        if self.backend != "openrouter":
+            return ()
         p = self.provider or {}
         if p.get("only"):
-            return str(p["only"][0])
+            return tuple(str(s) for s in p["only"])
         if p.get("order") and p.get("allow_fallbacks") is False:
-            return str(p["order"][0])
-        return None
+            return tuple(str(s) for s in p["order"])
+        return ()
+
+    @property
+    def pinned_provider(self) -> str | None:
+        """The first allowed provider (for display)."""
+        allowed = self.allowed_providers
+        return allowed[0] if allowed else None
 
 
 def _line_of(text: str, key: str) -> int | None:

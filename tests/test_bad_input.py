@@ -198,7 +198,8 @@ def test_plain_http_to_another_host_is_warned_about(tmp_path, small_cohort):
     for url, warned in (("http://10.1.2.3:8000/v1", True), ("http://127.0.0.1:8000/v1", False),
                         ("http://localhost:8000/v1", False), ("https://10.1.2.3/v1", False)):
         g = _config(tmp_path, 'name = "x"\n' + _HEAD + f"base_url = {json.dumps(url)}\n")
-        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(g), "--dry-run")
+        # --no-preflight: no OpenRouter answers at these addresses (the preflight would refuse).
+        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(g), "--dry-run", "--no-preflight")
         assert r.code == 0, r.err
         assert ("plain http" in r.err) == warned, (url, r.err)
 
@@ -295,7 +296,7 @@ def test_row_depth_limit_can_be_raised_up_to_what_can_be_hashed(tmp_path, small_
     c = _with_row(tmp_path, small_cohort, "deepish", 3, lambda r: r.__setitem__("current_action", _nest(60)))
     r, run = _launch(tmp_path, c, guard)
     _assert_refused(r, run, "line 3", "nested more than 64")
-    r = run_cli("launch", "--cohort", str(c), "--guard", str(guard), "--dry-run", "--max-row-depth", "120")
+    r = run_cli("launch", "--cohort", str(c), "--guard", str(guard), "--dry-run", "--max-row-depth", "120", "--no-preflight")
     assert r.code == 0, r.err
     r = run_cli("launch", "--cohort", str(c), "--guard", str(guard), "--dry-run", "--max-row-depth", "300")
     assert r.code == 2 and "must be <= 200" in r.err
@@ -371,5 +372,5 @@ def test_row_size_limit_can_be_raised(tmp_path, small_cohort, guard):
     c = _with_row(tmp_path, small_cohort, "large", 2, lambda r: r.__setitem__("user_request", "y" * 1_500_000))
     r, run = _launch(tmp_path, c, guard)
     _assert_refused(r, run, "line 2", "longer than")
-    r = run_cli("launch", "--cohort", str(c), "--guard", str(guard), "--dry-run", "--max-row-bytes", "2000000")
+    r = run_cli("launch", "--cohort", str(c), "--guard", str(guard), "--dry-run", "--max-row-bytes", "2000000", "--no-preflight")
     assert r.code == 0, r.err

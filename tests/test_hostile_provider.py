@@ -44,7 +44,8 @@ def _launch(tmp: Path, cohort: Path, base_url: str, *extra: str, calls: int = 16
     env = cli_env({KEY_ENV: key} if key else None)
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(rss), sys.executable, "-m", "harness", "launch",
                            "--cohort", str(cohort), "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                           "--max-calls", str(calls), "--concurrency", "16", "--no-progress", *extra],
+                           "--max-calls", str(calls), "--concurrency", "16", "--no-progress",
+                           "--no-preflight", *extra],   # the hostile server is no OpenRouter
                           capture_output=True, text=True, env=env, timeout=timeout)
     return proc, int(rss.read_text()) / 1024, run
 

@@ -29,8 +29,9 @@ def _refused(r, *needles: str) -> None:
 
 
 def _launch(cohort: Path, guard: Path, run_dir: Path | str):
-    return run_cli("launch", "--cohort", str(cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run_dir),
-                   "--no-progress")
+    # --no-preflight: nothing answers at the guard's address; these tests are about the folder.
+    return run_cli("launch", "--no-preflight", "--cohort", str(cohort), "--guard", str(guard), "--reps", "1",
+                   "--run-dir", str(run_dir), "--no-progress")
 
 
 def test_under_a_file(tmp_path, small_cohort, guard):
@@ -133,7 +134,7 @@ def test_partial_folders_of_dead_launches_are_removed(tmp_path, small_cohort, gu
         # A real launch sweeps too (and builds its own folder beside).
         dead_again = runs / f".d.partial-{_dead_pid()}"
         dead_again.mkdir()
-        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+        r = run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
                     "--run-dir", str(runs / "new"), "--max-calls", "1", "--no-progress")
         assert "Traceback" not in r.err
         assert not dead_again.exists() and live.exists()

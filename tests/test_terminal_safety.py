@@ -115,7 +115,7 @@ def _hostile_cohort(src: Path, out: Path, *, drop_one: bool = False, break_invar
 def test_provider_error_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, provider, mode):
     guard = write_guard(tmp_path / "g.toml", f"{provider.url}/{mode}/v1")
     run = tmp_path / "run"
-    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+    r = run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
                 "--run-dir", str(run), "--no-progress")
     assert r.code == 1 and "fatal provider error" in r.err and "Traceback" not in r.err, r.err
     assert "pwned" in r.err and "all good" in r.err    # the message is shown, escaped
@@ -135,7 +135,7 @@ def test_provider_error_with_escape_codes_is_shown_escaped(tmp_path, small_cohor
 def test_cohort_text_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, provider):
     broken = _hostile_cohort(small_cohort, tmp_path / "broken", drop_one=True)
     guard = write_guard(tmp_path / "g.toml", f"{provider.url}/json/v1")
-    r = run_cli("launch", "--cohort", str(broken), "--guard", str(guard), "--run-dir", str(tmp_path / "run"))
+    r = run_cli("launch", "--no-preflight", "--cohort", str(broken), "--guard", str(guard), "--run-dir", str(tmp_path / "run"))
     assert r.code == 2 and "has no row for condition" in r.err and "pwned" in r.err, r.err
     _assert_clean(r.out, r.err)
     assert not (tmp_path / "run").exists()
@@ -149,7 +149,7 @@ def test_cohort_text_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, 
     # A run of that cohort stopped by the hostile provider: every command's output stays clean.
     fine = _hostile_cohort(small_cohort, tmp_path / "fine")
     run = tmp_path / "run2"
-    r = run_cli("launch", "--cohort", str(fine), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
+    r = run_cli("launch", "--no-preflight", "--cohort", str(fine), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
     assert r.code == 1, r.err
     _assert_clean(r.out, r.err)
     for args in (("status", str(run)), ("verify", str(run)), ("estimate", str(run), "--allow-partial")):
@@ -161,7 +161,7 @@ def test_cohort_text_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, 
 def test_verify_messages_quoting_a_damaged_line_are_escaped(tmp_path, small_cohort, provider):
     guard = write_guard(tmp_path / "g.toml", f"{provider.url}/raw/v1")
     run = tmp_path / "run"
-    run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
+    run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
     lines = (run / "raw.jsonl").read_text().splitlines(keepends=True)
     rec = json.loads(lines[0])
     rec["seq"] = "\x1b]0;pwned\x07"

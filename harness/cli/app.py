@@ -19,6 +19,7 @@ from harness.terminal import safe
 # Order is the order of `guardeval --help`.
 COMMAND_MODULES = (
     "harness.cli.run",
+    "harness.cli.preflight",
     "harness.cli.estimate",
     "harness.cli.view",
     "harness.cli.audit",

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from harness.cli import preflight
 from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
@@ -26,7 +27,9 @@ def register(sub: Any) -> None:
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds")
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     _dispatch_options(p)
-    p.add_argument("--dry-run", action="store_true", help="print the plan and a cost projection; send nothing")
+    preflight.add_option(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan, a cost projection and the preflight; send no call, write nothing")
     row_limit_options(p)
     p.set_defaults(func=cmd_launch)
 
@@ -41,6 +44,7 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", required=True)
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     _dispatch_options(p, max_calls=False)
+    preflight.add_option(p)
     row_limit_options(p)
     p.set_defaults(func=cmd_replicate)
 
@@ -87,6 +91,7 @@ def _existing_run(path: str) -> Path:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_launch, resolve_run_dir
+    from harness.run.store import check_new_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url, row_limits=row_limits(args))
@@ -106,8 +111,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
               + (f"cost <= ${cost:.4f}" if cost is not None else "cost unknown (set price_in_per_mtok/price_out_per_mtok)"))
         if args.max_cost is not None and cost is not None and cost > args.max_cost:
             print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
-        print("dry run: nothing sent, nothing written")
-        return 0
+        ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stdout)
+        print("dry run: no call sent, nothing written" + ("" if ready else "; launch would refuse (exit 2)"))
+        return 0 if ready else 2
+    check_new_run_dir(run_dir)
+    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(f"run: {safe(run_dir)}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
@@ -157,11 +166,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_replicate(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_replicate, resolve_run_dir
+    from harness.run.store import check_new_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
     _warn_if_plain_http(plan.config.effective_base_url)
+    check_new_run_dir(run_dir)
+    if not preflight.check_plan(plan, args, max_calls=None, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url)
@@ -181,6 +194,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(safe(f"  {k}: {v}"))
         if st["quarantined"]:
             print(safe(f"  quarantined: {st['quarantined']} ({st['quarantine_by_reason']})"))
+        if st["generation_replays"]:
+            print(f"  answered under a generation id another call also got: {st['generation_replays']} "
+                  "(quarantined as replay_mismatch by estimate)")
         if st["last_stop"]:
             print(safe(f"  last stop: {st['last_stop']}"))
     return 0

@@ -1,7 +1,8 @@
 """Spend and the `--max-cost` gate (docs/design.md §7).
 
-Spend is what the provider reported, as `usage.cost`, summed over attempts; a cost that is
-negative, not finite or not a number is unknown, never a refund, so spend never decreases.
+Spend is what the provider reported, as `usage.cost` (plus `upstream_inference_cost` for a BYOK
+call: `reported_cost`), summed over attempts; a cost that is negative, not finite or not a
+number is unknown, never a refund, so spend never decreases.
 Some providers price nothing (a local server, a free model: cost 0 or absent). Then:
 
 * with prices in the guard config, each answer the provider did not price is charged at them
@@ -65,10 +66,24 @@ class Unpriced:
                 + self.untokened * prices.per_call)
 
 
+def reported_cost(usage: Any) -> float | None:
+    """What the provider says one attempt cost, from its `usage` record: `cost`, plus the
+    upstream's own charge (`upstream_inference_cost`) when the call ran on the caller's own
+    provider key (`is_byok`: OpenRouter's `cost` is then only its part). None when unknown
+    (absent, or not a finite number >= 0)."""
+    if not isinstance(usage, dict):
+        return None
+    parts = [usage.get("cost")]
+    if usage.get("is_byok") is True:
+        parts.append(usage.get("upstream_inference_cost"))
+    valid = [float(c) for c in parts if valid_cost(c)]
+    return sum(valid) if valid else None
+
+
 def priced_cost(usage: dict[str, Any]) -> float | None:
     """The positive cost the provider reported for an attempt, or None (absent, 0 or invalid)."""
-    cost = usage.get("cost")
-    return float(cost) if valid_cost(cost) and cost > 0 else None
+    cost = reported_cost(usage)
+    return cost if cost is not None and cost > 0 else None
 
 
 class Gate(Enum):
@@ -95,8 +110,8 @@ class Budget:
 
     def charge(self, usage: dict[str, Any], *, answered: bool) -> float:
         """Account one attempt; return what it added to the total."""
-        reported = usage.get("cost")
-        cost = float(reported) if valid_cost(reported) else 0.0
+        reported = reported_cost(usage)
+        cost = reported if reported is not None else 0.0
         self.spent += cost
         if not answered:
             return cost

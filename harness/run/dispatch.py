@@ -218,6 +218,7 @@ class Dispatcher:
         # run has ~100,000 distinct instances, and a body is only needed while its calls run.
         self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
         self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
+        self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
         # Adaptive concurrency: a gate on attempts in flight, cut by 429 episodes.
@@ -321,6 +322,7 @@ class Dispatcher:
             self._write_failed(exc)
         finally:
             self.expected_sha.pop(row["call_id"], None)
+            self._empty_retried.discard(row["call_id"])
             self._in_flight -= 1
             limiter.release()
 
@@ -408,6 +410,16 @@ class Dispatcher:
             return
         self._unreachable_streak = 0
         self._answered(t0)
+        if not last and _empty_answer(reply) and call_id not in self._empty_retried:
+            # Documented: a provider warming up may answer with no content. Retried once; a
+            # second empty answer is scored (unparseable) like any other.
+            self._empty_retried.add(call_id)
+            self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient", final=False,
+                         reply=reply, error_class="empty_content",
+                         error="empty content with finish_reason stop; retried once")
+            if self.progress is not None:
+                self.progress.retry()
+            raise TransientError("empty_content", "empty content with finish_reason stop", reply)
         rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
                            reply=reply)
         self._finish(rec)
@@ -495,6 +507,8 @@ class Dispatcher:
             "response_sha256": sha256_hex(response.encode("utf-8")) if response is not None else None,
             "content": reply.content if reply is not None else None,
             "finish_reason": reply.finish_reason if reply is not None else None,
+            "native_finish_reason": reply.native_finish_reason if reply is not None else None,
+            "generation_id": reply.generation_id if reply is not None else None,
             "error_class": error_class, "error": error,
             "latency_s": round(time.monotonic() - t0, 6),
             "usage": usage,
@@ -515,10 +529,16 @@ class Dispatcher:
     def _finish(self, logged: tuple[dict[str, Any], int, str]) -> None:
         rec, _, line_sha = logged
         decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
-                          parser=self.parser, pinned_provider=self.guard.pinned_provider)
+                          parser=self.parser, allowed_providers=self.guard.allowed_providers)
         self.writer.append_decision(decision)
         st = decision["status"]
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
         if self.progress is not None:
             self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)
+
+
+def _empty_answer(reply: Reply) -> bool:
+    """An HTTP answer with no content although the model says it stopped normally."""
+    return (reply.status == 200 and reply.finish_reason == "stop"
+            and (reply.content is None or not reply.content.strip()))

@@ -18,6 +18,7 @@ import anyio
 import orjson
 
 from guards.config import GuardConfig, load_guard_config
+from guards.openrouter.preflight import EMPTY_INSTANCE, Workload
 from guards.parsers import get_parser
 from guards.prompts import Prompt, load_prompt
 from guards.registry import make_guard, make_renderer
@@ -80,6 +81,27 @@ class Plan:
         return {"calls": self.n_calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
                 "cost_usd_upper_est": cost}
 
+    def workload(self, *, max_calls: int | None = None, max_cost: float | None = None) -> Workload:
+        """What the preflight needs to know about this run: one rendered body, how many calls
+        this launch may send, their rough prompt tokens, the longest prompt."""
+        self.render_instances()
+        calls = min(self.n_calls, max_calls) if max_calls is not None else self.n_calls
+        first = next(iter(self.cohort.iter_instances()), None)
+        body = self._render(first) if first is not None else self._render(EMPTY_INSTANCE)
+        longest = max((tokens for _, tokens in self.requests.values()), default=None)
+        share = self.prompt_tokens_est * calls // self.n_calls if self.n_calls else 0
+        return Workload(body=body, calls=calls, prompt_tokens=share, longest_prompt_tokens=longest, max_cost=max_cost)
+
+    def render_instances(self) -> None:
+        """Render every instance once (repetitions share a body), in file order, keeping each
+        one's request hash and rough size; a no-op once done."""
+        if self.requests:
+            return
+        reps = int(self.manifest.get("reps") or 1)
+        for inst in self.cohort.iter_instances():
+            _, tokens = self.requests[inst["instance_sha256"]] = _render_request(self._render, inst)
+            self.prompt_tokens_est += tokens * reps
+
     def digest(self) -> dict[str, Any]:
         """Hash the schedule and stimuli without writing them (`--dry-run`)."""
         self.manifest.update(self.write(None))
@@ -139,7 +161,7 @@ def _render_request(render: Callable[[Mapping[str, Any]], dict[str, Any]],
     return sha256_hex(data), len(data) // 4
 
 
-def _load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
+def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
     config = load_guard_config(guard_path).with_base_url(base_url)
     try:
         prompt = load_prompt(config.prompt)
@@ -175,7 +197,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
     if order not in ALGORITHM:
         raise InputError(f"unknown order {order!r}", field="order")
     cohort = load_cohort(cohort_dir, limits=row_limits)
-    config, prompt = _load_guard_and_prompt(guard_path, base_url)
+    config, prompt = load_guard_and_prompt(guard_path, base_url)
     n_calls = cohort.n_instances * reps
 
     def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
@@ -185,10 +207,8 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
     run_id = run_id or new_run_id(config.name)
     plan = Plan(cohort, config, prompt, _manifest(run_id, cohort, config, prompt, n_calls, seed=seed, order=order,
                                                   reps=reps, parent=None), n_calls, lines)
-    # Every instance is scheduled `reps` times: render each once, in file order (one sequential read).
-    for inst in cohort.iter_instances():
-        sha, tokens = plan.requests[inst["instance_sha256"]] = _render_request(plan._render, inst)
-        plan.prompt_tokens_est += tokens * reps
+    # Every instance is scheduled `reps` times: render each once (one sequential read).
+    plan.render_instances()
     return plan
 
 
@@ -196,7 +216,7 @@ def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | 
                    row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     parent = read_manifest(parent_dir)
     cohort = load_run_cohort(parent_dir, parent, row_limits)
-    config, prompt = _load_guard_and_prompt(guard_path, base_url)
+    config, prompt = load_guard_and_prompt(guard_path, base_url)
     sched_path = parent_dir / SCHEDULE
     sha, n_calls = _sha256_and_lines(sched_path)
     if sha != parent["schedule_sha256"]:
@@ -326,11 +346,10 @@ def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: Gu
     if not finals:
         return 0
     expected = _stimuli_for(run_dir, set(finals))
-    pinned = config.pinned_provider if config.backend == "openrouter" else None
     recovered = 0
     for rec, line_sha in writer.undecided_finals():
         writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected.get(rec["call_id"]),
-                                      parser=parser, pinned_provider=pinned))
+                                      parser=parser, allowed_providers=config.allowed_providers))
         recovered += 1
     finals.clear()
     return recovered

@@ -1,9 +1,11 @@
 """A run folder as an analysis table: one row per scheduled call (docs/design.md §10 inputs).
 
 Calls with no decision yet appear with status `missing`, so the estimator can see coverage
-and refuse an incomplete run. Each row also carries the base's tool (under the baseline
-condition), the guard's score, and `started`: the start time of the final attempt, the one
-its decision was derived from (read from raw.jsonl, for the dispatch-order diagnostics).
+and refuse an incomplete run. Calls answered under a generation id that another call also
+received are quarantined here as `replay_mismatch` (a check across calls: `harness.run.replay`).
+Each row also carries the base's tool (under the baseline condition), the guard's score, and
+`started`: the start time of the final attempt, the one its decision was derived from (read
+from raw.jsonl, for the dispatch-order diagnostics).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import orjson
 
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
 from harness.errors import CheckFailed
+from harness.run.decide import REPLAY_MISMATCH
+from harness.run.replay import generation_replays
 from harness.run.store import DECISIONS, RAW, SCHEDULE, iter_jsonl, iter_mapped_lines, read_manifest
 
 # The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
@@ -113,6 +117,7 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
     dec_path, sched_path = run / DECISIONS, run / SCHEDULE
     for lineno, _, rec in iter_jsonl(dec_path):
         decisions[_checked(rec, _DECISION_FIELDS, dec_path, lineno)["call_id"]] = rec
+    replayed = generation_replays(run)
     starts = final_attempt_starts(run / RAW, {d["raw_seq"] for d in decisions.values()
                                               if type(d.get("raw_seq")) is int})
     rows: list[dict[str, Any]] = []
@@ -130,8 +135,16 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
             "score": d.get("score") if d else None,
             "started": starts.get(d["raw_seq"]) if d and type(d.get("raw_seq")) is int else None,
             "components": d.get("components") if d else None,
-            "quarantine_reason": d.get("quarantine_reason") if d else None,
+            "quarantine_reason": _quarantine(d, replayed),
         })
     roles = {c.name: c.role for c in cohort.conditions}
     return RunTable(rows=rows, n_scheduled=n, complete=all(r["status"] != "missing" for r in rows), roles=roles,
                     baseline=baseline, placebo=cohort.placebo(), manifest=manifest)
+
+
+def _quarantine(d: dict[str, Any] | None, replayed: dict[str, str]) -> str | None:
+    if d is None:
+        return None
+    if d.get("quarantine_reason") is None and d["call_id"] in replayed:
+        return REPLAY_MISMATCH
+    return d.get("quarantine_reason")

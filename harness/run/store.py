@@ -31,7 +31,7 @@ from guards.base import valid_cost
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
-from harness.run.budget import Unpriced, priced_cost
+from harness.run.budget import Unpriced, priced_cost, reported_cost
 
 GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
@@ -73,7 +73,7 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
     meanwhile: WriteFailed, nothing left behind. Partial folders of launches that died are
     removed on the way.
     """
-    _check_new_run_dir(run_dir)
+    check_new_run_dir(run_dir)
     made = _make_parents(run_dir.parent)
     remove_stale_partials(run_dir.parent)
     tmp = run_dir.with_name(f".{run_dir.name}.partial-{os.getpid()}")
@@ -131,8 +131,9 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
     return manifest
 
 
-def _check_new_run_dir(run_dir: Path) -> None:
-    """Refuse what cannot become a new run folder before anything is written."""
+def check_new_run_dir(run_dir: Path) -> None:
+    """Refuse what cannot become a new run folder before anything is written (also called by
+    `launch` and `replicate` before their preflight: nothing is asked of the provider in vain)."""
     if run_dir.name in ("", ".", ".."):
         raise InputError("name the run folder itself (not '.', '..' or '/')", path=run_dir)
     if run_dir.is_symlink():
@@ -339,7 +340,7 @@ class RunState:
     attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
     decided: set[str] = field(default_factory=set)
     final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
-    spent: float = 0.0                                            # valid usage.cost summed over every attempt
+    spent: float = 0.0                                            # reported cost summed over every attempt
     unpriced: Unpriced = field(default_factory=Unpriced)          # answers the provider did not price
     torn: list[Path] = field(default_factory=list)
 
@@ -348,8 +349,9 @@ class RawFields(NamedTuple):
     call_id: Any
     final: Any
     outcome: Any
-    cost: Any
+    cost: Any                   # what the provider says the attempt cost (`budget.reported_cost`)
     usage: dict[str, Any]
+    generation_id: Any = None   # the provider's generation id, when recorded
 
 
 def raw_head(buf: Any, start: int = 0, end: int | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -381,13 +383,14 @@ def raw_head(buf: Any, start: int = 0, end: int | None = None) -> tuple[dict[str
 
 
 def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
-    """call_id, final, outcome, usage.cost and usage of the raw line `buf[start:end]` (see
-    `raw_head`; None: parse the whole line)."""
+    """call_id, final, outcome, reported cost (`budget.reported_cost`), usage and generation id
+    of the raw line `buf[start:end]` (see `raw_head`; None: parse the whole line)."""
     parts = raw_head(buf, start, end)
     if parts is None:
         return None
     head, usage = parts
-    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"), usage)
+    return RawFields(head["call_id"], head["final"], head["outcome"], reported_cost(usage), usage,
+                     head.get("generation_id"))
 
 
 def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
@@ -395,7 +398,8 @@ def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
     rec = parse_line(body, path, lineno)
     usage = rec.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), usage.get("cost"), usage)
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), reported_cost(usage), usage,
+                     rec.get("generation_id"))
 
 
 def iter_mapped_lines(path: Path, start: int = 0, end: int | None = None,
@@ -704,7 +708,7 @@ class RawPart:
     """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
 
     n_lines: int = 0
-    costs: array = field(default_factory=lambda: array("d"))   # valid usage.cost, in log order
+    costs: array = field(default_factory=lambda: array("d"))   # reported costs, in log order
     unpriced: Unpriced = field(default_factory=Unpriced)        # answers without a positive cost
     attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
     finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)

@@ -823,15 +823,14 @@ def _memo_parser(parser: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]
     return parse
 
 
-def _parser_and_pin(manifest: dict[str, Any]) -> tuple[Callable[[Any, Any], Any] | None, str | None, str]:
-    """(parser, pinned provider, why not) from the manifest; the parser is None when the
+def _parser_and_pin(manifest: dict[str, Any]) -> tuple[Callable[[Any, Any], Any] | None, tuple[str, ...], str]:
+    """(parser, allowed providers, why not) from the manifest; the parser is None when the
     manifest names none this version has, or its guard config is unusable."""
     try:
         from guards.config import GuardConfig
         from guards.parsers import get_parser
 
         cfg = GuardConfig(**manifest["guard"])
-        pinned = cfg.pinned_provider if cfg.backend == "openrouter" else None
-        return _memo_parser(get_parser(manifest["prompt"]["parser"])), pinned, ""
+        return _memo_parser(get_parser(manifest["prompt"]["parser"])), cfg.allowed_providers, ""
     except Exception as exc:  # noqa: BLE001 - any failure here means: no re-derivation
-        return None, None, f"no parser for this run's manifest ({type(exc).__name__}: {exc})"
+        return None, (), f"no parser for this run's manifest ({type(exc).__name__}: {exc})"

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guards.base import valid_cost
 from harness.canon import sha256_hex
 from harness.cohorts.model import load_cohort
 from harness.errors import InputError
+from harness.run.budget import reported_cost
 from harness.run.store import (
     COHORT_DIR,
     DECISIONS,
@@ -89,8 +89,8 @@ def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None
             if s is None:
                 s = out[cid] = AttemptSummary()
             s.n += 1
-            cost: Any = usage.get("cost") if isinstance(usage, dict) else None
-            if valid_cost(cost):
+            cost = reported_cost(usage)       # with a BYOK call's upstream charge
+            if cost is not None:
                 s.cost = (s.cost or 0.0) + cost
             s.last = head
             s.where.append((offset, len(line)))
