@@ -98,3 +98,11 @@ class RunProgress:
 
     def add_spend(self, cost: float) -> None:
         self.spend += cost
+
+    def note(self, message: str) -> None:
+        """A one-off message on the progress stream (above the bar on a terminal), shown even
+        with the display off."""
+        if self._progress is not None:
+            self._progress.console.print(f"guardeval: note: {message}", markup=False, highlight=False)
+        else:
+            print(f"guardeval: note: {message}", file=self._stream, flush=True)
