@@ -10,8 +10,9 @@ The controller cuts as it always did (a 429 to an attempt sent after the last cu
 to what the provider was serving at once, by Little's law, and by at least 10%; it grows back by
 about one request per round trip while it binds) and watches what its cuts do. Cuts in a row
 that bring the limit to half of where they began are a test. Under load, half the level is
-below the cap (if more than half of the attempts were refused there, the cuts simply stand), so
-the 429 fraction must fall to a third of what it was or less; background keeps it where it was.
+below the cap (unless more than half of the attempts were refused where the cuts began: then
+they simply stand), so the 429 fraction must fall to a third of what it was or less; background
+keeps it where it was.
 A likelihood-ratio test on the attempts sent at each level decides: if the fraction held, the
 limit goes back to where the cuts began and the 429s join the learned *background rate*; if it
 fell, the cuts stand. Cuts that stop short of half found a ceiling and stand. With a background
