@@ -128,6 +128,7 @@ class ServerConfig:
     price_out: float = DEFAULT_PRICE_OUT
     rps_cap: float | None = None       # hard cap: requests admitted per second (token bucket)
     rps_burst: float | None = None     # bucket size (default: a tenth of a second's worth, at least 1)
+    max_in_flight: int | None = None   # hard cap: requests handled at once; more get a 429
     echo_call_id: bool = False         # echo X-Call-Id (OpenRouter does not)
     endpoint_providers: tuple[str, ...] | None = None   # slugs the endpoints route lists (None: sim + the table)
     supported_parameters: tuple[str, ...] = SUPPORTED_PARAMETERS
@@ -146,7 +147,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(kinds: an HTTP status 400-599 or {', '.join(NAMED_FAULTS)})")
     p.add_argument("--seed", type=int, default=0, help="server seed of the guard noise and the fault draws")
     p.add_argument("--retry-after", default="0.05", metavar="S",
-                   help="Retry-After value (seconds, sent as given) on simulated 429s (default 0.05)")
+                   help="Retry-After value (seconds, sent as given) on --faults 429s and --max-in-flight refusals "
+                        "(default 0.05)")
     p.add_argument("--stall-s", default="30", metavar="S", help="extra delay of a `stall` fault (default 30)")
     p.add_argument("--require-key", action="store_true",
                    help="answer 401 to requests without `Authorization: Bearer ...`")
@@ -161,6 +163,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "an immediate 429 with Retry-After and retry-after-ms")
     p.add_argument("--rps-burst", metavar="B",
                    help="token bucket size for --rps-cap (default max(1, R/10))")
+    p.add_argument("--max-in-flight", metavar="N",
+                   help="hard concurrency limit: a request arriving while N are being handled gets an "
+                        "immediate 429 with Retry-After (the --retry-after value)")
     p.add_argument("--echo-call-id", action="store_true",
                    help="echo the request's X-Call-Id header in the response (OpenRouter does not)")
     p.add_argument("--endpoint-providers", metavar="SLUGS",
@@ -184,6 +189,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise InputError("--rps-cap must be above 0")
     if burst is not None and (cap is None or burst < 1):
         raise InputError("--rps-burst needs --rps-cap and must be at least 1")
+    in_flight = None
+    if args.max_in_flight is not None:
+        if not args.max_in_flight.strip().isdigit() or int(args.max_in_flight) < 1:
+            raise InputError(f"--max-in-flight: '{args.max_in_flight}' must be a whole number ≥ 1")
+        in_flight = int(args.max_in_flight)
     expected = None
     if args.expect_key_env:
         expected = os.environ.get(args.expect_key_env)
@@ -204,5 +214,5 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         faults=parse_faults(args.faults), seed=args.seed, retry_after=args.retry_after.strip(),
         stall_s=_number(args.stall_s, "--stall-s"), require_key=args.require_key, expected_key=expected,
         price_in=_number(args.price_in, "--price-in"), price_out=_number(args.price_out, "--price-out"),
-        rps_cap=cap, rps_burst=burst,
+        rps_cap=cap, rps_burst=burst, max_in_flight=in_flight,
     )

@@ -5,7 +5,7 @@ seeded fault injection.
 Usage:  guardeval sim-server [--host 127.0.0.1] [--port 0] [--latency-ms SPEC] [--faults SPEC]
                              [--seed N] [--retry-after S] [--stall-s S] [--require-key]
                              [--expect-key-env VAR] [--price-in USD] [--price-out USD]
-                             [--rps-cap R [--rps-burst B]] [--echo-call-id]
+                             [--rps-cap R [--rps-burst B]] [--max-in-flight N] [--echo-call-id]
                              [--endpoint-providers SLUGS] [--unsupported-params NAMES]
                              [--context-length N] [--key-limit USD]
         python -m guards.sim ...        (same options)
@@ -125,7 +125,9 @@ class SimProvider:
         self.spent = 0.0           # sum of the costs of the generations served (GET /key usage)
         self.served = 0
         self.ok = 0                # 200 chat completions sent (not malformed, not error200)
-        self.rate_limited = 0      # 429s sent by the --rps-cap bucket
+        self.rate_limited = 0      # 429s sent by the --rps-cap bucket or the --max-in-flight cap
+        self.in_flight = 0         # requests being handled now (for --max-in-flight)
+        self.faulted: dict[str, int] = {}   # faults injected by --faults, by kind
         self.bucket = (TokenBucket(config.rps_cap, config.rps_burst or max(1.0, config.rps_cap / 10))
                        if config.rps_cap else None)
 
@@ -198,6 +200,21 @@ class SimProvider:
                 return self._json(429, _error_body(429, "Rate limit exceeded: requests per second cap "
                                                         "(simulated)"), headers)
 
+        cap = cfg.max_in_flight
+        if cap is not None and self.in_flight >= cap:
+            # Refused at once: more requests than the server handles at a time.
+            self.rate_limited += 1
+            headers["Retry-After"] = cfg.retry_after
+            return self._json(429, _error_body(429, "Too many requests in flight (simulated)"), headers)
+        self.in_flight += 1
+        try:
+            return await self._answer(request, headers, call_id)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, headers: dict[str, str], call_id: str) -> web.StreamResponse:
+        """A request admitted by the caps: parse, inject a fault or guard it, after the latency."""
+        cfg = self.config
         raw = await request.read()
         try:
             body = orjson.loads(raw)
@@ -215,6 +232,8 @@ class SimProvider:
             if cfg.faults.kinds else None
         slug = _pinned_slug(body)
         provider = shown_name(slug)
+        if fault is not None:
+            self.faulted[fault] = self.faulted.get(fault, 0) + 1
 
         delay = cfg.latency.sample_s(self.rng)
         if fault == "stall":
@@ -373,7 +392,7 @@ class SimProvider:
     async def handle_stats(self, request: web.Request) -> web.Response:
         """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
         stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
-                                 "call_ids": len(self.attempts)}
+                                 "faults": self.faulted, "call_ids": len(self.attempts)}
         cid = request.query.get("call_id")
         if cid is not None:
             stats["call_id"] = cid

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
 RULES = ("drop", "fail-closed", "fail-open")
+MISSING_MODES = ("exclude", "as-failure")
 
 
 def _name_list(text: str) -> list[str]:
@@ -27,6 +29,9 @@ def _stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="replicates (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded; default 0)")
     p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
+    p.add_argument("--missing", choices=MISSING_MODES, default="exclude",
+                   help="a scheduled call without a decision: counts nowhere (exclude, the default) or as a failed "
+                        "call under each failure rule (as-failure); an incomplete run still needs --allow-partial")
     p.add_argument("--allow-partial", action="store_true", help="estimate an incomplete run anyway")
     p.add_argument("--allow-unpublishable", action="store_true", help="exit 0 even when quarantine exceeds 2%%")
     p.add_argument("--json", action="store_true", help="stdout carries only the JSON object")
@@ -59,7 +64,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
     from harness.estimators.report import dumps_json
 
     print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
@@ -86,7 +91,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.out and args.table is None:
         raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
-                  failure_rule=args.failures, allow_partial=args.allow_partial,
+                  failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
                   allow_unpublishable=args.allow_unpublishable)
     if args.table is not None:
         path = Path(args.table)
@@ -104,6 +109,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                                  "skipped": report["source"]["verify_skipped"]})
         html = write_report_html(args.run, report, just_estimated=True)
         print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
+    for note in report["notes"]:
+        print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))
     if not report["complete"]:
         print("guardeval: warning: incomplete run, estimated with --allow-partial", file=sys.stderr)
@@ -117,7 +124,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
-    from harness.estimators.compare import compare
+    from harness.estimators.compare import compare, ranking_lines
     from harness.estimators.report import interval, num, pval, text_table
     from harness.estimators.runs import load_run, run_dir, verified
 
@@ -131,7 +138,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _, ta, rows_a = load_run(run_a, row_limits(args))
     _, tb, rows_b = load_run(run_b, row_limits(args))
     result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
-                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, roles=ta.roles,
+                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
+                     roles=ta.roles,
                      complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
                      allow_unpublishable=args.allow_unpublishable)
     for key, run, table, check in (("run_a", run_a, ta, checks[0]), ("run_b", run_b, tb, checks[1])):
@@ -146,10 +154,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"A = {run_a}, B = {run_b}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
         f"{result['bootstrap']['n']} paired replicates, seed {result['bootstrap']['seed']}", "",
         text_table(head, rows), "",
-        f"ranking A: {' > '.join(result['ranking_a'])}",
-        f"ranking B: {' > '.join(result['ranking_b'])}",
-        "ranking changed: " + ("yes, " + "; ".join(f"{x} vs {y}" for x, y in result["reversed_pairs"])
-                               if result["ranking_changed"] else "no")])
+        *ranking_lines(result)])
     _emit(result, args.json, text)
     from harness.view.compare import write_compare
 

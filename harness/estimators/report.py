@@ -187,8 +187,10 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
 
 def markdown(report: Mapping[str, Any]) -> str:
+    from harness.estimators import sections
+
     head, rows = effects_rows(report)
-    out = ["# guardeval estimate", "", summary_line(report), "",
+    out = ["# guardeval estimate", "", summary_line(report), "", *sections.notes(report),
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
            "Δc − Δplacebo on the bases present in all three conditions.", "", "## Effects", "",
            md_table(head, rows), ""]
@@ -224,6 +226,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         c_rows = [[c, name, num(v["rate"], sign=False), str(v["n"])]
                   for c, comps in report["components"].items() for name, v in comps.items()]
         out += ["## Component rates", "", md_table(["condition", "component", "mean", "calls"], c_rows), ""]
+    out += sections.family_sections(report)
     bs = report["bootstrap"]
     out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
             f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}", ""]

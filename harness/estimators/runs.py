@@ -12,6 +12,7 @@ from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from harness.errors import CheckFailed, InputError
 from harness.estimators.core import estimate, validated
 from harness.estimators.table import ValidatedRows
+from harness.estimators.types import Report
 
 
 def run_dir(path: str | Path) -> Path:
@@ -59,15 +60,15 @@ def load_run(path: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tu
 
 def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
-                 failure_rule: str = "drop", allow_partial: bool = False, allow_unpublishable: bool = False,
-                 write: bool = True, verify: bool = True, allow_skipped: bool = False,
-                 row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+                 failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
+                 allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
+                 allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
     verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
     run, table, rows = load_run(path, row_limits)
     report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
-                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, roles=table.roles,
+                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
                       allow_unpublishable=allow_unpublishable)
     m = table.manifest

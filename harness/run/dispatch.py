@@ -7,20 +7,18 @@ tenacity (jittered exponential backoff, `Retry-After` honoured) and logs every a
 hash-chained raw log before its decision. A fatal error, the budget, `--max-calls` or a signal
 stops admission; what is in flight finishes or is cancelled, and the run stays resumable.
 
-Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose capacity
-starts at `concurrency`. A 429 episode cuts it towards the number of requests the provider was
-actually answering (Little's law: recent answer rate x latency), and every 429's `Retry-After`
-pauses all new attempts until then. Capacity grows back by about one request per round trip,
-and only while the gate is full: a limit that is not being used is not evidence of headroom.
+Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose limit
+starts at `concurrency` and is moved by `harness.run.adaptive.RateController`: a 429 that load
+explains cuts it (to what the provider was serving) and pauses all new attempts for its
+`Retry-After`; a 429 within the background rate that the controller learned only delays its own
+call. The limit grows back by about one request per round trip while it binds.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +32,7 @@ from guards.parsers import Parsed
 from harness.canon import canonical_bytes, sha256_hex
 from harness.errors import WriteFailed
 from harness.lru import LRU
+from harness.run.adaptive import RateController, WireGate
 from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.progress import RunProgress
@@ -69,6 +68,8 @@ class DispatchResult:
     min_concurrency: int = 0            # lowest adaptive limit reached
     rate_limited: int = 0               # attempts answered 429
     limit_cuts: int = 0                 # 429 episodes that cut the limit
+    limit_restores: int = 0             # cuts undone: their 429s proved to be background
+    background_429: float | None = None  # learned share of 429s that load does not explain
     budget_unenforceable: bool = False  # --max-cost given, but nothing prices the calls
     budget_estimated: bool = False      # --max-cost counts unpriced answers at the config's prices
 
@@ -123,83 +124,6 @@ class _Wait:
         return self.delay(state.attempt_number + self.offset, exc)
 
 
-class _WireGate:
-    """A semaphore whose capacity can change while calls wait (the adaptive limit).
-
-    Waiters queue FIFO and each release wakes at most the waiters that now fit, so a gate far
-    below the calls waiting on it costs O(1) per release, not a wake-up of everyone.
-    """
-
-    def __init__(self, capacity: float) -> None:
-        self.limit = float(capacity)
-        self.active = 0
-        self._queue: deque[anyio.Event] = deque()
-
-    @property
-    def capacity(self) -> int:
-        # Rounded, not truncated: at a limit of 1.9 (a cut just under 2 served) truncation
-        # would halve the rate.
-        return max(1, int(self.limit + 0.5))
-
-    @property
-    def saturated(self) -> bool:
-        return bool(self._queue) or self.active >= self.capacity
-
-    async def acquire(self) -> None:
-        if not self._queue and self.active < self.capacity:
-            self.active += 1
-            return
-        ev = anyio.Event()
-        self._queue.append(ev)
-        try:
-            await ev.wait()
-        except BaseException:
-            if ev.is_set():
-                self.release()      # handed a slot while being cancelled: give it back
-            else:
-                self._queue.remove(ev)
-            raise
-
-    def release(self) -> None:
-        self.active -= 1
-        self.wake()
-
-    def wake(self) -> None:
-        # The releaser counts the slot for the woken waiter, so nobody can take it in between.
-        while self._queue and self.active < self.capacity:
-            self.active += 1
-            self._queue.popleft().set()
-
-
-class _AnswerMeter:
-    """Recent answers (time, latency): what the provider is delivering right now."""
-
-    def __init__(self, horizon_s: float = 2.0) -> None:
-        self.horizon = horizon_s
-        self._seen: deque[tuple[float, float]] = deque()
-
-    def add(self, now: float, latency: float) -> None:
-        self._seen.append((now, latency))
-        while self._seen and now - self._seen[0][0] > self.horizon:
-            self._seen.popleft()
-
-    def in_flight_served(self, now: float) -> float | None:
-        """Requests the provider was serving at once (answers/s x mean latency), or None while
-        too few answers are known to say."""
-        while self._seen and now - self._seen[0][0] > self.horizon:
-            self._seen.popleft()
-        if len(self._seen) < 10:
-            return None
-        mean_latency = self.mean_latency()
-        span = now - self._seen[0][0]
-        if span < 2 * mean_latency:
-            return None
-        return len(self._seen) / span * mean_latency
-
-    def mean_latency(self) -> float:
-        return sum(lat for _, lat in self._seen) / len(self._seen) if self._seen else 0.0
-
-
 class _CircuitOpen(Exception):
     """Raised inside a call when the breaker has opened: end the call without a decision."""
 
@@ -225,13 +149,10 @@ class Dispatcher:
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
-        # Adaptive concurrency: a gate on attempts in flight, cut by 429 episodes.
-        self._gate = _WireGate(max(1, options.concurrency))
-        self._meter = _AnswerMeter()
-        self._last_cut = -math.inf      # monotonic time of the last cut
-        self._ceiling: float | None = None  # requests served at once when the last cut measured it
-        self._hold_until = 0.0          # no probing above the ceiling before this time
-        self._pause_until = 0.0         # Retry-After honoured for every new attempt
+        # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
+        self._control = RateController(max(1, options.concurrency))
+        self._gate = WireGate(self._control.limit)
+        self._pause_until = 0.0         # Retry-After of a load-driven 429, honoured by every new attempt
         self.result.min_concurrency = self._gate.capacity
         self._calls_scope: anyio.CancelScope | None = None
 
@@ -243,6 +164,8 @@ class Dispatcher:
         with RunProgress(total, already, enabled=self.opt.progress, simulated_spend=self.opt.simulated_spend) as progress:
             self.progress = progress
             progress.spend = self.budget.total
+            if self.opt.adaptive:
+                progress.wire = f"c={self._gate.capacity}/{self.opt.concurrency}"
             async with anyio.create_task_group() as tg:
                 if self.opt.handle_signals:
                     tg.start_soon(self._watch_signals, tg.cancel_scope)
@@ -440,40 +363,32 @@ class Dispatcher:
             self._gate.release()
 
     def _answered(self, t0: float) -> None:
-        """An answer that was not a rate limit: meter it; grow the limit if it was binding."""
-        now = time.monotonic()
-        self._meter.add(now, now - t0)
-        gate = self._gate
-        if not (self.opt.adaptive and gate.limit < self.opt.concurrency and gate.saturated):
-            return
-        if self._ceiling is not None and gate.limit >= self._ceiling and now < self._hold_until:
-            return  # back at the measured ceiling: wait before probing past it again
-        # Additive increase: about +1 request in flight per round trip of `limit` answers.
-        gate.limit = min(float(self.opt.concurrency), gate.limit + 1.0 / gate.limit)
-        gate.wake()
+        """An answer that was not a rate limit: the controller may grow the limit."""
+        if self.opt.adaptive:
+            self._control.answered(t0, time.monotonic(), saturated=self._gate.saturated)
+            self._follow_limit()
 
     def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
         self.result.rate_limited += 1
         if not self.opt.adaptive:
             return
         now = time.monotonic()
-        if retry_after:
+        if self._control.rate_limited(t0, now) and retry_after:
             self._pause_until = max(self._pause_until, now + min(retry_after, self.opt.retry_max_s))
-        if t0 < self._last_cut:
-            return  # sent before the last cut: part of the episode already acted on
-        self._last_cut = now
-        gate = self._gate
-        served = self._meter.in_flight_served(now)
-        # Cut to what the provider was serving (a little under, so the next probe starts below
-        # the cap), and never by less than 10%; with no measurement yet, halve.
-        new = gate.limit / 2 if served is None else min(gate.limit * 0.9, served * 0.95)
-        gate.limit = max(1.0, new)
-        # Near a measured ceiling, probing again every round trip would cost a 429 each time:
-        # hold there for several round trips (at least a second) first.
-        self._ceiling = served
-        self._hold_until = now + max(1.0, 8 * self._meter.mean_latency())
-        self.result.limit_cuts += 1
-        self.result.min_concurrency = min(self.result.min_concurrency, gate.capacity)
+        self._follow_limit()
+
+    def _follow_limit(self) -> None:
+        """Copy the controller's limit to the gate (waking whoever now fits) and to the result."""
+        control, gate = self._control, self._gate
+        if gate.limit != control.limit:
+            gate.limit = control.limit
+            gate.wake()
+            if self.progress is not None:
+                self.progress.wire = f"c={gate.capacity}/{self.opt.concurrency}"
+        self.result.min_concurrency = control.min_capacity
+        self.result.limit_cuts = control.cuts
+        self.result.limit_restores = control.restores
+        self.result.background_429 = control.background
 
     def _note_unreachable(self, exc: TransientError) -> None:
         """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""

@@ -1,4 +1,5 @@
-"""Live progress on stderr: done/total, rate, ETA, retries, failures, quarantined, spend.
+"""Live progress on stderr: done/total, rate, the adaptive wire limit, ETA, retries, failures,
+quarantined, spend.
 
 On a terminal, one line redrawn in place that fits the terminal's width (80 columns keep the
 count, the rate, the ETA and the spend; the bar gets what is left); otherwise (CI, pipes) a
@@ -21,6 +22,7 @@ class RunProgress:
         self.retries = self.failures = self.quarantined = 0
         self.spend = 0.0
         self._simulated = simulated_spend
+        self.wire = ""          # the adaptive limit now / the most, e.g. `c=37/64` (set by the dispatcher)
         self._stream = stream or sys.stderr
         self._enabled = enabled
         self._tty = enabled and self._stream.isatty()
@@ -58,7 +60,8 @@ class RunProgress:
         the ETA and the spend; then the other counters, shortened if need be; then a bar."""
         r = self.rate()
         eta = _clock((self.total - self.done) / r) if r > 0 else "?"
-        head = f"{self.done}/{self.total} calls {r:.1f}/s ETA {eta}"
+        wire = f" {self.wire}" if self.wire else ""
+        head = f"{self.done}/{self.total} calls {r:.1f}/s{wire} ETA {eta}"
         spend = f"${self.spend:.4f}" + (" simulated" if self._simulated else "")
         for tail in (f"{self.retries} retries · {self.failures} failed · {self.quarantined} quarantined · {spend}",
                      f"retr {self.retries} fail {self.failures} quar {self.quarantined} {spend}",

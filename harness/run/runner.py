@@ -341,6 +341,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                 writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
                              adaptive=adaptive, min_concurrency=result.min_concurrency,
                              rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
+                             limit_restores=result.limit_restores, background_429=result.background_429,
                              last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
                              fatal=result.fatal_message)
             except WriteFailed:

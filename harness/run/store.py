@@ -427,16 +427,16 @@ def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
                      rec.get("generation_id"))
 
 
-def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
-                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
-    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
-    (of the lines in bytes [start, end), when given: both line boundaries; line numbers then
-    count from `start`).
+def iter_mapped_lines(path: Path, start: int = 0, end: int | None = None,
+                      window: int = 64 << 20) -> Iterator[tuple[int, Any, int, int, int]]:
+    """(line number, buffer, line start, newline position, buffer offset in the file) of every
+    complete line (of the lines in bytes [start, end), when given: both line boundaries; line
+    numbers then count from `start`). `buffer[line start:newline]` is the line; the buffer is
+    valid until the next item.
 
     A 1M-call raw log is several GB. It is mapped a window at a time (the page cache is read
-    in place: no copy into the process, and resident memory stays one window), newlines are
-    found with memchr, and each line's few fields come from `raw_fields`. A torn last line (no
-    newline) is left out, as `iter_jsonl` does.
+    in place: no copy into the process, and resident memory stays one window) and newlines are
+    found with memchr. A torn last line (no newline) is left out, as `iter_jsonl` does.
     """
     size = path.stat().st_size if path.exists() else 0
     size = size if end is None else min(end, size)
@@ -449,16 +449,24 @@ def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
                 pos = base - start
                 while (nl := mm.find(b"\n", pos)) >= 0:
                     lineno += 1
-                    fields = raw_fields(mm, pos, nl)
-                    if fields is None:
-                        fields = full_raw_fields(mm[pos:nl], path, lineno)
-                    yield lineno, start + pos, nl + 1 - pos, fields
+                    yield lineno, mm, pos, nl, start
                     pos = nl + 1
             if start + pos == base:          # no complete line in this window
                 if start + length >= size:
                     return                   # a torn last line
                 window *= 2                  # a line longer than the window
             base = start + pos
+
+
+def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
+                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
+    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
+    (see `iter_mapped_lines`); each line's few fields come from `raw_fields`."""
+    for lineno, buf, pos, nl, offset in iter_mapped_lines(path, start, end, window):
+        fields = raw_fields(buf, pos, nl)
+        if fields is None:
+            fields = full_raw_fields(buf[pos:nl], path, lineno)
+        yield lineno, offset + pos, nl + 1 - pos, fields
 
 
 def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:

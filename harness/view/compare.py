@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.estimators.compare import ranking_lines
 from harness.estimators.plot import figure_bytes, paired_figure, save
 from harness.estimators.report import interval, md_table, num, pval
 from harness.view import tables as T
@@ -27,10 +28,7 @@ def _who(run: Mapping[str, Any]) -> str:
 
 
 def _ranking(result: Mapping[str, Any]) -> list[str]:
-    changed = ("yes, " + "; ".join(f"{x} vs {y}" for x, y in result["reversed_pairs"])
-               if result["ranking_changed"] else "no")
-    return [f"ranking A: {' > '.join(result['ranking_a'])}", f"ranking B: {' > '.join(result['ranking_b'])}",
-            f"ranking changed: {changed}"]
+    return ranking_lines(result)
 
 
 def _title(result: Mapping[str, Any]) -> str:
