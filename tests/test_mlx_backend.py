@@ -209,9 +209,12 @@ async def test_cancel_stops_the_thread_and_discards_the_result(chatty_dir: Path,
 
 
 def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
+    # The child takes Python's own Ctrl-C handler: a suite started as a background job (`cmd &`
+    # in a script) runs with SIGINT ignored, and a child would inherit that and never stop.
     script = textwrap.dedent(f"""
-        import anyio, sys
+        import anyio, signal, sys
         from pathlib import Path
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from guards.config import GuardConfig
         from guards.mlx_backend import MlxGuard
         from guards.prompts import load_prompt
