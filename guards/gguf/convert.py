@@ -10,7 +10,6 @@ into place at the end: a refused or failed import leaves nothing behind. The fol
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -23,6 +22,7 @@ from typing import Any
 from guards.gguf import llama
 from guards.gguf.reader import GgufFile
 from guards.gguf.tokenizer import read_vocabulary, stop_ids, write_tokenizer
+from harness.canon import file_sha256
 from harness.errors import InputError
 
 Q_BITS = (2, 3, 4, 5, 6, 8)
@@ -40,14 +40,6 @@ class ImportResult:
     parameters: int
     q_bits: int
     group_size: int
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_settings(q_bits: int, group_size: int, dtype: str) -> None:
@@ -98,7 +90,7 @@ def import_gguf(source: str | Path, out: str | Path, *, q_bits: int = 8, group_s
         for name in llama.expected_shapes(shape):
             t = gguf.tensors[name].type_name
             types[t] = types.get(t, 0) + 1
-        digest = sha256_file(source)
+        digest = file_sha256(source)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         try:
