@@ -4,6 +4,7 @@
                                [--repeats 1] [--quick] [--only both|guardeval|inspect]
                                [--peer-version 0.3.285] [--json FILE]
     python benchmarks/peers.py --rate-cap RPS [--rps-burst B] [--concurrency 64] [--calls N] ...
+    python benchmarks/peers.py --random-429 P [--concurrency 64] [--calls 3200] ...
 
 Throughput mode (the default): at each concurrency, N identical single-turn classification calls
 go through guardeval and through inspect_ai, each against a fresh `guardeval sim-server` with a
@@ -19,6 +20,14 @@ process and over the server-side active window), the 429s the server sent, and a
 for guardeval with adaptive concurrency (its default), guardeval with `--fixed-concurrency`,
 inspect_ai with a static `max_connections` and inspect_ai with its adaptive controller bounded by
 the same concurrency. N defaults to 30 s worth of the cap.
+
+Random-429 mode (`--random-429 P`, run on its own): the sim-server answers a fraction P of
+requests 429 at random (`--faults 429=P`: after its latency, `Retry-After` its default 0.05 s),
+whatever the request rate, so cutting concurrency cannot help. The same four clients; reported:
+calls answered ok per second over the whole process and over the server's active window, the
+429s the server sent, attempts per call, and guardeval's lowest limit, cuts, cuts undone and
+learned background rate; then adaptive ÷ `--fixed-concurrency` throughput per pair (the target:
+at least 0.8). N defaults to 3,200.
 
 Fairness rules
 --------------
@@ -43,7 +52,7 @@ Fairness rules
   chain); inspect_ai runs `generate()` with no scorer: its lightest configuration.
 - Concurrency: guardeval `--concurrency C`; inspect `max_connections = C` (which also switches its
   adaptive controller off) and `max_samples = C`; its HTTP pool allows 1,000 connections, above
-  every C tested. In rate-cap mode the `inspect_ai-adaptive` variant passes
+  every C tested. In rate-cap and random-429 modes the `inspect_ai-adaptive` variant passes
   `adaptive_connections = C` instead: inspect's controller with its defaults (min 10, start 20,
   cut ×0.8 at most every 15 s) and max C. The server counts arrivals (`/stats`, polled
   by this script every 50 ms); with a fixed latency L, calls in flight ≈ arrival rate × L
@@ -73,6 +82,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import math
 import os
@@ -108,6 +118,7 @@ MODEL = "sim-bench"
 MAX_TOKENS = 256
 SEED = 1
 DEFAULT_CALLS = 3200              # ten repetitions of the demo cohort
+RANDOM_429_CALLS = 3200           # random-429 mode: a few seconds at full speed, so the opening is not all
 QUICK_CALLS = 200
 POLL_FAST_S, POLL_S = 0.01, 0.05  # /stats polling: fast until the first request, then slower
 WINDOW_S = 0.5                    # window of the in-flight estimate
@@ -271,7 +282,7 @@ def write_dataset(guard: Path, n: int, path: Path) -> Counter[str]:
     rendered: dict[str, list[dict[str, str]]] = {}
     keys: Counter[str] = Counter()
     with path.open("w", encoding="utf-8") as f:
-        for row in plan.schedule_rows[:n]:
+        for _, row in itertools.islice(plan.lines(), n):
             msgs = rendered.get(row["instance_sha256"])
             if msgs is None:
                 msgs = rendered[row["instance_sha256"]] = render(plan.cohort.instance(row["base_id"], row["condition"]))["messages"]
@@ -385,7 +396,8 @@ def _stop_event(run_dir: Path) -> dict[str, Any]:
         ev = json.loads(line)
         if ev.get("event") == "stop":
             return {"adaptive": ev.get("adaptive"), "min_concurrency": ev.get("min_concurrency"),
-                    "limit_cuts": ev.get("limit_cuts"), "harness_rate_limited": ev.get("rate_limited")}
+                    "limit_cuts": ev.get("limit_cuts"), "limit_restores": ev.get("limit_restores"),
+                    "background_429": ev.get("background_429"), "harness_rate_limited": ev.get("rate_limited")}
     return {}
 
 
@@ -616,15 +628,13 @@ def check_rate_features() -> list[str]:
     return missing
 
 
-def rate_cap_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[str, Any]:
+def variant_runs(args: argparse.Namespace, tmp: Path, py: Path | None, sim_extra: Sequence[str],
+                 label: str) -> list[dict[str, Any]]:
+    """Every variant against a fresh sim-server with `sim_extra`, alternating, `--repeats` times.
+    Adds the server-side active window (first to last request seen, plus one latency for the
+    last answer; polling resolution ~50 ms) and ok calls per second over wall and over it."""
     guard = write_guard(tmp)
-    cap = args.rate_cap
-    c = args.concurrency[0]
-    n = args.calls[0]
-    # The burst is passed explicitly (the server's own default, a tenth of a second's worth) so the
-    # JSON records exactly what ran.
-    burst = args.rps_burst if args.rps_burst is not None else max(1.0, cap / 10)
-    extra = ["--rps-cap", f"{cap:g}", "--rps-burst", f"{burst:g}"]
+    c, n = args.concurrency[0], args.calls[0]
     variants = [v for v in RATE_VARIANTS if (v.startswith("guardeval") and args.only != "inspect")
                 or (v.startswith("inspect") and args.only != "guardeval")]
     ds = tmp / f"dataset-{n}.jsonl"
@@ -633,37 +643,41 @@ def rate_cap_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[
     runs: list[dict[str, Any]] = []
     for k in range(args.repeats):
         for v in variants:
-            tag = f"rate-{v}-{k}"
+            tag = f"{label}-{v}-{k}"
             if v.startswith("guardeval"):
                 m, _ = run_guardeval(tmp=tmp, tag=tag, guard=guard, n=n, concurrency=c, latency_ms=args.latency_ms,
-                                     fixed=v.endswith("fixed"), sim_extra=extra)
+                                     fixed=v.endswith("fixed"), sim_extra=sim_extra)
             else:
                 assert py is not None
                 m = run_inspect(tmp=tmp, tag=tag, py=py, dataset=ds, n=n, concurrency=c, latency_ms=args.latency_ms,
-                                adaptive=v.endswith("adaptive"), sim_extra=extra)
+                                adaptive=v.endswith("adaptive"), sim_extra=sim_extra)
             shutil.rmtree(tmp / tag, ignore_errors=True)
             d = derive(m, n, c, args.latency_ms)
             d.update(d.pop("detail"))
-            ok = d["ok"]
-            # Server-side active window: first request seen to last request seen, plus one latency
-            # for the last answer (polling resolution ~50 ms).
             window = (d["last_request_s"] - d["first_request_s"] + args.latency_ms / 1000) \
                 if d["first_request_s"] is not None and d["last_request_s"] is not None else None
-            d.update({
-                "repeat": k + 1,
-                "goodput": ok / d["wall_s"],
-                "goodput_over_cap": ok / d["wall_s"] / cap,
-                "window_goodput_over_cap": (ok / window / cap) if window else None,
-                "server_ok": d["server"].get("ok"),
-                "rate_limited": d["server"].get("rate_limited"),
-                "attempts_per_call": (d["server_requests"] or 0) / n,
-            })
+            d.update({"repeat": k + 1, "window_s": window, "goodput": d["ok"] / d["wall_s"],
+                      "window_goodput": d["ok"] / window if window else None,
+                      "server_ok": d["server"].get("ok"), "attempts_per_call": (d["server_requests"] or 0) / n})
             runs.append(d)
-            print(f"peers: rate cap {cap:g}/s {v} #{k + 1}: {d['wall_s']:.2f} s, goodput/cap {d['goodput_over_cap']:.3f}, "
-                  f"429s {d['rate_limited']}", file=sys.stderr)
+    return runs
+
+
+def rate_cap_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[str, Any]:
+    cap = args.rate_cap
+    # The burst is passed explicitly (the server's own default, a tenth of a second's worth) so the
+    # JSON records exactly what ran.
+    burst = args.rps_burst if args.rps_burst is not None else max(1.0, cap / 10)
+    runs = variant_runs(args, tmp, py, ["--rps-cap", f"{cap:g}", "--rps-burst", f"{burst:g}"], "rate")
+    for d in runs:
+        d.update({"goodput_over_cap": d["goodput"] / cap,
+                  "window_goodput_over_cap": d["window_goodput"] / cap if d["window_goodput"] else None,
+                  "rate_limited": d["server"].get("rate_limited")})
+        print(f"peers: rate cap {cap:g}/s {d['harness']} #{d['repeat']}: {d['wall_s']:.2f} s, goodput/cap "
+              f"{d['goodput_over_cap']:.3f}, 429s {d['rate_limited']}", file=sys.stderr)
     metrics = ("wall_s", "goodput_over_cap", "window_goodput_over_cap", "rate_limited", "attempts_per_call",
                "cpu_s_per_1k", "peak_rss_mib")
-    return {"rate_cap_rps": cap, "rps_burst": burst, "concurrency": c, "calls": n,
+    return {"rate_cap_rps": cap, "rps_burst": burst, "concurrency": args.concurrency[0], "calls": args.calls[0],
             "latency_ms": args.latency_ms, "runs": runs, "summary": summarize(runs, metrics)}
 
 
@@ -674,8 +688,47 @@ def print_rate_cap(res: dict[str, Any]) -> None:
                               ("wall s", "wall_s", ".2f"), ("ok", "ok", ""), ("goodput/cap", "goodput_over_cap", ".3f"),
                               ("window g/cap", "window_goodput_over_cap", ".3f"), ("429s", "rate_limited", ""),
                               ("srv req", "server_requests", ""), ("att/call", "attempts_per_call", ".2f"),
-                              ("min conc", "min_concurrency", ""), ("cuts", "limit_cuts", ""), ("CPU s/1k", "cpu_s_per_1k", ".2f"),
+                              ("min conc", "min_concurrency", ""), ("cuts", "limit_cuts", ""),
+                              ("undone", "limit_restores", ""), ("CPU s/1k", "cpu_s_per_1k", ".2f"),
                               ("RSS MiB", "peak_rss_mib", ".0f")])
+
+
+def random_429_mode(args: argparse.Namespace, tmp: Path, py: Path | None) -> dict[str, Any]:
+    """Random 429s that load does not cause: the sim-server answers a fraction P of requests
+    429 (after its latency, `Retry-After` the server's default) whatever the request rate."""
+    p = args.random_429
+    runs = variant_runs(args, tmp, py, ["--faults", f"429={p:g}"], "random429")
+    for d in runs:
+        d["rate_limited"] = d["server"].get("faults", {}).get("429", 0)
+        print(f"peers: random 429 p={p:g} {d['harness']} #{d['repeat']}: {d['wall_s']:.2f} s, "
+              f"{d['goodput']:.1f} ok calls/s, 429s {d['rate_limited']}", file=sys.stderr)
+    metrics = ("wall_s", "goodput", "window_goodput", "rate_limited", "attempts_per_call", "cpu_s_per_1k",
+               "peak_rss_mib")
+    out: dict[str, Any] = {"p_429": p, "concurrency": args.concurrency[0], "calls": args.calls[0],
+                           "latency_ms": args.latency_ms, "runs": runs, "summary": summarize(runs, metrics)}
+    if args.only != "inspect":
+        out["ratios_adaptive_over_fixed"] = pair_ratios(runs, "guardeval", "guardeval-fixed",
+                                                        ("goodput", "window_goodput"))
+    return out
+
+
+def print_random_429(res: dict[str, Any]) -> None:
+    print_table(f"\nRandom 429s: P = {res['p_429']:g} of requests, whatever the load; concurrency {res['concurrency']}, "
+                f"N = {res['calls']}, latency {res['latency_ms']:g} ms",
+                res["runs"], [("harness", "harness", ""), ("rep", "repeat", ""), ("exit", "exit_code", ""),
+                              ("wall s", "wall_s", ".2f"), ("ok", "ok", ""), ("ok/s", "goodput", ".1f"),
+                              ("window ok/s", "window_goodput", ".1f"), ("429s", "rate_limited", ""),
+                              ("srv req", "server_requests", ""), ("att/call", "attempts_per_call", ".2f"),
+                              ("min conc", "min_concurrency", ""), ("cuts", "limit_cuts", ""),
+                              ("undone", "limit_restores", ""), ("bg 429", "background_429", ".3f"),
+                              ("CPU s/1k", "cpu_s_per_1k", ".2f"), ("RSS MiB", "peak_rss_mib", ".0f")])
+    rat = res.get("ratios_adaptive_over_fixed")
+    if rat:
+        parts = []
+        for k, label in (("goodput", "ok/s over wall"), ("window_goodput", "ok/s over the server's window")):
+            vals = ", ".join(fmt(v, ".3f") for v in rat[k]["values"])
+            parts.append(f"{label} {fmt(rat[k]['median'], '.3f')}" + (f" [{vals}]" if len(rat[k]["values"]) > 1 else ""))
+        print("  guardeval adaptive ÷ --fixed-concurrency (median of pairs): " + "; ".join(parts))
 
 
 # ---------------------------------------------------------------------------------------- CLI
@@ -707,6 +760,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--rate-cap", type=float, metavar="RPS", help="rate-cap mode: the sim-server's requests/s cap")
     ap.add_argument("--rps-burst", type=float, metavar="B",
                     help="token-bucket size in rate-cap mode (default max(1, RPS/10), the server's default)")
+    ap.add_argument("--random-429", type=float, metavar="P",
+                    help="random-429 mode: the sim-server answers a fraction P of requests 429 whatever the load")
     ap.add_argument("--json", metavar="FILE", help="write every raw measurement here")
     args = ap.parse_args(argv)
     if args.repeats < 1:
@@ -715,13 +770,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error("--latency-ms must be > 0 (ideal throughput is concurrency / latency)")
     if args.rate_cap is not None and args.rate_cap <= 0:
         ap.error("--rate-cap must be > 0")
+    if args.random_429 is not None and not 0 < args.random_429 < 1:
+        ap.error("--random-429 must be between 0 and 1")
+    if args.rate_cap is not None and args.random_429 is not None:
+        ap.error("--rate-cap and --random-429 are separate modes: run one at a time")
     if args.concurrency is None:
-        args.concurrency = [64] if args.rate_cap is not None else [16, 64, 256]
+        args.concurrency = [64] if args.rate_cap is not None or args.random_429 is not None else [16, 64, 256]
     if args.calls is None:
         if args.quick:
             args.calls = [QUICK_CALLS]
         elif args.rate_cap is not None:
             args.calls = [max(1, round(30 * args.rate_cap))]
+        elif args.random_429 is not None:
+            args.calls = [RANDOM_429_CALLS]
         else:
             args.calls = [DEFAULT_CALLS]
     if len(args.calls) == 1:
@@ -741,10 +802,10 @@ def machine_load() -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.rate_cap is not None:
+    if args.rate_cap is not None or args.random_429 is not None:
         missing = check_rate_features()
         if missing:
-            print(f"peers: rate-cap mode needs {', '.join(missing)}, which this checkout lacks", file=sys.stderr)
+            print(f"peers: this mode needs {', '.join(missing)}, which this checkout lacks", file=sys.stderr)
             return 2
     py = ensure_peer_venv(args.peer_version) if args.only != "guardeval" else None
     meta: dict[str, Any] = {
@@ -761,6 +822,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = Path(tmp_s)
         if args.rate_cap is not None:
             out["rate_cap"] = rate_cap_mode(args, tmp, py)
+        elif args.random_429 is not None:
+            out["random_429"] = random_429_mode(args, tmp, py)
         else:
             out["throughput"] = throughput_mode(args, tmp, py)
     meta["load_after"] = machine_load()
@@ -770,6 +833,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_throughput(out["throughput"], args)
     if "rate_cap" in out:
         print_rate_cap(out["rate_cap"])
+    if "random_429" in out:
+        print_random_429(out["random_429"])
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n", encoding="utf-8")
     failed = [r for r in _all_runs(out) if r["exit_code"] != 0]
@@ -788,8 +853,9 @@ def _all_runs(out: dict[str, Any]) -> list[dict[str, Any]]:
         runs += out["throughput"]["startup"]["runs"]
         for e in out["throughput"]["by_concurrency"]:
             runs += e["runs"]
-    if "rate_cap" in out:
-        runs += out["rate_cap"]["runs"]
+    for mode in ("rate_cap", "random_429"):
+        if mode in out:
+            runs += out[mode]["runs"]
     return runs
 
 

@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO))
 
 from guards.config import GuardConfig  # noqa: E402
 from guards.parsers import get_parser  # noqa: E402
-from guards.prompts import load_prompt  # noqa: E402
 from guards.registry import make_guard  # noqa: E402
 from guards.sim import guard as sim_guard  # noqa: E402
 from guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
@@ -43,7 +42,7 @@ from harness.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
 from harness.cohorts.model import write_cohort  # noqa: E402
 from harness.run.decide import decide  # noqa: E402
 from harness.run.runner import load_run_cohort, materialise, plan_launch  # noqa: E402
-from harness.run.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, read_manifest, utcnow  # noqa: E402
+from harness.run.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, load_run_prompt, read_manifest, utcnow  # noqa: E402
 
 SIM_SEED = 7
 NEUTRAL = ("account report weekly summary invoice meeting calendar folder note draft review status "
@@ -117,17 +116,19 @@ class SimAnswers:
         return {
             "id": "gen-" + sha256_hex(f"{self.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24],
             "object": "chat.completion", "created": int(time.time()), "model": body.get("model", "sim-guard"),
-            "provider": "sim",
+            "provider": "Sim",
             "choices": [{"index": 0, "finish_reason": "stop", "native_finish_reason": "stop",
                          "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens, "cost": round(cost, 10)},
+                      "total_tokens": prompt_tokens + completion_tokens, "cost": round(cost, 10),
+                      "is_byok": False, "cost_details": {"upstream_inference_cost": None}},
         }
 
 
 def _attempt_record(call_id: str, attempt: int, request_sha: str, *, status: int, response: str,
                     content: str | None, usage: dict[str, Any], provider: str | None, outcome: str,
-                    final: bool, error_class: str | None = None, error: str | None = None) -> dict[str, Any]:
+                    final: bool, error_class: str | None = None, error: str | None = None,
+                    generation_id: str | None = None) -> dict[str, Any]:
     """The fields `Dispatcher._record` writes for one attempt (append_raw adds seq, chain, request)."""
     now = utcnow()
     return {
@@ -135,8 +136,10 @@ def _attempt_record(call_id: str, attempt: int, request_sha: str, *, status: int
         "request_sha256": request_sha, "status": status, "response": response,
         "response_sha256": sha256_hex(response.encode("utf-8")),
         "content": content, "finish_reason": "stop" if outcome == "reply" else None,
+        "native_finish_reason": "stop" if outcome == "reply" else None,
         "error_class": error_class, "error": error, "latency_s": 0.0123,
-        "usage": usage, "provider": provider, "answers_call_id": call_id,
+        "usage": usage, "provider": provider, "generation_id": generation_id,
+        "answers_call_id": None,   # OpenRouter, and the simulator by default, do not echo X-Call-Id
         "outcome": outcome, "final": final,
     }
 
@@ -152,7 +155,7 @@ def fill_run(run: Path, *, decided: int, retry_every: int = 97) -> dict[str, int
     manifest = read_manifest(run)
     cohort = load_run_cohort(run, manifest)
     config = GuardConfig(**manifest["guard"])
-    prompt = load_prompt(manifest["prompt"]["id"])
+    prompt = load_run_prompt(run, manifest)
     render = make_guard(config, prompt, max_connections=1).render
     parser = get_parser(prompt.parser)
     sim = SimAnswers()
@@ -192,12 +195,12 @@ def fill_run(run: Path, *, decided: int, retry_every: int = 97) -> dict[str, int
                                   content=reply["choices"][0]["message"]["content"],
                                   usage={k: usage[k] for k in ("prompt_tokens", "completion_tokens",
                                                                "total_tokens", "cost")},
-                                  provider="sim", outcome="reply", final=True)
+                                  provider="Sim", outcome="reply", final=True, generation_id=reply["id"])
             seq, line_sha = writer.append_raw(rec, request_json=data)
             n_raw += 1
             rec["seq"] = seq
             writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected, parser=parser,
-                                          pinned_provider=config.pinned_provider))
+                                          allowed_providers=config.allowed_providers))
         st = writer.state
         writer.event("stop", reason="signal SIGKILL (simulated)", decided=len(st.decided), total=manifest["n_calls"],
                      min_concurrency=32, last_seq=st.last_seq, last_raw_sha256=st.last_raw_sha, fatal=None)

@@ -38,7 +38,7 @@ def sample_body(i: int) -> dict:
             + "\n=== PROPOSED TOOL CALL ===\n" + json.dumps({"name": "send_email", "arguments": {"to": f"x{i}@example.org"}}))
     return {"model": "sim/guard", "temperature": 0, "max_tokens": 256,
             "messages": [{"role": "system", "content": "You are a safety guard. " * 40}, {"role": "user", "content": user}],
-            "provider": {"only": ["anthropic"], "allow_fallbacks": False}, "usage": {"include": True}}
+            "provider": {"only": ["anthropic"], "allow_fallbacks": False}}
 
 
 def cpu_seconds(pid: int) -> float | None:

@@ -8,9 +8,10 @@ secrets) and sends that body, returning the reply exactly as received. Parsing i
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from guards.config import GuardConfig
 from guards.prompts import Prompt
@@ -24,9 +25,20 @@ class Reply:
     raw: str                     # response text exactly as received (HTTP body / generated text)
     content: str | None = None   # the model's message text, extracted from `raw`
     finish_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost
+    native_finish_reason: str | None = None  # the upstream's own finish reason, when reported
+    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost (+ BYOK cost)
     provider: str | None = None  # resolved upstream provider, when the back-end reports one
     answers_call_id: str | None = None  # call id echoed by the server, when it echoes one
+    generation_id: str | None = None  # the provider's id of this generation (OpenRouter: `id`)
+    redacted: bool = False       # the API key was removed from `raw` or a field taken from it
+
+
+def valid_cost(value: Any) -> TypeGuard[int | float]:
+    """A provider's cost that counts as spend: a finite, non-negative number (not a bool).
+    Anything else is unknown, never a refund (docs/design.md §7)."""
+    if type(value) is int:
+        return value >= 0
+    return type(value) is float and math.isfinite(value) and value >= 0
 
 
 class Guard(abc.ABC):
@@ -48,6 +60,7 @@ class Guard(abc.ABC):
         """Release connections, models, threads."""
 
     @property
-    def pinned_provider(self) -> str | None:
-        """The upstream provider the config pins, if any (drift is checked against it)."""
-        return None
+    def allowed_providers(self) -> tuple[str, ...]:
+        """Routing slugs of the upstream providers the config allows, if it pins any (an answer
+        from another is quarantined as drift; docs/design.md §10)."""
+        return ()

@@ -1,54 +1,57 @@
 """Chat-completions back-ends over HTTP: `openrouter` and `openai-compatible`.
 
-One wire format, two flavours: OpenRouter adds the `provider` routing table, usage
-accounting and a resolved upstream provider in the reply. The HTTP client is httpx over the
-aiohttp transport (httpx's own pool is CPU-bound at high concurrency, docs/design.md §11).
+One wire format, two flavours: OpenRouter adds the `provider` routing table, its own error
+shapes (judged by `guards.openrouter.errors`), the resolved upstream provider, the generation id
+and BYOK cost in the reply. `send` reads an answer (the transport: bounded, the key redacted);
+`judge` decides what it amounts to, through hooks the flavours override. The HTTP client is
+httpx over the aiohttp transport (httpx's own pool is CPU-bound at high concurrency,
+docs/design.md §11).
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import os
-import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from guards.base import Guard, Reply
+from guards.base import Guard, Reply, valid_cost
+from guards.body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_capped
+from guards.chat_body import chat_body
 from guards.config import GuardConfig
-from guards.errors import CallFailed, FatalError, TransientError
+from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.openrouter import errors as openrouter_errors
+from guards.openrouter.errors import CONTEXT_RE, TRANSIENT_STATUS, message_of
 from guards.prompts import Prompt
+from guards.redact import Redactor
 from harness.lru import LRU
-
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
-_CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds the context|context_length_exceeded",
-                         re.IGNORECASE)
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date."""
+    """Retry-After as seconds: a number, or an HTTP date; never negative, possibly infinite
+    (`inf`, 1e308, a far-future date): the dispatcher caps every wait at `retry_max_s`."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return None if math.isnan(seconds) else max(0.0, seconds)
 
 
 class ChatCompletionsGuard(Guard):
     """OpenAI-style `/chat/completions`; subclasses choose the extras."""
-
-    send_usage_flag = False
 
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
@@ -65,37 +68,31 @@ class ChatCompletionsGuard(Guard):
         # Serialised bodies by body object, bounded like the dispatcher's body cache (a large run
         # has ~100,000 distinct bodies; only those of calls in flight are needed).
         self._payloads: LRU[int, tuple[Mapping[str, Any], bytes]] = LRU(1024)
+        self._redact = Redactor(None)
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        body: dict[str, Any] = {
-            "model": cfg.model,
-            "messages": self.prompt.render_messages(instance),
-            "temperature": cfg.temperature,
-            "max_tokens": cfg.max_tokens,
-        }
-        if cfg.seed is not None:
-            body["seed"] = cfg.seed
-        if cfg.structured_output and self.prompt.output_schema:
-            body["response_format"] = {"type": "json_schema", "json_schema": self.prompt.output_schema}
-        self._extend_body(body)
-        return body
-
-    def _extend_body(self, body: dict[str, Any]) -> None:
-        """Back-end specific fields (OpenRouter routing)."""
+        return chat_body(self.config, self.prompt, instance)
 
     # -- transport ------------------------------------------------------------------------
     def _api_key(self) -> str | None:
         name = self.config.api_key_env
         return os.environ.get(name) or None if name else None
 
+    def _redactor(self, key: str | None) -> Redactor:
+        # Built once per key (the key is read from the environment at each send).
+        if self._redact.secret != key:
+            self._redact = Redactor(key)
+        return self._redact
+
     async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
         key = self._api_key()
-        headers = {"Content-Type": "application/json", "X-Call-Id": call_id}
+        redact = self._redactor(key)
+        headers = {"Content-Type": "application/json", "X-Call-Id": call_id, "Accept-Encoding": ACCEPT_ENCODING}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         payload = self._payload(body)
+        too_large: BodyTooLarge | None = None
         try:
             # Overall deadline as well as httpx's per-phase timeouts: a stalled body counts too.
             with anyio.fail_after(self.config.timeout_s):
@@ -103,28 +100,50 @@ class ChatCompletionsGuard(Guard):
                                         extensions={"timeout": self._timeout})
                 resp = await self._transport.handle_async_request(request)
                 try:
-                    text = (await resp.aread()).decode("utf-8", errors="replace")
+                    received = await read_capped(resp, self.config.max_response_bytes)
+                except BodyTooLarge as exc:
+                    too_large, received = exc, exc.head
                 finally:
                     await resp.aclose()
         except TimeoutError:
             raise TransientError("timeout", f"no complete answer within {self.config.timeout_s:g} s") from None
         except httpx.TimeoutException as exc:
             raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
-        except (httpx.TransportError, OSError) as exc:
-            raise TransientError("connection", f"{type(exc).__name__}: {_redact(str(exc), key)}") from None
-        text = _redact(text, key)
-        echoed = resp.headers.get("x-call-id")
-        reply = Reply(status=resp.status_code, raw=text, answers_call_id=echoed)
-        if resp.status_code != 200:
-            message = f"HTTP {resp.status_code}: {_error_message(text)}"
-            if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
-                raise TransientError(f"http_{resp.status_code}", message, reply,
-                                     retry_after=parse_retry_after(resp.headers.get("retry-after")))
-            if resp.status_code == 400 and _CONTEXT_RE.search(text):
-                # vLLM and llama.cpp answer 400 for a prompt longer than the context: a failure of
-                # this call (as with the mlx back-end), not a configuration error.
-                raise CallFailed("context_overflow", message, reply)
-            raise FatalError(f"http_{resp.status_code}", message, reply)
+        except BodyUnreadable as exc:
+            raise TransientError("malformed", f"HTTP {resp.status_code} with a body that cannot be read: {exc}") from None
+        except (httpx.TransportError, aiohttp.ClientError, OSError) as exc:
+            # aiohttp's own errors (a response it cannot parse) as well as httpx's mapped ones.
+            message = f"{type(exc).__name__}: {str(exc)[:300]}"
+            safe = redact(message)
+            raise TransientError("connection", safe, redacted=safe is not message) from None
+        raw = received.decode("utf-8", errors="replace")
+        reply = Reply(status=resp.status_code, raw=redact(raw))
+        reply.redacted = reply.raw is not raw
+        if too_large is not None:
+            # The first bytes are kept (redacted) for diagnosis; the attempt failed, the call may retry.
+            raise TransientError("response_too_large", f"HTTP {resp.status_code}: {too_large}; the first "
+                                 f"{len(received)} bytes are kept", reply)
+        return self.judge(reply, resp.headers, redact)
+
+    # -- judging an answer (the transport above only reads it) ---------------------------------
+    def judge(self, reply: Reply, headers: Mapping[str, str], redact: Callable[[str], str]) -> Reply:
+        """What an answer read in full (`reply.raw`, the key already redacted) amounts to: the
+        reply, with the fields taken from it, or the error to raise."""
+
+        def clean(value: str) -> str:
+            # Decoded text is checked again: cheap when clean, and a leak that no escape form
+            # in the raw text spelled would show up here.
+            safe = redact(value)
+            reply.redacted = reply.redacted or safe is not value
+            return safe
+
+        echoed = headers.get("x-call-id")
+        reply.answers_call_id = clean(echoed) if echoed is not None else None
+        text = reply.raw
+        if reply.status != 200:
+            status = int(reply.status)
+            raise _cleaned(self._status_error(status, parse_retry_after(headers.get("retry-after")), text, reply),
+                           clean)
         try:
             data = orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -132,7 +151,7 @@ class ChatCompletionsGuard(Guard):
         if not isinstance(data, dict):
             raise TransientError("malformed", "HTTP 200 with a JSON body that is not an object", reply)
         if "error" in data:
-            raise TransientError("error200", f"HTTP 200 carrying an error: {_error_message(text)}", reply)
+            raise TransientError("error200", clean(f"HTTP 200 carrying an error: {message_of(text)}"), reply)
         try:
             choice = data["choices"][0]
             msg = choice.get("message") or {}
@@ -140,16 +159,39 @@ class ChatCompletionsGuard(Guard):
             finish = choice.get("finish_reason")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise TransientError("malformed", "HTTP 200 without choices[0]", reply) from None
+        try:
+            self._check_choice(choice, reply)
+        except AttemptError as exc:
+            raise _cleaned(exc, clean) from None
         if content is not None and not isinstance(content, str):
             raise TransientError("malformed", "message content is not a string", reply)
-        usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
-        reply.content = content
-        reply.finish_reason = finish if isinstance(finish, str) else None
-        reply.usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
-                       if k in usage}
-        prov = data.get("provider")
-        reply.provider = prov if isinstance(prov, str) else None
+        reply.content = clean(content) if content is not None else None
+        reply.finish_reason = clean(finish) if isinstance(finish, str) else None
+        native = choice.get("native_finish_reason")
+        reply.native_finish_reason = clean(native[:200]) if isinstance(native, str) else None
+        reply.usage = _usage(data.get("usage"))
+        self._read_extras(data, headers, reply, clean)
         return reply
+
+    def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
+        """A non-200 answer of a self-hosted server (vLLM, llama.cpp, mlx_lm.server)."""
+        message = f"HTTP {status}: {message_of(text)}"
+        if status == 413:
+            return CallFailed("request_too_large", message, reply)
+        if status in TRANSIENT_STATUS or status >= 500:
+            return TransientError(f"http_{status}", message, reply, retry_after=retry_after)
+        if status == 400 and CONTEXT_RE.search(text[:4096]):
+            # vLLM and llama.cpp answer 400 for a prompt longer than the context: a failure of
+            # this call (as with the mlx back-end), not a configuration error.
+            return CallFailed("context_overflow", message, reply)
+        return FatalError(f"http_{status}", message, reply)
+
+    def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
+        """Dialect hook: raise for a choice that is not an answer."""
+
+    def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], reply: Reply,
+                     clean: Callable[[str], str]) -> None:
+        """Dialect hook: fields beyond the OpenAI shape (OpenRouter's provider, generation id, BYOK cost)."""
 
     def _payload(self, body: Mapping[str, Any]) -> bytes:
         """Serialised body, once per body object (repetitions and retries reuse one body)."""
@@ -163,33 +205,65 @@ class ChatCompletionsGuard(Guard):
 
 
 class OpenRouterGuard(ChatCompletionsGuard):
-    def _extend_body(self, body: dict[str, Any]) -> None:
-        if self.config.provider:
-            prov = dict(self.config.provider)
-            body["provider"] = {k: prov[k] for k in sorted(prov)}
-        body["usage"] = {"include": True}
+    """OpenRouter: its error shapes (guards.openrouter.errors), the resolved provider, the
+    generation id and BYOK cost (the body, with the routing table, is `chat_body`'s)."""
+
+    def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
+        return openrouter_errors.classify_status(status, retry_after, text, reply)
+
+    def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
+        openrouter_errors.check_choice(choice, reply)
+
+    def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], reply: Reply,
+                     clean: Callable[[str], str]) -> None:
+        prov = data.get("provider")
+        reply.provider = clean(prov) if isinstance(prov, str) else None
+        gen = data.get("id")
+        gen = gen if isinstance(gen, str) and gen else headers.get("x-generation-id")
+        reply.generation_id = clean(gen[:200]) if gen else None
+        usage = data.get("usage")
+        if isinstance(usage, dict) and usage.get("is_byok") is True:
+            # The caller's own provider key: OpenRouter's `cost` is only its part; the upstream
+            # charges the rest (docs/design.md §7, Cost). Untrusted like any provider number.
+            details = usage.get("cost_details")
+            upstream = details.get("upstream_inference_cost") if isinstance(details, dict) else None
+            reply.usage["is_byok"] = True
+            if valid_cost(upstream):
+                reply.usage["upstream_inference_cost"] = upstream
+            elif upstream is not None:
+                reply.usage["cost_invalid"] = True
 
     @property
-    def pinned_provider(self) -> str | None:
-        return self.config.pinned_provider
+    def allowed_providers(self) -> tuple[str, ...]:
+        return self.config.allowed_providers
 
 
 class OpenAICompatibleGuard(ChatCompletionsGuard):
     """vLLM, llama.cpp server, mlx_lm.server: no key required, no routing table."""
 
 
-def _redact(text: str, key: str | None) -> str:
-    return text.replace(key, "[redacted]") if key else text
+def _usage(usage: Any) -> dict[str, Any]:
+    """The provider's usage numbers that can be trusted: token counts that are non-negative
+    integers, a cost that is a finite non-negative number. A cost that is not is recorded as
+    `cost_invalid` and counts as unknown (docs/design.md §7); nothing else is kept, so no text
+    from the provider travels in this field."""
+    if not isinstance(usage, dict):
+        return {}
+    out: dict[str, Any] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                           if type(usage.get(k)) is int and usage[k] >= 0}
+    if "cost" in usage:
+        if valid_cost(usage["cost"]):
+            out["cost"] = usage["cost"]
+        else:
+            out["cost_invalid"] = True
+    return out
 
 
-def _error_message(text: str, limit: int = 300) -> str:
-    try:
-        data = orjson.loads(text)
-        err = data.get("error") if isinstance(data, dict) else None
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:limit]
-        if isinstance(err, str):
-            return err[:limit]
-    except orjson.JSONDecodeError:
-        pass
-    return text[:limit].replace("\n", " ")
+def _cleaned(exc: AttemptError, clean: Callable[[str], str]) -> AttemptError:
+    """The error with its message passed through `clean` (the key, in any spelling, removed)."""
+    message = str(exc)
+    safe = clean(message)
+    if safe is not message:
+        exc.args = (safe,)
+        exc.redacted = True
+    return exc

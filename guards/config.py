@@ -6,16 +6,23 @@ Secrets never live here: a config names the environment variable holding the key
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from harness.canon import canonical_sha256
 from harness.errors import InputError
 
 BACKENDS = ("openrouter", "openai-compatible", "mlx")
+# A guard's answer is a few KB; a body past this (decoded) is a failed attempt, not a crash
+# (docs/design.md §7). 16 calls in flight then hold at most 64 MiB of bodies.
+DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
 DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compatible": "http://127.0.0.1:8000/v1"}
 
 # field -> (accepted python types, required)
@@ -38,6 +45,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "retry_initial_s": ((int, float), False),
     "retry_max_s": ((int, float), False),
     "context_tokens": ((int,), False),
+    "max_response_bytes": ((int,), False),
     "provider": ((dict,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
@@ -66,6 +74,7 @@ class GuardConfig:
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
     context_tokens: int | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
     source: str | None = field(default=None, compare=False)
 
@@ -82,6 +91,8 @@ class GuardConfig:
     def with_base_url(self, url: str | None) -> GuardConfig:
         if not url:
             return self
+        if (problem := base_url_problem(url)) is not None:
+            raise InputError(problem, field="base_url")
         return GuardConfig(**{**self.to_manifest(), "base_url": url, "source": self.source})
 
     @property
@@ -89,71 +100,154 @@ class GuardConfig:
         return self.base_url or DEFAULT_BASE_URL.get(self.backend)
 
     @property
-    def pinned_provider(self) -> str | None:
-        """`provider.only[0]`, or `provider.order[0]` when fallbacks are off."""
+    def allowed_providers(self) -> tuple[str, ...]:
+        """The providers an answer may come from: every slug of `provider.only`, else every slug
+        of `provider.order` when fallbacks are off; () when routing is left to OpenRouter."""
+        if self.backend != "openrouter":
+            return ()
         p = self.provider or {}
         if p.get("only"):
-            return str(p["only"][0])
+            return tuple(str(s) for s in p["only"])
         if p.get("order") and p.get("allow_fallbacks") is False:
-            return str(p["order"][0])
-        return None
+            return tuple(str(s) for s in p["order"])
+        return ()
+
+    @property
+    def pinned_provider(self) -> str | None:
+        """The first allowed provider (for display)."""
+        allowed = self.allowed_providers
+        return allowed[0] if allowed else None
 
 
 def _line_of(text: str, key: str) -> int | None:
     pat = re.compile(rf"^\s*{re.escape(key)}\s*=")
-    for i, line in enumerate(text.splitlines(), start=1):
+    for i, line in enumerate(text.split("\n"), start=1):
         if pat.match(line):
             return i
     return None
 
 
+# -- checks on single values (also used for `--base-url`) ---------------------------------------
+
+NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+MAX_CONFIG_BYTES = 1 << 20
+MAX_URL_CHARS = 2048
+# Documented ranges of the numeric fields (README, "Guards"): finite values, inclusive bounds.
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "max_tokens": (1, 1 << 20),
+    "seed": (-(1 << 63), (1 << 63) - 1),
+    "timeout_s": (0.001, 3600.0),
+    "max_attempts": (1, 100),
+    "concurrency": (1, 4096),
+    "price_in_per_mtok": (0.0, 10_000.0),
+    "price_out_per_mtok": (0.0, 10_000.0),
+    "retry_initial_s": (0.0, 3600.0),
+    "retry_max_s": (0.0, 3600.0),
+    "context_tokens": (1, 10_000_000),
+    "max_response_bytes": (1, 1 << 30),
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Prefixes of well-known API tokens whose characters also make a valid variable name.
+_TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk_", "rk_", "pk_", "xox",
+                   "glpat", "AKIA", "ASIA", "AIza", "eyJ")
+_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def is_safe_name(text: str) -> bool:
+    """A name that may become part of a file name: `[A-Za-z0-9._-]{1,64}`, not `.` or `..`."""
+    return bool(NAME_RE.fullmatch(text)) and text not in (".", "..")
+
+
+def looks_like_token(name: str) -> bool:
+    """An `api_key_env` value that is a key rather than the name of a variable holding one."""
+    if not _ENV_NAME.fullmatch(name):
+        return True
+    if name.startswith(_TOKEN_PREFIXES) and len(name) >= 20:
+        return True
+    # Long random-looking runs: upper and lower case and digits and no word separator.
+    return (len(name) >= 24 and "_" not in name and any(c.islower() for c in name)
+            and any(c.isupper() for c in name) and any(c.isdigit() for c in name))
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why `url` cannot be a guard's base URL (None: it can). Never quotes the URL: it may
+    carry a password."""
+    if len(url) > MAX_URL_CHARS:
+        return f"longer than {MAX_URL_CHARS} characters"
+    if _CONTROL.search(url) or any(c.isspace() for c in url):
+        return "contains whitespace or control characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if "@" in parts.netloc:
+        return ("carries credentials (user:password@host); put the key in an environment variable and name it "
+                "in api_key_env")
+    host = parts.hostname or ""
+    if not host:
+        return "has no host"
+    if not _HOST_RE.fullmatch(host) and not _is_ip(host):
+        return "host must be a DNS name (ASCII; punycode for other scripts) or an IP address"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "must not carry a query or a fragment"
+    return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def plain_http_remote(url: str | None) -> bool:
+    """An unencrypted URL to a host other than this machine: the key and every prompt travel
+    in clear (worth a warning, not a refusal: a lab network may be meant)."""
+    if not url:
+        return False
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        return False
+    host = (parts.hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
+# -- loading -------------------------------------------------------------------------------------
+
 def load_guard_config(path: str | Path) -> GuardConfig:
     p = Path(path)
-    if not p.is_file():
-        raise InputError("guard config not found", path=p)
-    text = p.read_text("utf-8")
+    text = _read_config(p)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise InputError(f"not valid TOML ({exc})", path=p, line=int(m.group(1)) if m else None) from None
-    for key, value in data.items():
-        if key not in _FIELDS:
-            raise InputError("unknown field", path=p, line=_line_of(text, key), field=key)
-        types, _ = _FIELDS[key]
-        if isinstance(value, bool) and bool not in types:
-            raise InputError(f"expected {'/'.join(t.__name__ for t in types)}, got bool",
-                             path=p, line=_line_of(text, key), field=key)
-        if not isinstance(value, types):
-            raise InputError(f"expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__}",
-                             path=p, line=_line_of(text, key), field=key)
+    except RecursionError:
+        raise InputError("not valid TOML (nested too deeply)", path=p) from None
+
+    def fail(message: str, key: str, field: str | None = None) -> InputError:
+        return InputError(message, path=p, line=_line_of(text, key), field=field or key)
+
+    _check_types(data, fail)
     for key, (_, required) in _FIELDS.items():
         if required and key not in data:
             raise InputError("missing required field", path=p, field=key)
         if required and not str(data[key]).strip():
-            raise InputError("must not be empty", path=p, line=_line_of(text, key), field=key)
-    if data["backend"] not in BACKENDS:
-        raise InputError(f"unknown backend '{data['backend']}' (expected one of {', '.join(BACKENDS)})",
-                         path=p, line=_line_of(text, "backend"), field="backend")
-    for key in ("max_tokens", "max_attempts", "concurrency", "context_tokens"):
-        if key in data and data[key] < 1:
-            raise InputError("must be >= 1", path=p, line=_line_of(text, key), field=key)
-    for key in ("timeout_s", "price_in_per_mtok", "price_out_per_mtok", "temperature", "retry_initial_s",
-                "retry_max_s"):
-        if key in data and data[key] < 0:
-            raise InputError("must be >= 0", path=p, line=_line_of(text, key), field=key)
+            raise fail("must not be empty", key)
+    _check_values(data, fail)
     if "provider" in data:
-        if data["backend"] != "openrouter":
-            raise InputError("a provider table applies only to the openrouter backend",
-                             path=p, field="provider")
-        for key, value in data["provider"].items():
-            if key not in _PROVIDER_FIELDS:
-                raise InputError("unknown field", path=p, line=_line_of(text, key), field=f"provider.{key}")
-            if not isinstance(value, _PROVIDER_FIELDS[key]):
-                raise InputError(f"expected {_PROVIDER_FIELDS[key][0].__name__}", path=p,
-                                 line=_line_of(text, key), field=f"provider.{key}")
-        if data["provider"].get("data_collection", "deny") not in ("deny", "allow"):
-            raise InputError("expected 'deny' or 'allow'", path=p, field="provider.data_collection")
+        _check_provider(data, p, fail)
     if data["backend"] == "openrouter":
         data.setdefault("api_key_env", "OPENROUTER_API_KEY")
         if "provider" in data:
@@ -161,12 +255,79 @@ def load_guard_config(path: str | Path) -> GuardConfig:
             # dropping, no data collection unless the config says otherwise.
             data["provider"] = {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
                                 **data["provider"]}
-    if "api_key_env" in data and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", data["api_key_env"]):
-        # A value that is not a variable name is probably a pasted key: refuse without echoing it.
-        raise InputError("must be the NAME of an environment variable (is a key pasted here?)",
-                         path=p, line=_line_of(text, "api_key_env"), field="api_key_env")
     for key in ("temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "retry_initial_s",
                 "retry_max_s"):
         if key in data:
             data[key] = float(data[key])
     return GuardConfig(**data, source=str(p))
+
+
+def _read_config(p: Path) -> str:
+    if not p.is_file():
+        raise InputError("guard config not found", path=p)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path=p) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise InputError(f"larger than {MAX_CONFIG_BYTES} bytes: not a guard config", path=p)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise InputError("not UTF-8 text", path=p, line=line) from None
+
+
+def _check_types(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
+    for key, value in data.items():
+        if key not in _FIELDS:
+            raise fail("unknown field", key)
+        types, _ = _FIELDS[key]
+        if isinstance(value, bool) and bool not in types:
+            raise fail(f"expected {'/'.join(t.__name__ for t in types)}, got bool", key)
+        if not isinstance(value, types):
+            raise fail(f"expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__}", key)
+
+
+def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
+    if not is_safe_name(data["name"]):
+        # The name becomes part of the run folder's name: never a path.
+        raise fail("must be 1-64 characters of A-Z a-z 0-9 . _ - (and not '.' or '..')", "name")
+    if not is_safe_name(data["prompt"]):
+        raise fail("must be a prompt id: 1-64 characters of A-Z a-z 0-9 . _ - (and not '.' or '..')", "prompt")
+    if data["backend"] not in BACKENDS:
+        raise fail(f"unknown backend (expected one of {', '.join(BACKENDS)})", "backend")
+    if _CONTROL.search(data["model"]) or len(data["model"]) > 1024:
+        raise fail("must be at most 1024 characters, no control characters", "model")
+    for key, (lo, hi) in RANGES.items():
+        if key in data:
+            v = data[key]
+            # (An int is compared exactly: no float conversion, which overflows past 1e308.)
+            if (isinstance(v, float) and not math.isfinite(v)) or not lo <= v <= hi:
+                raise fail(f"must be a finite number from {_num(lo)} to {_num(hi)}", key)
+    if "base_url" in data and (problem := base_url_problem(data["base_url"])) is not None:
+        raise fail(problem, "base_url")
+    if "api_key_env" in data and looks_like_token(data["api_key_env"]):
+        # Probably a pasted key: refuse without echoing it.
+        raise fail("must be the NAME of an environment variable (is a key pasted here?)", "api_key_env")
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _check_provider(data: dict[str, Any], p: Path, fail: Callable[..., InputError]) -> None:
+    if data["backend"] != "openrouter":
+        raise InputError("a provider table applies only to the openrouter backend", path=p, field="provider")
+    for key, value in data["provider"].items():
+        name = f"provider.{key}"
+        if key not in _PROVIDER_FIELDS:
+            raise fail("unknown field", key, name)
+        if not isinstance(value, _PROVIDER_FIELDS[key]):
+            raise fail(f"expected {_PROVIDER_FIELDS[key][0].__name__}", key, name)
+        if isinstance(value, list) and (len(value) > 64 or not all(
+                isinstance(v, str) and 0 < len(v) <= 128 and not _CONTROL.search(v) for v in value)):
+            raise fail("expected a list of at most 64 names (strings of 1-128 characters)", key, name)
+    if data["provider"].get("data_collection", "deny") not in ("deny", "allow"):
+        raise fail("expected 'deny' or 'allow'", "data_collection", "provider.data_collection")

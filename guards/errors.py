@@ -16,11 +16,13 @@ class AttemptError(Exception):
     """An attempt that did not yield a usable reply."""
 
     def __init__(self, error_class: str, message: str, reply: Reply | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, redacted: bool = False) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.reply = reply
         self.retry_after = retry_after
+        # The secret was removed from the message (or from the reply: `reply.redacted`).
+        self.redacted = redacted or (reply is not None and reply.redacted)
 
 
 class TransientError(AttemptError):

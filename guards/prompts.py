@@ -13,7 +13,7 @@ import os
 import pprint
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,9 @@ class Prompt:
     action_format: str                       # "json" or "python_repr"
     output_schema: dict[str, Any] | None
     sha256: str                              # over the manifest's file hashes + settings
+    # (name, bytes) of every file the loader read and checked, manifest first: what a run
+    # folder copies, so that the run can be re-rendered from itself.
+    files: tuple[tuple[str, bytes], ...] = field(default=(), compare=False, repr=False)
 
     def render_messages(self, instance: Mapping[str, Any]) -> list[dict[str, str]]:
         values = placeholder_values(instance, self.action_format, only=self.placeholders)
@@ -75,33 +78,56 @@ def placeholder_values(instance: Mapping[str, Any], action_format: str = "json",
     return {name: makers[name]() for name in (KNOWN_PLACEHOLDERS if only is None else only)}
 
 
+MANIFEST = "manifest.json"
+MAX_PROMPT_FILE_BYTES = 4 << 20   # a template or its manifest; guard prompts are a few KB
+
+
 def load_prompt(prompt_id: str, root: Path | None = None) -> Prompt:
-    base = (root or prompts_root()) / prompt_id
-    manifest_path = base / "manifest.json"
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", prompt_id):
+    """The prompt `<root>/<prompt_id>/` (root: `prompts_root()`)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", prompt_id) or prompt_id in (".", ".."):
         raise InputError(f"invalid prompt id '{prompt_id}'", field="prompt")
-    if not manifest_path.is_file():
+    base = (root or prompts_root()) / prompt_id
+    if not (base / MANIFEST).is_file():
         hint = " (run `guardeval prompts import ts-guard FILE` first)" if prompt_id.startswith("ts-guard") else ""
         raise InputError(f"prompt '{prompt_id}' not found under {base.parent}{hint}", field="prompt")
+    return load_prompt_dir(base, prompt_id)
+
+
+def load_prompt_dir(base: Path, prompt_id: str) -> Prompt:
+    """The prompt whose files are in `base` (a prompts folder's entry, or a run's copy)."""
+    manifest_path = base / MANIFEST
+    if manifest_path.is_symlink() or not manifest_path.is_file():
+        raise InputError("file not found", path=manifest_path)
+    manifest_bytes = _read_small(manifest_path, manifest_path, MANIFEST)
     try:
-        manifest = json.loads(manifest_path.read_text("utf-8"))
-    except json.JSONDecodeError as exc:
+        manifest = json.loads(manifest_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise InputError(f"not valid JSON ({exc})", path=manifest_path) from None
+    if not isinstance(manifest, dict):
+        raise InputError("not a JSON object", path=manifest_path)
     for key in ("messages", "files", "parser"):
         if key not in manifest:
             raise InputError("missing required field", path=manifest_path, field=key)
+    if not isinstance(manifest["messages"], list) or not isinstance(manifest["files"], dict):
+        raise InputError("messages must be a list and files an object", path=manifest_path)
     messages = []
+    files: list[tuple[str, bytes]] = [(MANIFEST, manifest_bytes)]
     for i, msg in enumerate(manifest["messages"]):
-        fname = msg.get("file", "")
-        fpath = base / fname
-        if fpath.is_symlink() or not fpath.is_file() or fpath.parent != base:
+        fname = msg.get("file", "") if isinstance(msg, dict) else ""
+        fpath = base / str(fname)
+        if not isinstance(fname, str) or fpath.is_symlink() or not fpath.is_file() or fpath.parent != base:
             raise InputError(f"template file '{fname}' missing", path=manifest_path, field=f"messages.{i}.file")
-        data = fpath.read_bytes()
+        data = _read_small(fpath, manifest_path, f"messages.{i}.file")
         want = manifest["files"].get(fname)
         if sha256_hex(data) != want:
             raise InputError(f"SHA-256 of {fname} does not match the manifest", path=manifest_path,
                              field=f"files.{fname}")
-        messages.append((msg["role"], data.decode("utf-8")))
+        try:
+            messages.append((msg["role"], data.decode("utf-8")))
+        except (KeyError, UnicodeDecodeError) as exc:
+            raise InputError(f"a message needs a role and UTF-8 text ({exc})", path=manifest_path,
+                             field=f"messages.{i}") from None
+        files.append((fname, data))
     found = sorted({m for _, t in messages for m in _PLACEHOLDER_RE.findall(t)})
     declared = sorted(manifest.get("placeholders", found))
     if found != declared:
@@ -111,5 +137,14 @@ def load_prompt(prompt_id: str, root: Path | None = None) -> Prompt:
     return Prompt(
         id=prompt_id, messages=tuple(messages), placeholders=tuple(declared), parser=manifest["parser"],
         action_format=manifest.get("action_format", "json"), output_schema=manifest.get("output_schema"),
-        sha256=canonical_sha256(settings),
+        sha256=canonical_sha256(settings), files=tuple(files),
     )
+
+
+def _read_small(path: Path, manifest_path: Path, field: str) -> bytes:
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_PROMPT_FILE_BYTES + 1)
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise InputError(f"{path.name} is larger than {MAX_PROMPT_FILE_BYTES} bytes", path=manifest_path,
+                         field=field)
+    return data

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from guards.base import Guard
 from guards.config import GuardConfig
 from guards.prompts import Prompt
@@ -21,3 +25,14 @@ def make_guard(config: GuardConfig, prompt: Prompt, *, max_connections: int = 25
 
         return MlxGuard(config, prompt)
     raise ValueError(f"unknown backend {config.backend!r}")
+
+
+def make_renderer(config: GuardConfig, prompt: Prompt) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """`make_guard(...).render` without a transport: for code that renders and sends nothing
+    (verify, planning). The chat back-ends' bodies need no HTTP client; mlx's needs its model
+    folder (not the model), so it goes through the guard."""
+    if config.backend in ("openrouter", "openai-compatible"):
+        from guards.chat_body import chat_body
+
+        return functools.partial(chat_body, config, prompt)
+    return make_guard(config, prompt, max_connections=1).render

@@ -13,6 +13,8 @@ import pytest
 
 from guards.sim import SimServerProcess
 
+from hostile_server import MARKUP, serving
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_COHORT = REPO / "cohorts" / "demo"
 SHARED = REPO.parent / "shared"
@@ -103,3 +105,58 @@ def small_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  conditions=[Condition(c.name, c.role, c.description, c.acts_on) for c in demo.conditions],
                  rows=[r for r in demo.instances if r["base_id"] in keep])
     return out
+
+
+@dataclass
+class DemoRun:
+    result: CliResult
+    run: Path
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`guardeval demo --json` once per session (960 calls against the simulated provider): the
+    demo test checks its output, the report tests read its run folder."""
+    run = tmp_path_factory.mktemp("demo") / "run"
+    return DemoRun(run_cli("demo", "--run-dir", str(run), "--json", "--no-progress"), run)
+
+
+# -- a run full of hostile text (report, show and export tests) ----------------------------------
+
+HOSTILE_HTML = MARKUP
+HOSTILE_TERM = "\x1b[2J\x1b]0;owned\x07\u202e"
+HOSTILE_BASE = 'b<img src=x onerror="window.pwned=3">\u2028'
+
+
+@pytest.fixture(scope="session")
+def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 demo bases x 5 conditions x 2 repetitions, one base renamed to markup, markup and
+    terminal escapes in every user request, answered by the hostile provider's `markup` mode
+    (markup in every answer, as the content of about half); estimated."""
+    from harness.cohorts.model import Condition, instance_hash, load_cohort, write_cohort
+
+    root = tmp_path_factory.mktemp("hostile")
+    demo = load_cohort(DEMO_COHORT)
+    keep = demo.base_ids[:4]
+    rows = []
+    for r in demo.instances:
+        if r["base_id"] not in keep:
+            continue
+        r = {**r, "user_request": r["user_request"] + " " + HOSTILE_HTML + HOSTILE_TERM}
+        if r["base_id"] == keep[0]:
+            r["base_id"] = HOSTILE_BASE
+        r["instance_sha256"] = instance_hash(r)
+        rows.append(r)
+    cohort = write_cohort(root / "cohort", name="hostile", version="test", description="markup in every field",
+                          conditions=[Condition(c.name, c.role, c.description, c.acts_on) for c in demo.conditions],
+                          rows=rows)
+    run = root / "run"
+    with serving() as (base_url, _):
+        guard = write_guard(root / "guard.toml", f"{base_url}/markup/v1", backend="openai-compatible", provider=None,
+                            api_key_env=None, name="hostile-guard", model="hostile/model")
+        r = run_cli("launch", "--cohort", str(cohort), "--guard", str(guard), "--reps", "2", "--seed", "5",
+                    "--run-dir", str(run), "--no-progress")
+        assert r.code == 0, r.err
+    r = run_cli("estimate", str(run), "--bootstrap", "200")
+    assert r.code == 0, r.err
+    return run

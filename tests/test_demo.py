@@ -7,9 +7,8 @@ import json
 from conftest import run_cli
 
 
-def test_demo_json(tmp_path):
-    run = tmp_path / "demo"
-    r = run_cli("demo", "--run-dir", str(run), "--json", "--no-progress")
+def test_demo_json(demo_run):
+    run, r = demo_run.run, demo_run.result
     assert r.code == 0, r.err
     est = json.loads(r.out)  # stdout carries only the JSON
     assert est["n_calls"] == 960 and est["n_bases"] == 64
@@ -25,6 +24,9 @@ def test_demo_json(tmp_path):
     assert by["format_placebo"]["delta_minus_placebo"] is None
     assert by["tool_alias"]["delta_minus_placebo"] is not None
     assert est["quarantine"]["count"] == 0
-    for name in ("report.json", "report.md", "effects.png", "raw.jsonl", "decisions.jsonl"):
+    for name in ("report.json", "report.md", "effects.png", "report.html", "raw.jsonl", "decisions.jsonl"):
         assert (run / name).is_file()
+    # The demo ends by saying where report.html is.
+    assert r.err.rstrip().splitlines()[-1] == f"demo: report: {(run / 'report.html').resolve()} (one self-contained " \
+                                               "file: open it in a browser)"
     assert run_cli("verify", str(run)).code == 0

@@ -4,13 +4,12 @@ prompts, damaged files, provider defaults."""
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import datetime
 from pathlib import Path
 
 from guards.config import load_guard_config
 
-from conftest import REPO, run_cli, write_guard
+from conftest import run_cli, write_guard
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -53,8 +52,10 @@ def test_max_cost_zero_admits_nothing_and_unknown_price_goes_one_at_a_time(tmp_p
 def test_unreachable_provider_leaves_calls_pending(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", "http://127.0.0.1:9", max_attempts=3)
     run = tmp_path / "run"
+    # --no-preflight: the preflight would refuse an unreachable provider before the run exists
+    # (tests/test_openrouter_runs.py); here the outage comes during the run.
     r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
-                "--run-dir", str(run), "--concurrency", "4")
+                "--run-dir", str(run), "--concurrency", "4", "--no-preflight")
     assert r.code == 1 and "unreachable" in r.err and "resume" in r.err
     decisions = _jsonl(run / "decisions.jsonl")
     assert len(decisions) <= 1  # at most a call that ran out before the breaker opened
@@ -63,28 +64,6 @@ def test_unreachable_provider_leaves_calls_pending(tmp_path, small_cohort):
     st = json.loads(run_cli("status", str(run), "--json").out)
     assert st["pending"] >= 79
     assert run_cli("verify", str(run)).code == 0
-
-
-def test_resume_refuses_a_changed_prompt(tmp_path, small_cohort, sim):
-    prompts = tmp_path / "prompts"
-    shutil.copytree(REPO / "prompts" / "guardeval-json-v1", prompts / "guardeval-json-v1")
-    env = {"GUARDEVAL_PROMPTS": str(prompts)}
-    guard = write_guard(tmp_path / "g.toml", sim.base_url)
-    run = tmp_path / "run"
-    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
-                "--run-dir", str(run), "--max-calls", "3", env=env)
-    assert r.code == 0, r.err
-    # Edit the template and re-pin it, as a careless hand would.
-    folder = prompts / "guardeval-json-v1"
-    (folder / "system.txt").write_text((folder / "system.txt").read_text() + "\nBe brief.\n")
-    import hashlib
-
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["files"]["system.txt"] = hashlib.sha256((folder / "system.txt").read_bytes()).hexdigest()
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    r = run_cli("resume", str(run), env=env)
-    assert r.code == 2 and "changed since this run was launched" in r.err and "Traceback" not in r.err
-    assert len(_jsonl(run / "decisions.jsonl")) == 3  # nothing written off
 
 
 def test_damaged_line_is_a_clean_error(tmp_path, small_cohort, sim):

@@ -76,7 +76,7 @@ def test_out_dir_gets_three_files_and_human_table(table, tmp_path, capsys):
                          "--allow-unpublishable", "--failures", "fail-open")
     assert code == 0, err
     assert "condition" in out and "alias" in out and "fail-closed" in out
-    assert "+0.0833" in out  # the fail-open headline delta of alias, 1/12
+    assert "+0.083" in out  # the fail-open headline delta of alias, 1/12 (three decimals in the terminal)
     report = json.loads((out_dir / "report.json").read_text())
     assert report["failure_rule"] == "fail-open"
     assert "| alias |" in (out_dir / "report.md").read_text()
@@ -157,6 +157,35 @@ def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
     assert code == 2 and "--out" in err  # --out belongs to --table
 
 
+def test_run_carries_start_times_tools_and_scores(runs):
+    from harness.run.runtable import load_run_table
+    from harness.run.store import iter_jsonl
+
+    table = load_run_table(runs["A"])
+    raw = {rec["seq"]: rec for _, _, rec in iter_jsonl(runs["A"] / "raw.jsonl")}
+    decisions = {rec["call_id"]: rec for _, _, rec in iter_jsonl(runs["A"] / "decisions.jsonl")}
+    for row in table.rows:
+        final = raw[decisions[row["call_id"]]["raw_seq"]]
+        assert row["started"] == final["started"] and final["call_id"] == row["call_id"]
+        assert row["score"] == decisions[row["call_id"]]["score"]
+    cohort = {(r["base_id"], r["condition"]): r for r in
+              (json.loads(x) for x in (runs["A"] / "cohort" / "instances.jsonl").read_text().splitlines())}
+    # the base's tool is its tool under the baseline, also on the rows of the tool_alias condition
+    assert all(r["tool"] == cohort[(r["base_id"], "original")]["tool"] for r in table.rows)
+    r = run_cli("estimate", str(runs["A"]), "--json", "--bootstrap", "300")
+    out = json.loads(r.out)
+    assert out["order"]["n_calls"] == 160 and sum(t["n_calls"] for t in out["order"]["thirds"]) == 160
+    assert set(out["order"]["by_dispatch_third"]) == {"format_placebo", "marker_rewrite", "tool_alias", "combined"}
+    alias = next(c for c in out["contrasts"] if c["condition"] == "tool_alias")
+    assert alias["leave_one_tool_out"]["n_tools"] > 1
+    assert out["accuracy"]["original"]["auc"]["row"] is not None   # the sim guard reports a score
+    assert out["notes"] == []   # the cohort names its placebo by role
+    md = (runs["A"] / "report.md").read_text()
+    for heading in ("## Stability", "## Order", "## Accuracy", "## Worst case over representations",
+                    "## Contrast diagnostics", "## Block rates"):
+        assert heading in md
+
+
 def test_quarantined_run_is_unpublishable(runs, capsys):
     r = run_cli("estimate", str(runs["B"]), "--json", "--bootstrap", "200")
     out = json.loads(r.out)
@@ -175,6 +204,13 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     for row in out["conditions"]:
         assert {"delta_a", "ci_a", "delta_b", "ci_b", "difference", "ci_difference", "p_difference"} <= set(row)
     assert isinstance(out["ranking_changed"], bool) and len(out["ranking_a"]) == 4
+    for pair in out["reversed_pairs"]:
+        assert {"conditions", "difference_of_differences", "ci", "p", "p_holm"} <= set(pair)
+    assert out["ranking_changed"] == any(p["p_holm"] < 0.05 for p in out["reversed_pairs"])
+    code, text, _ = cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "200",
+                        "--allow-unpublishable")
+    assert code == 0 and "ranking changed: " in text
+    assert text.count("reversed: ") == len(out["reversed_pairs"])
     assert cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "50")[0] == 1  # B quarantined
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["C"]), "--json")
     assert code == 2 and out == "" and "schedule.jsonl" in err
@@ -183,3 +219,18 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     same = json.loads(out)
     assert all(row["difference"] == 0 and row["ci_difference"] == [0, 0] for row in same["conditions"])
     assert same["ranking_changed"] is False
+
+
+def test_missing_option_and_placebo_note(tmp_path, capsys):
+    from test_estimators_diagnostics import missing_rows
+
+    t = write_table(tmp_path / "m.jsonl", missing_rows())
+    args = ["estimate", "--table", str(t), "--json", "--bootstrap", "50", "--allow-partial", "--failures", "fail-closed"]
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and json.loads(out)["contrasts"][0]["delta"] == pytest.approx(1 / 12)
+    # no placebo: said once, on stderr (stdout stays pure JSON)
+    assert err.count("note: no placebo") == 1
+    code, out, err = cli(capsys, *args, "--missing", "as-failure")
+    assert code == 0 and json.loads(out)["contrasts"][0]["delta"] == pytest.approx(1 / 6)
+    assert json.loads(out)["missing"] == "as-failure"
+    assert cli(capsys, *args, "--missing", "maybe")[0] == 2

@@ -32,6 +32,12 @@ def write(tmp_path, rows, raw_extra: str = ""):
     ({"status": "ok", "decision": None}, "decision"),
     ({"status": "unparseable", "decision": 1}, "decision"),
     ({"status": "missing", "decision": None, "quarantine_reason": "provider_drift"}, "quarantine_reason"),
+    ({"tool": ""}, "tool"),
+    ({"tool": 3}, "tool"),
+    ({"score": True}, "score"),
+    ({"score": "0.5"}, "score"),
+    ({"started": "soon"}, "started"),
+    ({"started": 1700000000}, "started"),
 ])
 def test_bad_field_names_file_line_field(tmp_path, change, field):
     p = write(tmp_path, [GOOD, {**GOOD, "repetition": 1, **change}])
@@ -80,3 +86,22 @@ def test_quarantine_codes_match_the_decision_stage():
     from harness.run.decide import QUARANTINE_CODES as DECIDE_CODES
 
     assert tuple(QUARANTINE_CODES) == tuple(DECIDE_CODES)
+
+
+def test_optional_columns_are_normalised(tmp_path):
+    rows = [{**GOOD, "tool": "send_email", "score": 0.8, "started": "2026-01-01T00:00:01.500Z"},
+            {**GOOD, "repetition": 1, "tool": "send_email", "started": "2026-01-01T01:00:00+01:00"},
+            {**GOOD, "repetition": 2, "tool": "send_email", "started": "2026-01-01T00:00:02"}]
+    out = load_table(write(tmp_path, rows))
+    assert [r["tool"] for r in out] == ["send_email"] * 3
+    assert out[0]["score"] == 0.8 and out[1]["score"] is None
+    # seconds since the epoch, UTC; an offset is honoured, a time without one is read as UTC
+    assert out[1]["started"] == out[0]["started"] - 1.5
+    assert out[2]["started"] == out[0]["started"] + 0.5
+
+
+def test_non_finite_score_is_refused():
+    # JSON cannot carry one (orjson refuses Infinity), but a caller's rows can
+    with pytest.raises(InputError) as ei:
+        validate_rows([{**GOOD, "score": float("inf")}])
+    assert ei.value.field == "score" and ei.value.line == 1

@@ -181,11 +181,16 @@ def test_api_key_never_written_or_printed(tmp_path, small_cohort, sim_factory):
     bad_sim = sim_factory("--expect-key-env", "SIM_EXPECTED_KEY", env={"SIM_EXPECTED_KEY": "another"})
     guard2 = write_guard(tmp_path / "g2.toml", bad_sim.base_url)
     run2 = tmp_path / "run401"
-    r2 = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard2), "--reps", "1",
+    # The preflight asks with the key first: refused before a run folder exists (exit 2) ...
+    r3 = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard2), "--reps", "1",
                  "--run-dir", str(run2), env=env)
+    assert r3.code == 2 and "HTTP 401" in r3.out + r3.err and not run2.exists()
+    # ... and without it, the first 401 stops the run, resumable.
+    r2 = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard2), "--reps", "1",
+                 "--run-dir", str(run2), "--no-preflight", env=env)
     assert r2.code == 1
     assert "401" in r2.err and "resume" in r2.err
-    for out in (r.out, r.err, r2.out, r2.err):
+    for out in (r.out, r.err, r2.out, r2.err, r3.out, r3.err):
         assert secret not in out
     for folder in (run, run2):
         for f in folder.rglob("*"):
@@ -235,7 +240,7 @@ def test_dry_run_sends_nothing_and_writes_nothing(tmp_path):
     guard = write_guard(tmp_path / "g.toml", "http://127.0.0.1:9")  # nothing listens there
     run = tmp_path / "run"
     r = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--reps", "3",
-                "--run-dir", str(run), "--dry-run")
+                "--run-dir", str(run), "--dry-run", "--no-preflight")
     assert r.code == 0, r.err
     assert "960 calls" in r.out and "cost <= $" in r.out
     assert not run.exists()

@@ -83,6 +83,8 @@ def blocked(resp: httpx.Response) -> int:
 
 SECRET = "sk-or-v1-right-secret-value"
 NAMED = ("malformed", "error200", "length", "stall", "drift")
+OPENROUTER_KINDS = ("choice_error", "moderation403", "refusal400", "credits402", "credits402_retry",
+                    "no_provider_field", "empty_content", "byok_cost")
 TRANSIENT_MIX = "429=0.2,500=0.2,502=0.1,503=0.1"
 FATAL_MIX = "400=0.4,401=0.3,403=0.3"
 # Every server this file needs, started in parallel once (start-up is mostly imports).
@@ -90,10 +92,13 @@ SERVER_ARGS: dict[str, list[str]] = {
     "plain": ["--seed", "7"],
     "seed2": ["--seed", "2", "--latency-ms", "300"],
     **{k: ["--seed", "1", "--faults", f"{k}=1", "--stall-s", "1.0"] for k in NAMED},
-    "transient": ["--seed", "1", "--faults", TRANSIENT_MIX, "--retry-after", "0.25"],
+    "transient": ["--seed", "1", "--faults", TRANSIENT_MIX, "--retry-after", "0.25", "--echo-call-id"],
     "transient_twin": ["--seed", "1", "--faults", TRANSIENT_MIX, "--retry-after", "0.25"],
-    "fatal": ["--seed", "1", "--faults", FATAL_MIX],
-    "auth": ["--require-key", "--expect-key-env", "SIM_TEST_KEY"],
+    "fatal": ["--seed", "1", "--faults", FATAL_MIX, "--echo-call-id"],
+    "auth": ["--require-key", "--expect-key-env", "SIM_TEST_KEY", "--echo-call-id"],
+    **{k: ["--seed", "1", "--faults", f"{k}=1", "--retry-after", "0.5"] for k in OPENROUTER_KINDS},
+    "listing": ["--endpoint-providers", "anthropic,deepinfra/turbo", "--unsupported-params", "seed",
+                "--context-length", "1000", "--key-limit", "0.5", "--echo-call-id"],
     "sigterm": ["--faults", "stall=1", "--stall-s", "30"],
     "sigint": ["--faults", "stall=1", "--stall-s", "30"],
 }
@@ -166,10 +171,11 @@ def test_reply_shape_usage_provider_and_call_id(sim: SimServerProcess, client: h
     body = body_for(instance(THREAT))
     r = post(client, sim.base_url, body, call_id="trace-123")
     assert r.status_code == 200
-    assert r.headers["X-Call-Id"] == "trace-123"
+    assert "X-Call-Id" not in r.headers        # OpenRouter does not echo it; --echo-call-id does
     j = r.json()
     assert j["object"] == "chat.completion" and j["id"].startswith("gen-")
-    assert j["model"] == "sim/guard" and j["provider"] == "anthropic"
+    assert r.headers["X-Generation-Id"] == j["id"]
+    assert j["model"] == "sim/guard" and j["provider"] == "Anthropic"   # the display name, not the slug
     choice = j["choices"][0]
     assert choice["index"] == 0 and choice["finish_reason"] == "stop"
     assert choice["message"]["role"] == "assistant"
@@ -181,13 +187,16 @@ def test_reply_shape_usage_provider_and_call_id(sim: SimServerProcess, client: h
     assert u["completion_tokens"] == (len(choice["message"]["content"]) + 3) // 4
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
     assert u["cost"] == pytest.approx((u["prompt_tokens"] * 1.0 + u["completion_tokens"] * 5.0) / 1e6)
+    assert u["is_byok"] is False and choice["native_finish_reason"] == "stop"
 
 
 def test_provider_defaults_to_sim_and_follows_order(sim: SimServerProcess, client: httpx.Client) -> None:
-    assert post(client, sim.base_url, body_for(instance(NEUTRAL), pinned=None)).json()["provider"] == "sim"
+    assert post(client, sim.base_url, body_for(instance(NEUTRAL), pinned=None)).json()["provider"] == "Sim"
     body = body_for(instance(NEUTRAL), pinned=None)
-    body["provider"] = {"order": ["together", "fireworks"]}
-    assert post(client, sim.base_url, body).json()["provider"] == "together"
+    body["provider"] = {"order": ["amazon-bedrock", "fireworks"]}
+    assert post(client, sim.base_url, body).json()["provider"] == "Amazon Bedrock"
+    body["provider"] = {"only": ["deepinfra/turbo"]}
+    assert post(client, sim.base_url, body).json()["provider"] == "DeepInfra"   # a variant serves as its base
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/v1/chat/completions"])
@@ -197,7 +206,7 @@ def test_alternative_paths(sim: SimServerProcess, client: httpx.Client, path: st
 
 def test_bad_requests_get_openrouter_error_bodies(sim: SimServerProcess, client: httpx.Client) -> None:
     r = client.post(sim.base_url + "/chat/completions", content=b"{not json", headers={"X-Call-Id": "bad"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == 400 and r.headers["X-Call-Id"] == "bad"
+    assert r.status_code == 400 and r.json()["error"]["code"] == 400 and "X-Call-Id" not in r.headers
     r = post(client, sim.base_url, {"model": "m", "messages": []})
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
     r = client.get(sim.base_url + "/nowhere")
@@ -388,8 +397,8 @@ def test_stall_fault(servers: dict[str, SimServerProcess]) -> None:
 def test_drift_fault(servers: dict[str, SimServerProcess], client: httpx.Client) -> None:
     url = servers["drift"].base_url
     r = post(client, url, body_for(instance(NEUTRAL), pinned="anthropic"))
-    assert r.status_code == 200 and r.json()["provider"] == "driftco"
-    assert post(client, url, body_for(instance(NEUTRAL), pinned="driftco")).json()["provider"] != "driftco"
+    assert r.status_code == 200 and r.json()["provider"] == "Driftco"
+    assert post(client, url, body_for(instance(NEUTRAL), pinned="driftco")).json()["provider"] != "Driftco"
 
 
 def test_retry_of_a_failed_call_can_succeed_with_the_same_answer(servers: dict[str, SimServerProcess]) -> None:
@@ -468,3 +477,91 @@ def test_signal_stops_cleanly(sig: int, servers: dict[str, SimServerProcess]) ->
     s.stop()
     with pytest.raises(httpx.ConnectError):
         httpx.post(s.base_url + "/chat/completions", json=body_for(instance(NEUTRAL)), timeout=2)
+
+
+# ------------------------------------------------------ OpenRouter's dialect (issue 15)
+
+def test_openrouter_fault_kinds_have_the_documented_shapes(servers: dict[str, SimServerProcess],
+                                                           client: httpx.Client) -> None:
+    body = body_for(instance(NEUTRAL))
+    r = post(client, servers["choice_error"].base_url, body)
+    choice = r.json()["choices"][0]
+    assert r.status_code == 200 and choice["finish_reason"] == "error"
+    assert choice["error"]["code"] == 502 and choice["error"]["message"]
+    # The content is there (a client that ignored the error would score it).
+    assert parse_json_three_field(choice["message"]["content"], "stop").status == "ok"
+
+    r = post(client, servers["moderation403"].base_url, body)
+    meta = r.json()["error"]["metadata"]
+    assert r.status_code == 403 and meta["reasons"] and isinstance(meta["flagged_input"], str)
+
+    r = post(client, servers["refusal400"].base_url, body)
+    assert r.status_code == 400 and r.json()["error"]["metadata"]["error_type"] == "refusal"
+
+    r = post(client, servers["credits402"].base_url, body)
+    assert r.status_code == 402 and "Retry-After" not in r.headers
+    r = post(client, servers["credits402_retry"].base_url, body)
+    assert r.status_code == 402 and r.headers["Retry-After"] == "0.5"
+    assert r.json()["error"]["metadata"]["limit_source"] == "openrouter_in_flight_budget"
+
+    r = post(client, servers["no_provider_field"].base_url, body)
+    assert r.status_code == 200 and "provider" not in r.json() and r.json()["choices"][0]["finish_reason"] == "stop"
+
+    r = post(client, servers["empty_content"].base_url, body)
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == "" and choice["finish_reason"] == "stop"
+
+    r = post(client, servers["byok_cost"].base_url, body)
+    u = r.json()["usage"]
+    assert u["is_byok"] is True and u["cost_details"]["upstream_inference_cost"] > u["cost"] > 0
+
+
+def test_echo_call_id_only_when_asked(servers: dict[str, SimServerProcess], client: httpx.Client) -> None:
+    body = body_for(instance(NEUTRAL))
+    assert "X-Call-Id" not in post(client, servers["plain"].base_url, body, call_id="e-1").headers
+    assert post(client, servers["listing"].base_url, body, call_id="e-1").headers["X-Call-Id"] == "e-1"
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"provider": {"only": ["anthropic"], "allow_fallback": False}}, "provider"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}, "response_format/json_schema"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"temperature": 7}, "temperature"),
+    ({"messages": [{"content": "no role"}]}, "messages/0"),
+])
+def test_requests_are_checked_against_the_documented_schema(sim: SimServerProcess, client: httpx.Client,
+                                                            change: dict[str, Any], where: str) -> None:
+    body = {**body_for(instance(NEUTRAL)), **change}
+    r = post(client, sim.base_url, body)
+    assert r.status_code == 400, r.text
+    assert where in r.json()["error"]["message"]
+
+
+def test_generation_stats_name_the_provider_that_served(servers: dict[str, SimServerProcess],
+                                                        client: httpx.Client) -> None:
+    for kind, served in (("plain", "Google"), ("drift", "Driftco"), ("no_provider_field", "Google")):
+        url = servers[kind].base_url
+        r = post(client, url, body_for(instance(NEUTRAL), pinned="google-vertex"), call_id=f"g-{kind}")
+        gen = r.json()["id"]
+        stats = client.get(url + "/api/v1/generation", params={"id": gen})
+        assert stats.status_code == 200
+        data = stats.json()["data"]
+        assert data["id"] == gen and data["provider_name"] == served
+        assert data["total_cost"] == pytest.approx(r.json()["usage"]["cost"])
+    missing = client.get(servers["plain"].base_url + "/api/v1/generation", params={"id": "gen-never"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == 404
+
+
+def test_model_endpoints_and_key(servers: dict[str, SimServerProcess], client: httpx.Client) -> None:
+    url = servers["listing"].base_url
+    r = client.get(url + "/api/v1/models/anthropic/claude-haiku-4.5/endpoints")
+    endpoints = r.json()["data"]["endpoints"]
+    assert [(e["tag"], e["provider_name"]) for e in endpoints] == [("anthropic", "Anthropic"),
+                                                                  ("deepinfra/turbo", "DeepInfra")]
+    e = endpoints[0]
+    assert e["context_length"] == 1000 and "seed" not in e["supported_parameters"]
+    assert float(e["pricing"]["prompt"]) == pytest.approx(1e-6) and float(e["pricing"]["completion"]) == pytest.approx(5e-6)
+    key = client.get(url + "/api/v1/key").json()["data"]
+    assert key["limit"] == 0.5 and key["limit_remaining"] <= 0.5
+    # The auth-requiring server guards these routes like the chat route.
+    assert client.get(servers["auth"].base_url + "/api/v1/key").status_code == 401

@@ -11,12 +11,18 @@ from dataclasses import dataclass, field
 
 from harness.errors import InputError
 
-NAMED_FAULTS = ("malformed", "error200", "length", "stall", "drift")
+NAMED_FAULTS = ("malformed", "error200", "length", "stall", "drift",
+                # OpenRouter's documented error shapes (docs/sim-server.md, "Faults")
+                "choice_error", "moderation403", "refusal400", "credits402", "credits402_retry",
+                "no_provider_field", "empty_content", "byok_cost")
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions", "/api/v1/chat/completions")
 DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT = 1.0, 5.0   # USD per million tokens (Haiku 4.5 list price)
 ATTEMPT_MEMORY = 100_000                           # call ids remembered for the per-call attempt counter
+GENERATION_MEMORY = 100_000                        # generations remembered for GET /generation
 ASSESS_MEMORY = 20_000                             # body hashes whose features are cached
 DRIFT_PROVIDER = "driftco"
+SUPPORTED_PARAMETERS = ("max_tokens", "temperature", "top_p", "stop", "seed", "response_format",
+                        "structured_outputs")
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,13 @@ class ServerConfig:
     price_out: float = DEFAULT_PRICE_OUT
     rps_cap: float | None = None       # hard cap: requests admitted per second (token bucket)
     rps_burst: float | None = None     # bucket size (default: a tenth of a second's worth, at least 1)
+    max_in_flight: int | None = None   # hard cap: requests handled at once; more get a 429
+    echo_call_id: bool = False         # echo X-Call-Id (OpenRouter does not)
+    endpoint_providers: tuple[str, ...] | None = None   # slugs the endpoints route lists (None: sim + the table)
+    supported_parameters: tuple[str, ...] = SUPPORTED_PARAMETERS
+    context_length: int = 200_000
+    max_completion_tokens: int = 64_000
+    key_limit: float | None = None     # USD limit of the key (GET /key); None: no limit
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -130,10 +143,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-ms", default="0", metavar="SPEC",
                    help="added latency in ms: N fixed, LO:HI uniform, exp:MEAN exponential (default 0)")
     p.add_argument("--faults", default="", metavar="SPEC",
-                   help="e.g. 429=0.2,500=0.05,malformed=0.02,error200=0.01,length=0.01,stall=0.01,drift=0.01")
+                   help="e.g. 429=0.2,500=0.05,malformed=0.02,choice_error=0.01,moderation403=0.01 "
+                        f"(kinds: an HTTP status 400-599 or {', '.join(NAMED_FAULTS)})")
     p.add_argument("--seed", type=int, default=0, help="server seed of the guard noise and the fault draws")
     p.add_argument("--retry-after", default="0.05", metavar="S",
-                   help="Retry-After value (seconds, sent as given) on simulated 429s (default 0.05)")
+                   help="Retry-After value (seconds, sent as given) on --faults 429s and --max-in-flight refusals "
+                        "(default 0.05)")
     p.add_argument("--stall-s", default="30", metavar="S", help="extra delay of a `stall` fault (default 30)")
     p.add_argument("--require-key", action="store_true",
                    help="answer 401 to requests without `Authorization: Bearer ...`")
@@ -148,6 +163,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "an immediate 429 with Retry-After and retry-after-ms")
     p.add_argument("--rps-burst", metavar="B",
                    help="token bucket size for --rps-cap (default max(1, R/10))")
+    p.add_argument("--max-in-flight", metavar="N",
+                   help="hard concurrency limit: a request arriving while N are being handled gets an "
+                        "immediate 429 with Retry-After (the --retry-after value)")
+    p.add_argument("--echo-call-id", action="store_true",
+                   help="echo the request's X-Call-Id header in the response (OpenRouter does not)")
+    p.add_argument("--endpoint-providers", metavar="SLUGS",
+                   help="comma-separated provider slugs the model-endpoints route lists (default: sim and "
+                        "every provider of guardeval's display-name table)")
+    p.add_argument("--unsupported-params", metavar="NAMES", default="",
+                   help="comma-separated parameters the listed endpoints do not support (e.g. seed)")
+    p.add_argument("--context-length", type=int, default=200_000, metavar="N",
+                   help="context length of the listed endpoints, in tokens (default 200000)")
+    p.add_argument("--key-limit", metavar="USD",
+                   help="spending limit of the key shown by GET /key (default: none)")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -160,16 +189,30 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise InputError("--rps-cap must be above 0")
     if burst is not None and (cap is None or burst < 1):
         raise InputError("--rps-burst needs --rps-cap and must be at least 1")
+    in_flight = None
+    if args.max_in_flight is not None:
+        if not args.max_in_flight.strip().isdigit() or int(args.max_in_flight) < 1:
+            raise InputError(f"--max-in-flight: '{args.max_in_flight}' must be a whole number ≥ 1")
+        in_flight = int(args.max_in_flight)
     expected = None
     if args.expect_key_env:
         expected = os.environ.get(args.expect_key_env)
         if not expected:
             raise InputError(f"--expect-key-env: environment variable {args.expect_key_env} is not set",
                              field="--expect-key-env")
+    if args.context_length < 1:
+        raise InputError("--context-length must be at least 1")
+    unsupported = {x.strip() for x in args.unsupported_params.split(",") if x.strip()}
+    listed = tuple(x.strip() for x in args.endpoint_providers.split(",") if x.strip()) \
+        if args.endpoint_providers is not None else None
     return ServerConfig(
+        echo_call_id=args.echo_call_id, endpoint_providers=listed,
+        supported_parameters=tuple(x for x in SUPPORTED_PARAMETERS if x not in unsupported),
+        context_length=args.context_length,
+        key_limit=_number(args.key_limit, "--key-limit") if args.key_limit is not None else None,
         host=args.host, port=args.port, latency=parse_latency(args.latency_ms),
         faults=parse_faults(args.faults), seed=args.seed, retry_after=args.retry_after.strip(),
         stall_s=_number(args.stall_s, "--stall-s"), require_key=args.require_key, expected_key=expected,
         price_in=_number(args.price_in, "--price-in"), price_out=_number(args.price_out, "--price-out"),
-        rps_cap=cap, rps_burst=burst,
+        rps_cap=cap, rps_burst=burst, max_in_flight=in_flight,
     )

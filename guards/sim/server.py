@@ -5,17 +5,23 @@ seeded fault injection.
 Usage:  guardeval sim-server [--host 127.0.0.1] [--port 0] [--latency-ms SPEC] [--faults SPEC]
                              [--seed N] [--retry-after S] [--stall-s S] [--require-key]
                              [--expect-key-env VAR] [--price-in USD] [--price-out USD]
-                             [--rps-cap R [--rps-burst B]]
+                             [--rps-cap R [--rps-burst B]] [--max-in-flight N] [--echo-call-id]
+                             [--endpoint-providers SLUGS] [--unsupported-params NAMES]
+                             [--context-length N] [--key-limit USD]
         python -m guards.sim ...        (same options)
 
 The first stdout line is exactly `listening on http://HOST:PORT` (flushed); that URL is a
-`base_url` as is: POST `{base_url}/chat/completions` (also `/v1/...` and `/api/v1/...`).
+`base_url` as is: POST `{base_url}/chat/completions`, GET `{base_url}/models/AUTHOR/SLUG/endpoints`,
+`{base_url}/key` and `{base_url}/generation?id=` (each also under `/v1` and `/api/v1`).
 Nothing else is printed per request. SIGTERM / SIGINT stop it cleanly (exit 0).
 
+Requests are checked against OpenRouter's documented request schema
+(guards/openrouter/chat_request.schema.json); a body that does not match gets a 400.
+
 Latency SPEC (milliseconds, added to every response): `N` fixed, `LO:HI` uniform, `exp:MEAN`
-exponential. Faults SPEC: comma-separated `KIND=PROB`; KIND is an HTTP status 400-599 or one of
-`malformed, error200, length, stall, drift`; probabilities in [0, 1] summing to ≤ 1. Per request
-at most one fault, drawn from (seed, body hash, call id, attempt number of that call id), so a
+exponential. Faults SPEC: comma-separated `KIND=PROB`; KIND is an HTTP status 400-599 or a named
+kind (guards.sim.config.NAMED_FAULTS); probabilities in [0, 1] summing to ≤ 1. Per request at
+most one fault, drawn from (seed, body hash, call id, attempt number of that call id), so a
 retry of a failed call can succeed while the guard's answer stays the same.
 See docs/sim-server.md for the wire behaviour of each fault.
 """
@@ -36,19 +42,32 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from guards.openrouter import providers
+from guards.openrouter.request_schema import problem as request_problem
 from guards.sim import guard as sim_guard
-from guards.sim.config import ASSESS_MEMORY, ATTEMPT_MEMORY, CHAT_PATHS, DRIFT_PROVIDER, ServerConfig
+from guards.sim.config import (
+    ASSESS_MEMORY,
+    ATTEMPT_MEMORY,
+    CHAT_PATHS,
+    DRIFT_PROVIDER,
+    GENERATION_MEMORY,
+    ServerConfig,
+)
 from harness.canon import canonical_bytes, sha256_hex
 
+API_PREFIXES = ("", "/v1", "/api/v1")
 
-def _error_body(code: int, message: str, provider: str | None = None) -> bytes:
+
+def _error_body(code: int, message: str, provider: str | None = None, **metadata: Any) -> bytes:
     err: dict[str, Any] = {"code": code, "message": message}
     if provider is not None:
-        err["metadata"] = {"provider_name": provider, "raw": "simulated fault"}
+        metadata = {"provider_name": provider, "raw": "simulated fault", **metadata}
+    if metadata:
+        err["metadata"] = metadata
     return orjson.dumps({"error": err})
 
 
-def _pinned_provider(body: dict[str, Any]) -> str:
+def _pinned_slug(body: dict[str, Any]) -> str:
     prov = body.get("provider")
     if isinstance(prov, dict):
         for key in ("only", "order"):
@@ -58,20 +77,16 @@ def _pinned_provider(body: dict[str, Any]) -> str:
     return "sim"
 
 
-def _validate(body: Any) -> str | None:
-    """Why a request body is not a chat-completions request, or None."""
-    if not isinstance(body, dict):
-        return "request body must be a JSON object"
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        return "'messages' must be a non-empty array"
-    for m in msgs:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            return "each message needs a string 'role'"
-    mt = body.get("max_tokens")
-    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
-        return "'max_tokens' must be a positive integer"
-    return None
+def shown_name(slug: str) -> str:
+    """The display name the simulator answers under for `slug`: guardeval's table, else the
+    base slug capitalised (OpenRouter answers with display names, not slugs)."""
+    name = providers.display_name(slug)
+    return name[:1].upper() + name[1:] if name == providers.base_slug(slug) else name
+
+
+def _listed_slugs(config: ServerConfig) -> tuple[str, ...]:
+    return config.endpoint_providers if config.endpoint_providers is not None else \
+        ("sim", *providers.DISPLAY_NAMES)
 
 
 class TokenBucket:
@@ -105,9 +120,14 @@ class SimProvider:
         self.rng = random.Random(config.seed)
         self.attempts: OrderedDict[str, int] = OrderedDict()
         self.assessed: OrderedDict[str, tuple[sim_guard.Features, float, int]] = OrderedDict()
+        self.generations: OrderedDict[str, dict[str, Any]] = OrderedDict()   # for GET /generation
+        self.validated: OrderedDict[str, None] = OrderedDict()    # body hashes that matched the schema
+        self.spent = 0.0           # sum of the costs of the generations served (GET /key usage)
         self.served = 0
         self.ok = 0                # 200 chat completions sent (not malformed, not error200)
-        self.rate_limited = 0      # 429s sent by the --rps-cap bucket
+        self.rate_limited = 0      # 429s sent by the --rps-cap bucket or the --max-in-flight cap
+        self.in_flight = 0         # requests being handled now (for --max-in-flight)
+        self.faulted: dict[str, int] = {}   # faults injected by --faults, by kind
         self.bucket = (TokenBucket(config.rps_cap, config.rps_burst or max(1.0, config.rps_cap / 10))
                        if config.rps_cap else None)
 
@@ -136,20 +156,39 @@ class SimProvider:
     def _json(self, status: int, body: bytes, headers: dict[str, str]) -> web.Response:
         return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 
+    def _auth_error(self, request: web.Request, headers: dict[str, str]) -> web.Response | None:
+        cfg = self.config
+        if not (cfg.require_key or cfg.expected_key is not None):
+            return None
+        auth = request.headers.get("Authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not key:
+            return self._json(401, _error_body(401, "No auth credentials found"), headers)
+        if cfg.expected_key is not None and not hmac.compare_digest(key.encode(), cfg.expected_key.encode()):
+            # Never echo the key, not even partially.
+            return self._json(401, _error_body(401, "Invalid credentials"), headers)
+        return None
+
+    def _valid(self, body_sha: str, body: Any) -> str | None:
+        """Why the body does not match the documented request schema (checked once per body)."""
+        if body_sha in self.validated:
+            return None
+        problem = request_problem(body)
+        if problem is None:
+            self.validated[body_sha] = None
+            if len(self.validated) > ASSESS_MEMORY:
+                self.validated.popitem(last=False)
+        return problem
+
     async def handle_chat(self, request: web.Request) -> web.StreamResponse:
         cfg = self.config
         self.served += 1
         call_id = request.headers.get("X-Call-Id", "")
-        headers = {"X-Call-Id": call_id} if call_id else {}
+        headers = {"X-Call-Id": call_id} if call_id and cfg.echo_call_id else {}
 
-        if cfg.require_key or cfg.expected_key is not None:
-            auth = request.headers.get("Authorization", "")
-            key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-            if not key:
-                return self._json(401, _error_body(401, "No auth credentials found"), headers)
-            if cfg.expected_key is not None and not hmac.compare_digest(key.encode(), cfg.expected_key.encode()):
-                # Never echo the key, not even partially.
-                return self._json(401, _error_body(401, "Invalid credentials"), headers)
+        refused = self._auth_error(request, headers)
+        if refused is not None:
+            return refused
 
         if self.bucket is not None:
             wait = self.bucket.take()
@@ -161,20 +200,40 @@ class SimProvider:
                 return self._json(429, _error_body(429, "Rate limit exceeded: requests per second cap "
                                                         "(simulated)"), headers)
 
+        cap = cfg.max_in_flight
+        if cap is not None and self.in_flight >= cap:
+            # Refused at once: more requests than the server handles at a time.
+            self.rate_limited += 1
+            headers["Retry-After"] = cfg.retry_after
+            return self._json(429, _error_body(429, "Too many requests in flight (simulated)"), headers)
+        self.in_flight += 1
+        try:
+            return await self._answer(request, headers, call_id)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, headers: dict[str, str], call_id: str) -> web.StreamResponse:
+        """A request admitted by the caps: parse, inject a fault or guard it, after the latency."""
+        cfg = self.config
         raw = await request.read()
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return self._json(400, _error_body(400, "request body is not valid JSON"), headers)
-        problem = _validate(body)
-        if problem:
-            return self._json(400, _error_body(400, problem), headers)
-
+        if not isinstance(body, dict):
+            return self._json(400, _error_body(400, "request body must be a JSON object"), headers)
         body_sha = sha256_hex(canonical_bytes(body))
+        problem = self._valid(body_sha, body)
+        if problem:
+            return self._json(400, _error_body(400, f"invalid request: {problem}"), headers)
+
         attempt = self._next_attempt(call_id or body_sha)
         fault = cfg.faults.pick(sim_guard.unit_draw("fault", cfg.seed, body_sha, call_id, attempt)) \
             if cfg.faults.kinds else None
-        provider = _pinned_provider(body)
+        slug = _pinned_slug(body)
+        provider = shown_name(slug)
+        if fault is not None:
+            self.faulted[fault] = self.faulted.get(fault, 0) + 1
 
         delay = cfg.latency.sample_s(self.rng)
         if fault == "stall":
@@ -182,18 +241,11 @@ class SimProvider:
         if delay > 0:
             await asyncio.sleep(delay)
 
-        if fault is not None and fault.isdigit():
-            code = int(fault)
-            if code == 429:
-                headers["Retry-After"] = cfg.retry_after
-                msg = "Rate limit exceeded (simulated)"
-            else:
-                msg = f"Simulated upstream error {code}"
-            return self._json(code, _error_body(code, msg, provider), headers)
-        if fault == "error200":
-            return self._json(200, _error_body(502, "Provider returned error (simulated)", provider), headers)
+        failed = self._fault_answer(fault, provider, headers)
+        if failed is not None:
+            return failed
         if fault == "drift":
-            provider = DRIFT_PROVIDER if provider != DRIFT_PROVIDER else DRIFT_PROVIDER + "-b"
+            provider = shown_name(DRIFT_PROVIDER if providers.base_slug(slug) != DRIFT_PROVIDER else DRIFT_PROVIDER + "-b")
 
         feats, p, prompt_chars = self._assess(body_sha, body["messages"])
         answer = sim_guard.verdict(feats, p, sim_guard.unit_draw("decide", cfg.seed, body_sha, call_id))
@@ -205,27 +257,134 @@ class SimProvider:
         if fault == "length":
             content, finish = content[: len(content) // 2], "length"
             completion_tokens = max(1, (len(content) + 3) // 4)
+        elif fault == "empty_content":
+            content, completion_tokens = "", 0
         elif max_tokens is not None and completion_tokens > max_tokens:
             # A real model stops at max_tokens: same wire shape as the `length` fault.
             content, finish, completion_tokens = content[: max_tokens * 4], "length", max_tokens
-        cost = (prompt_tokens * cfg.price_in + completion_tokens * cfg.price_out) / 1e6
-        reply = {
-            "id": "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24],
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "sim-guard"),
-            "provider": provider,
-            "choices": [{"index": 0, "finish_reason": finish, "native_finish_reason": finish,
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens, "cost": round(cost, 10)},
-        }
+        cost = round((prompt_tokens * cfg.price_in + completion_tokens * cfg.price_out) / 1e6, 10)
+        gen_id = "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24]
+        usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                 "total_tokens": prompt_tokens + completion_tokens, "cost": cost,
+                                 "is_byok": False, "cost_details": {"upstream_inference_cost": None}}
+        if fault == "byok_cost":
+            # The caller's own provider key: OpenRouter charges a fee, the upstream the rest.
+            fee = round(cost * 0.05, 10)
+            usage.update(cost=fee, is_byok=True, cost_details={"upstream_inference_cost": cost})
+            cost = round(fee + cost, 10)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "native_finish_reason": finish,
+                                  "message": {"role": "assistant", "content": content}}
+        if fault == "choice_error":
+            # Documented: an error during generation comes back as HTTP 200, the choice carrying
+            # `error` and finish_reason `error`, with whatever content was produced (here all of
+            # it, so a client that ignores the error would score an answer that does not count).
+            choice.update(finish_reason="error", native_finish_reason="error",
+                          error={"code": 502, "message": "Provider returned error (simulated)",
+                                 "metadata": {"provider_name": provider, "raw": "simulated fault"}})
+        reply: dict[str, Any] = {"id": gen_id, "object": "chat.completion", "created": int(time.time()),
+                                 "model": body.get("model", "sim-guard"), "provider": provider,
+                                 "choices": [choice], "usage": usage}
+        if fault == "no_provider_field":
+            del reply["provider"]
         data = orjson.dumps(reply)
+        headers["X-Generation-Id"] = gen_id
+        self._remember(gen_id, provider, body, usage, cost, finish)
         if fault == "malformed":
             data = data[: len(data) // 2]   # HTTP 200, JSON cut in the middle
-        else:
+        elif fault != "choice_error":
             self.ok += 1
         return self._json(200, data, headers)
+
+    def _fault_answer(self, fault: str | None, provider: str, headers: dict[str, str]) -> web.Response | None:
+        """The answer of a fault that answers instead of the guard, or None."""
+        cfg = self.config
+        if fault is None:
+            return None
+        if fault.isdigit():
+            code = int(fault)
+            if code == 429:
+                headers["Retry-After"] = cfg.retry_after
+                msg = "Rate limit exceeded (simulated)"
+            else:
+                msg = f"Simulated upstream error {code}"
+            return self._json(code, _error_body(code, msg, provider), headers)
+        if fault == "error200":
+            return self._json(200, _error_body(502, "Provider returned error (simulated)", provider), headers)
+        if fault == "moderation403":
+            return self._json(403, _error_body(
+                403, "Your chosen model requires moderation and your input was flagged (simulated)",
+                reasons=["violence", "illicit"], flagged_input="…a simulated excerpt of the flagged input…",
+                provider_name=provider, model_slug="sim/guard"), headers)
+        if fault == "refusal400":
+            return self._json(400, _error_body(400, "The provider declined to answer this request (simulated)",
+                                               provider, error_type="refusal"), headers)
+        if fault == "credits402":
+            return self._json(402, _error_body(402, "Insufficient credits: add more and retry (simulated)"), headers)
+        if fault == "credits402_retry":
+            headers["Retry-After"] = cfg.retry_after
+            return self._json(402, _error_body(402, "In-flight spending budget reached (simulated)",
+                                               limit_source="openrouter_in_flight_budget"), headers)
+        return None
+
+    def _remember(self, gen_id: str, provider: str, body: dict[str, Any], usage: dict[str, Any], cost: float,
+                  finish: str) -> None:
+        """Keep what GET /generation reports: the provider that served, and the total cost."""
+        self.spent += cost
+        details = usage.get("cost_details") or {}
+        self.generations[gen_id] = {
+            "id": gen_id, "model": body.get("model", "sim-guard"), "provider_name": provider,
+            "total_cost": cost, "is_byok": usage.get("is_byok", False),
+            "upstream_inference_cost": details.get("upstream_inference_cost"),
+            "tokens_prompt": usage["prompt_tokens"], "tokens_completion": usage["completion_tokens"],
+            "finish_reason": finish, "native_finish_reason": finish, "streamed": False, "cancelled": False,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        }
+        if len(self.generations) > GENERATION_MEMORY:
+            self.generations.popitem(last=False)
+
+    async def handle_generation(self, request: web.Request) -> web.Response:
+        """GET /generation?id=: the generation's provider and cost, as OpenRouter's stats endpoint."""
+        refused = self._auth_error(request, {})
+        if refused is not None:
+            return refused
+        gen = self.generations.get(request.query.get("id", ""))
+        if gen is None:
+            return self._json(404, _error_body(404, "Generation not found"), {})
+        return self._json(200, orjson.dumps({"data": gen}), {})
+
+    async def handle_endpoints(self, request: web.Request) -> web.Response:
+        """GET /models/{author}/{slug}/endpoints: the endpoints serving a model, one per listed provider."""
+        cfg = self.config
+        refused = self._auth_error(request, {})
+        if refused is not None:
+            return refused
+        model = f"{request.match_info['author']}/{request.match_info['slug']}"
+        pricing = {"prompt": f"{cfg.price_in / 1e6:.12g}", "completion": f"{cfg.price_out / 1e6:.12g}",
+                   "request": "0", "image": "0"}
+        endpoints = [{
+            "name": f"{shown_name(slug)} | {model}", "model_name": model, "context_length": cfg.context_length,
+            "pricing": pricing, "provider_name": shown_name(slug), "tag": slug, "quantization": None,
+            "max_completion_tokens": cfg.max_completion_tokens, "max_prompt_tokens": None,
+            "supported_parameters": list(cfg.supported_parameters), "status": 0, "uptime_last_30m": 100.0,
+        } for slug in _listed_slugs(cfg)]
+        data = {"id": model, "name": f"Simulated {model}", "created": 0, "description": "guardeval's simulated guard",
+                "architecture": {"modality": "text->text", "input_modalities": ["text"], "output_modalities": ["text"],
+                                 "tokenizer": "Other", "instruct_type": None},
+                "endpoints": endpoints}
+        return self._json(200, orjson.dumps({"data": data}), {})
+
+    async def handle_key(self, request: web.Request) -> web.Response:
+        """GET /key: the key's limit and usage (usage: what this server has charged so far)."""
+        cfg = self.config
+        refused = self._auth_error(request, {})
+        if refused is not None:
+            return refused
+        usage = round(self.spent, 10)
+        limit = cfg.key_limit
+        data = {"label": "sk-or-v1-sim…", "limit": limit, "usage": usage,
+                "limit_remaining": None if limit is None else round(max(0.0, limit - usage), 10),
+                "limit_reset": None, "is_free_tier": False, "is_provisioning_key": False}
+        return self._json(200, orjson.dumps({"data": data}), {})
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return self._json(200, b'{"status":"ok"}', {})
@@ -233,7 +392,7 @@ class SimProvider:
     async def handle_stats(self, request: web.Request) -> web.Response:
         """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
         stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
-                                 "call_ids": len(self.attempts)}
+                                 "faults": self.faulted, "call_ids": len(self.attempts)}
         cid = request.query.get("call_id")
         if cid is not None:
             stats["call_id"] = cid
@@ -250,6 +409,10 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     for path in CHAT_PATHS:
         app.router.add_post(path, sim.handle_chat)
+    for prefix in API_PREFIXES:
+        app.router.add_get(prefix + "/models/{author}/{slug}/endpoints", sim.handle_endpoints)
+        app.router.add_get(prefix + "/key", sim.handle_key)
+        app.router.add_get(prefix + "/generation", sim.handle_generation)
     app.router.add_get("/health", sim.handle_health)
     app.router.add_get("/stats", sim.handle_stats)
     app.router.add_route("*", "/{tail:.*}", sim.handle_unknown)

@@ -13,12 +13,15 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from harness import __version__
-from harness.errors import GuardevalError
+from harness.errors import GuardevalError, os_error_text
+from harness.terminal import safe
 
 # Order is the order of `guardeval --help`.
 COMMAND_MODULES = (
     "harness.cli.run",
+    "harness.cli.preflight",
     "harness.cli.estimate",
+    "harness.cli.view",
     "harness.cli.audit",
     "harness.cli.cohort",
     "harness.cli.prompts",
@@ -30,7 +33,7 @@ COMMAND_MODULES = (
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
         self.print_usage(sys.stderr)
-        print(f"guardeval: error: {message}", file=sys.stderr)
+        print(f"guardeval: error: {safe(message)}", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -50,12 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except GuardevalError as exc:
-        print(f"guardeval: {exc}", file=sys.stderr)
+        # Messages quote files, configs and providers: control characters are shown, not obeyed.
+        print(f"guardeval: {safe(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("guardeval: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        return 1
+    except OSError as exc:
+        # A file a command had to read or write (a report on a full disk, a folder it may not
+        # write): which one and why, exit 1, no traceback.
+        print(f"guardeval: {safe(os_error_text(exc))}", file=sys.stderr)
         return 1
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.cohorts.model import RowLimits
 
 
 def positive_int(text: str) -> int:
@@ -37,3 +41,35 @@ def positive_float(text: str) -> float:
     if v <= 0:
         raise argparse.ArgumentTypeError("must be > 0")
     return v
+
+
+def base_url(text: str) -> str:
+    """`--base-url`: checked as the config's `base_url` is (never echoed: it may carry a password)."""
+    from guards.config import base_url_problem
+
+    problem = base_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def row_limit_options(p: argparse.ArgumentParser) -> None:
+    """`--max-row-bytes`, `--max-row-depth`: for the commands that load a cohort."""
+    from harness.cohorts.model import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING
+
+    def depth(text: str) -> int:
+        v = positive_int(text)
+        if v > MAX_DEPTH_CEILING:
+            raise argparse.ArgumentTypeError(f"must be <= {MAX_DEPTH_CEILING} (canonical JSON cannot hash deeper rows)")
+        return v
+
+    p.add_argument("--max-row-bytes", type=positive_int, default=DEFAULT_ROW_LIMITS.max_bytes, metavar="N",
+                   help=f"refuse a cohort row longer than N bytes (default {DEFAULT_ROW_LIMITS.max_bytes})")
+    p.add_argument("--max-row-depth", type=depth, default=DEFAULT_ROW_LIMITS.max_depth, metavar="N",
+                   help=f"refuse a cohort row nested deeper than N levels (default {DEFAULT_ROW_LIMITS.max_depth})")
+
+
+def row_limits(args: argparse.Namespace) -> RowLimits:
+    from harness.cohorts.model import RowLimits
+
+    return RowLimits(max_bytes=args.max_row_bytes, max_depth=args.max_row_depth)

@@ -1,4 +1,5 @@
-"""CLI: `guardeval audit ...` — label-predictability and evaluation-unit audits (no guard calls)."""
+"""CLI: `guardeval audit ...` — label-predictability and evaluation-unit audits (no guard calls), and the
+provider audit of a run from OpenRouter's generation stats."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("audit", help="label-predictability and evaluation-unit audits (no guard calls)")
+    p = sub.add_parser("audit", help="label-predictability, evaluation-unit and provider audits")
     asub = p.add_subparsers(dest="audit_command", metavar="AUDIT", parser_class=type(p))
     asub.required = True
     a = asub.add_parser("lookup", help="tool-name majority-label lookup: LODO and grouped k-fold F1")
@@ -37,6 +38,13 @@ def register(sub: Any) -> None:
     a.add_argument("--pins", help="pin file (default ../shared/reference/toolsafe-lfs-pins.txt)")
     a.add_argument("--tsbench", help="TS-Bench folder: check AgentHarm labels follow harmful_steps then benign_steps")
     a.set_defaults(func=cmd_import_toolsafe)
+    a = asub.add_parser("providers", help="confirm which provider served each answer of an OpenRouter run, "
+                                          "from its generation stats (needs the run's key)")
+    a.add_argument("run", help="run folder")
+    a.add_argument("--base-url", help="override the run's base URL (e.g. a simulated provider)")
+    a.add_argument("--concurrency", type=positive_int, default=8, help="stats requests in flight (default 8)")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_audit_providers)
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
@@ -83,3 +91,42 @@ def cmd_import_toolsafe(args: argparse.Namespace) -> int:
     summary = import_toolsafe(args.logs, args.out, args.pins, args.tsbench)
     print(json.dumps(summary, indent=2), file=sys.stderr)
     return 0
+
+
+def cmd_audit_providers(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from guards.openrouter.http import shown
+    from harness.run.provider_audit import audit_providers
+
+    run = Path(args.run)
+    if not (run / "manifest.json").is_file():
+        from harness.errors import InputError
+
+        raise InputError("not a run folder (no manifest.json)", path=run)
+    res = audit_providers(run, base_url=args.base_url, concurrency=args.concurrency)
+    lines = [f"run {res['run_id']}: {res['answers']} answered calls; allowed providers: "
+             f"{', '.join(res['allowed_providers']) or '(none pinned)'}",
+             f"confirmed from generation stats: {res['confirmed']}",
+             "served by: " + ", ".join(f"{shown(k)} {v}" for k, v in res["served_by"].items())]
+    for what, key, fmt in (
+            ("answered by a provider that is not allowed (drift)", "drift", lambda c: shown(c["provider_name"])),
+            ("not confirmed", "unconfirmed", lambda c: shown(c["why"])),
+            ("completion's `provider` field disagrees with the stats", "reported_differs",
+             lambda c: f"{shown(c['reported'])} vs {shown(c['provider_name'])}")):
+        if res[key]:
+            lines.append(f"{what}: {res[key]}")
+            lines += [f"  {c['call_id']}: {fmt(c)}" for c in res[f"{key}_calls"]]
+    lines.append(f"spend logged ${res['spend_logged_usd']:.6f}; OpenRouter total_cost ${res['total_cost_usd']:.6f}"
+                 + (f" ({res['cost_differs']} calls differ)" if res["cost_differs"] else ""))
+    if res["generation_replays"]:
+        lines.append(f"calls answered under a generation id another call also got: {res['generation_replays']}")
+    lines.append(f"audit providers: {'OK' if res['ok'] else 'FAILED'}")
+    if args.json:
+        from harness.estimators.report import dumps_json
+        from harness.terminal import safe_json
+
+        print(safe_json(dumps_json(res)))     # provider names are the provider's text
+    else:
+        print("\n".join(lines))
+    return 0 if res["ok"] else 1

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 from harness.canon import dumps_line
+from harness.cli.args import row_limit_options, row_limits
 from harness.errors import CheckFailed
+from harness.terminal import safe
 
 
 def _done(what: str, out: object, start: float, extra: dict | None = None) -> int:
@@ -58,23 +60,24 @@ def _inspect(args: argparse.Namespace) -> int:
     from harness.cohorts.model import load_cohort
     from harness.cohorts.report import inspect
 
-    report = inspect(load_cohort(args.dir))
+    report = inspect(load_cohort(args.dir, limits=row_limits(args)))
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2))   # ASCII only: every control character is escaped
     else:
-        print(f"cohort {report['name']}  sha256 {report['sha256']}")
+        # Names, domains and base ids are the cohort's text: shown, never obeyed by the terminal.
+        print(safe(f"cohort {report['name']}  sha256 {report['sha256']}"))
         print(f"rows {report['n_rows']}  bases {report['n_bases']}  interactions {report['n_interactions']}")
         print(f"steps per interaction: {report['steps_per_interaction']}")
-        print(f"by domain: {report['by_domain']}")
+        print(safe(f"by domain: {report['by_domain']}"))
         print(f"by label: {report['by_label']}")
         for c, v in report["by_condition"].items():
             share = report["threat_word_share"][c]
-            print(f"  {c:<22} {v['role']:<13} rows {v['rows']:>6}  threat_word_share "
-                  f"{'n/a' if share is None else f'{share:.3f}'}")
+            print(safe(f"  {c:<22} {v['role']:<13} rows {v['rows']:>6}  threat_word_share "
+                       f"{'n/a' if share is None else f'{share:.3f}'}"))
         inv = report["invariance"]
         print("invariance: ok" if inv["ok"] else f"invariance: {inv['n_problems']} problem(s)")
         for p in inv["problems"]:
-            print(f"  {p}", file=sys.stderr)
+            print(f"  {safe(p)}", file=sys.stderr)
     if not report["invariance"]["ok"]:
         raise CheckFailed(f"{report['invariance']['n_problems']} invariance problem(s) in {args.dir}")
     return 0
@@ -84,7 +87,7 @@ def _rows(args: argparse.Namespace) -> int:
     """One line per base (baseline condition): base_id, interaction_id, domain, tool, label."""
     from harness.cohorts.model import load_cohort
 
-    cohort = load_cohort(args.dir)
+    cohort = load_cohort(args.dir, limits=row_limits(args))
     base = cohort.baseline()
     data = b"".join(dumps_line({k: r[k] for k in ("base_id", "interaction_id", "domain", "tool", "label")})
                     for r in cohort.instances if r["condition"] == base)
@@ -137,9 +140,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")
     ins.add_argument("dir")
     ins.add_argument("--json", action="store_true", help="stdout carries only the JSON")
+    row_limit_options(ins)
     ins.set_defaults(func=_inspect)
 
     rows = sub.add_parser("rows", help="export base rows (base_id, interaction_id, domain, tool, label)")
     rows.add_argument("dir")
     rows.add_argument("--out", required=True)
+    row_limit_options(rows)
     rows.set_defaults(func=_rows)

@@ -2,7 +2,7 @@
 
 Starts the simulated provider on 127.0.0.1 (a light fault mix: some 429s and 5xx, nothing
 that quarantines), launches 64 bases x 5 conditions x 3 repetitions = 960 calls, then runs
-the estimator on the finished run.
+the estimator on the finished run; the last line says where report.html is.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from harness.run.runner import execute, finish_message, materialise, plan_launch, raise_if_stopped, resolve_run_dir
+from harness.terminal import safe
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_COHORT = REPO / "cohorts" / "demo"
@@ -35,4 +36,9 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
     from harness.cli import main
 
     # The same command a user would run next: prints the effects table (or the JSON).
-    return main(["estimate", str(target), *(["--json"] if as_json else [])])
+    code = main(["estimate", str(target), *(["--json"] if as_json else [])])
+    report = target / "report.html"
+    if report.is_file():
+        print(safe(f"demo: report: {report.resolve()} (one self-contained file: open it in a browser)"),
+              file=sys.stderr)
+    return code

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import positive_int
+from harness.cli.args import positive_int, row_limit_options, row_limits
 from harness.errors import InputError
+from harness.terminal import safe, safe_json
 
 RULES = ("drop", "fail-closed", "fail-open")
+MISSING_MODES = ("exclude", "as-failure")
 
 
 def _name_list(text: str) -> list[str]:
@@ -26,9 +29,20 @@ def _stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="replicates (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded; default 0)")
     p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
+    p.add_argument("--missing", choices=MISSING_MODES, default="exclude",
+                   help="a scheduled call without a decision: counts nowhere (exclude, the default) or as a failed "
+                        "call under each failure rule (as-failure); an incomplete run still needs --allow-partial")
     p.add_argument("--allow-partial", action="store_true", help="estimate an incomplete run anyway")
     p.add_argument("--allow-unpublishable", action="store_true", help="exit 0 even when quarantine exceeds 2%%")
     p.add_argument("--json", action="store_true", help="stdout carries only the JSON object")
+
+
+def _verify_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-verify", action="store_true",
+                   help="estimate without first checking the run (`guardeval verify`); the report says so")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="estimate a run whose check had to skip a step (e.g. an old run without its prompt copy)")
+    row_limit_options(p)
 
 
 def register(sub: Any) -> None:
@@ -38,25 +52,37 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="with --table: folder for report.json, report.md, effects.png")
     p.add_argument("--placebo", help="placebo condition (default: the placebo role, else format_placebo)")
     _stats_options(p)
+    _verify_options(p)
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
     p.add_argument("run_a")
     p.add_argument("run_b")
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default RUN_B)")
     _stats_options(p)
+    _verify_options(p)
     p.set_defaults(func=cmd_compare)
 
 
-def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
     from harness.estimators.report import dumps_json
 
-    print(dumps_json(obj) if as_json else text)
+    print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
+
+
+def _say_verified(run: object, verification: dict[str, Any]) -> None:
+    if verification["checked"]:
+        skipped = verification["skipped"]
+        note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
+        print(safe(f"guardeval: {run} verified before estimating{note}"), file=sys.stderr)
+    else:
+        print(safe(f"guardeval: warning: {run} estimated without verification (--no-verify)"), file=sys.stderr)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
-    from harness.estimators.report import dumps_json, human_text, write_reports
+    from harness.estimators.report import human_text, write_reports
     from harness.estimators.runs import estimate_run
     from harness.estimators.table import load_table
 
@@ -65,7 +91,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.out and args.table is None:
         raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
-                  failure_rule=args.failures, allow_partial=args.allow_partial,
+                  failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
                   allow_unpublishable=args.allow_unpublishable)
     if args.table is not None:
         path = Path(args.table)
@@ -75,9 +101,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             written = write_reports(report, args.out)
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
-        report = estimate_run(args.run, baseline=args.baseline, write=True, **common)
-        print(f"wrote report.json, report.md, effects.png in {args.run}", file=sys.stderr)
-    print(dumps_json(report) if args.json else human_text(report))
+        from harness.view.html import write_report_html
+
+        report = estimate_run(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
+                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
+        _say_verified(args.run, {"checked": report["source"]["verified"],
+                                 "skipped": report["source"]["verify_skipped"]})
+        html = write_report_html(args.run, report, just_estimated=True)
+        print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
+    for note in report["notes"]:
+        print(safe(f"guardeval: note: {note}"), file=sys.stderr)
+    _emit(report, args.json, human_text(report))
     if not report["complete"]:
         print("guardeval: warning: incomplete run, estimated with --allow-partial", file=sys.stderr)
     code = exit_status(report)
@@ -90,21 +124,28 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
-    from harness.estimators.compare import compare
+    from harness.estimators.compare import compare, ranking_lines
     from harness.estimators.report import interval, num, pval, text_table
-    from harness.estimators.runs import load_run, run_dir
+    from harness.estimators.runs import load_run, run_dir, verified
 
     run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)
     if file_sha256(run_a / "schedule.jsonl") != file_sha256(run_b / "schedule.jsonl"):
         raise InputError(f"schedule.jsonl of {run_a} and {run_b} differ: not two runs of one schedule")
-    _, ta, rows_a = load_run(run_a)
-    _, tb, rows_b = load_run(run_b)
+    checks = [verified(r, verify=not args.no_verify, allow_skipped=args.allow_skipped, row_limits=row_limits(args))
+              for r in (run_a, run_b)]
+    for r, c in zip((run_a, run_b), checks):
+        _say_verified(r, c)
+    _, ta, rows_a = load_run(run_a, row_limits(args))
+    _, tb, rows_b = load_run(run_b, row_limits(args))
     result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
-                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, roles=ta.roles,
+                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
+                     roles=ta.roles,
                      complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
                      allow_unpublishable=args.allow_unpublishable)
-    result["run_a"] = {"run": str(run_a), "run_id": ta.manifest.get("run_id")}
-    result["run_b"] = {"run": str(run_b), "run_id": tb.manifest.get("run_id")}
+    for key, run, table, check in (("run_a", run_a, ta, checks[0]), ("run_b", run_b, tb, checks[1])):
+        guard = table.manifest.get("guard") or {}
+        result[key] = {"run": str(run), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
+                       "guard": {"name": guard.get("name"), "model": guard.get("model")}}
     head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
     rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
              num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
@@ -113,11 +154,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"A = {run_a}, B = {run_b}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
         f"{result['bootstrap']['n']} paired replicates, seed {result['bootstrap']['seed']}", "",
         text_table(head, rows), "",
-        f"ranking A: {' > '.join(result['ranking_a'])}",
-        f"ranking B: {' > '.join(result['ranking_b'])}",
-        "ranking changed: " + ("yes, " + "; ".join(f"{x} vs {y}" for x, y in result["reversed_pairs"])
-                               if result["ranking_changed"] else "no")])
+        *ranking_lines(result)])
     _emit(result, args.json, text)
+    from harness.view.compare import write_compare
+
+    out_dir = Path(args.out) if args.out else run_b
+    if not out_dir.is_dir():
+        raise InputError("no such folder", path=out_dir, field="out")
+    written = write_compare(result, out_dir)
+    print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:
         print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.args import positive_int
+from harness.terminal import safe, safe_json
 
 
 def _cmd_import_gguf(args: argparse.Namespace) -> int:
@@ -25,13 +26,13 @@ def _cmd_import_gguf(args: argparse.Namespace) -> int:
                "tensor_types": result.tensor_types, "parameters": result.parameters, "q_bits": result.q_bits,
                "group_size": result.group_size, "seconds": seconds}
     if args.json:
-        print(json.dumps(summary))
+        print(safe_json(json.dumps(summary)))
     else:
         types = ", ".join(f"{n} {t}" for t, n in sorted(result.tensor_types.items()))
-        print(f"imported {Path(args.file).name!r} (sha256 {result.source_sha256}; tensors: {types}) as "
-              f"{result.q_bits}-bit MLX, group {result.group_size}, {result.parameters:,} parameters, in {seconds} s",
+        print(safe(f"imported {Path(args.file).name!r} (sha256 {result.source_sha256}; tensors: {types}) as "
+                   f"{result.q_bits}-bit MLX, group {result.group_size}, {result.parameters:,} parameters, in {seconds} s"),
               file=sys.stderr)
-        print(result.out)
+        print(safe(result.out))
     return 0
 
 

@@ -9,8 +9,10 @@ from typing import Any
 
 import orjson
 
-from harness.cli.args import nonneg_float, positive_float, positive_int
+from harness.cli import preflight
+from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
+from harness.terminal import safe, safe_json
 
 # harness.run.runner (and with it the HTTP client and jsonschema) is imported by the commands that
 # run calls, not when the parser is built: `status` and `verify` start in a fraction of a second.
@@ -25,12 +27,16 @@ def register(sub: Any) -> None:
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds")
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     _dispatch_options(p)
-    p.add_argument("--dry-run", action="store_true", help="print the plan and a cost projection; send nothing")
+    preflight.add_option(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan, a cost projection and the preflight; send no call, write nothing")
+    row_limit_options(p)
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
     p.add_argument("run")
     _dispatch_options(p)
+    row_limit_options(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("replicate", help="run a finished run's schedule on another guard")
@@ -38,6 +44,8 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", required=True)
     p.add_argument("--run-dir", help="the run folder itself (default runs/<run-id>/)")
     _dispatch_options(p, max_calls=False)
+    preflight.add_option(p)
+    row_limit_options(p)
     p.set_defaults(func=cmd_replicate)
 
     p = sub.add_parser("status", help="what a run has done so far")
@@ -48,6 +56,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("verify", help="recompute every hash and the raw-log chain")
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="OK even when a check could not be done (it is still listed)")
+    row_limit_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("demo", help="run the demo cohort against a local simulated provider (no network)")
@@ -59,7 +70,7 @@ def register(sub: Any) -> None:
 
 def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> None:
     """The options every command that sends calls shares (launch, resume, replicate)."""
-    p.add_argument("--base-url", help="override the guard's base URL")
+    p.add_argument("--base-url", type=base_url, help="override the guard's base URL (http or https)")
     p.add_argument("--concurrency", type=positive_int, help="calls in flight at most")
     p.add_argument("--fixed-concurrency", action="store_true",
                    help="keep --concurrency fixed: no cut on 429 episodes, Retry-After honoured per call only")
@@ -80,29 +91,46 @@ def _existing_run(path: str) -> Path:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_launch, resolve_run_dir
+    from harness.run.store import check_new_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
-                       order=args.order, base_url=args.base_url)
+                       order=args.order, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
+    _warn_if_plain_http(plan.config.effective_base_url)
     if args.dry_run:
         plan.digest()   # hashes the schedule as it would be written; writes nothing
         proj = plan.projection()
         print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
               f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
-        print(f"guard: {plan.config.name} ({plan.config.backend}, model {plan.config.model}), "
-              f"prompt {plan.prompt.id}")
+        print(safe(f"guard: {plan.config.name} ({plan.config.backend}, model {plan.config.model}), "
+                   f"prompt {plan.prompt.id}"))
         print(f"schedule sha256: {plan.manifest['schedule_sha256']}")
-        print(f"would write: {run_dir}")
+        print(f"would write: {safe(run_dir)}")
         cost = proj["cost_usd_upper_est"]
         print(f"projection: ~{proj['prompt_tokens_est']} prompt tokens, <= {proj['max_output_tokens']} output tokens, "
               + (f"cost <= ${cost:.4f}" if cost is not None else "cost unknown (set price_in_per_mtok/price_out_per_mtok)"))
         if args.max_cost is not None and cost is not None and cost > args.max_cost:
             print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
-        print("dry run: nothing sent, nothing written")
-        return 0
+        ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stdout)
+        print("dry run: no call sent, nothing written" + ("" if ready else "; launch would refuse (exit 2)"))
+        return 0 if ready else 2
+    check_new_run_dir(run_dir)
+    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
-    print(f"run: {run_dir}", file=sys.stderr)
+    print(f"run: {safe(run_dir)}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+
+
+def _warn_if_plain_http(url: str | None) -> None:
+    from urllib.parse import urlsplit
+
+    from guards.config import plain_http_remote
+
+    if plain_http_remote(url):
+        host = urlsplit(url or "").hostname
+        print(f"guardeval: warning: {safe(host)} is reached over plain http: the key (if any) and every prompt "
+              "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
@@ -110,31 +138,45 @@ def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_c
 
     outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                       max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
-                      adaptive=not args.fixed_concurrency)
+                      adaptive=not args.fixed_concurrency, row_limits=row_limits(args))
     for torn in outcome.torn:
-        print(f"guardeval: recovered a torn last line into {torn}", file=sys.stderr)
+        print(f"guardeval: recovered a torn last line into {safe(torn)}", file=sys.stderr)
     if outcome.recovered:
         print(f"guardeval: re-derived {outcome.recovered} decision(s) from the raw log", file=sys.stderr)
     print(f"guardeval: {finish_message(outcome)}", file=sys.stderr)
     raise_if_stopped(outcome)
     if not outcome.complete:
-        print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {run_dir}", file=sys.stderr)
+        print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
+              file=sys.stderr)
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from guards.config import GuardConfig
+    from harness.run.store import read_manifest
+
     run_dir = _existing_run(args.run)
+    try:
+        _warn_if_plain_http(GuardConfig(**read_manifest(run_dir)["guard"]).with_base_url(args.base_url)
+                            .effective_base_url)
+    except (KeyError, TypeError):
+        pass  # a damaged manifest: `execute` says what is wrong
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_replicate, resolve_run_dir
+    from harness.run.store import check_new_run_dir
 
     parent = _existing_run(args.run)
-    plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url)
+    plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
+    _warn_if_plain_http(plan.config.effective_base_url)
+    check_new_run_dir(run_dir)
+    if not preflight.check_plan(plan, args, max_calls=None, out=sys.stderr):
+        raise preflight.refuse(plan)
     materialise(plan, run_dir)
-    print(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})", file=sys.stderr)
+    print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url)
 
 
@@ -143,31 +185,40 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     st = run_status(_existing_run(args.run))
     if args.json:
-        sys.stdout.write(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(safe_json(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
-        print(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} decided, {st['pending']} pending"
-              f" ({'complete' if st['complete'] else 'incomplete'}); attempts {st['attempts']}, "
-              f"spend ${st['spend_usd']:.4f}")
+        print(safe(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} decided, {st['pending']} pending"
+                   f" ({'complete' if st['complete'] else 'incomplete'}); attempts {st['attempts']}, "
+                   f"spend ${st['spend_usd']:.4f}"))
         for k, v in sorted(st["statuses"].items()):
-            print(f"  {k}: {v}")
+            print(safe(f"  {k}: {v}"))
         if st["quarantined"]:
-            print(f"  quarantined: {st['quarantined']} ({st['quarantine_by_reason']})")
+            print(safe(f"  quarantined: {st['quarantined']} ({st['quarantine_by_reason']})"))
+        if st["generation_replays"]:
+            print(f"  answered under a generation id another call also got: {st['generation_replays']} "
+                  "(quarantined as replay_mismatch by estimate)")
         if st["last_stop"]:
-            print(f"  last stop: {st['last_stop']}")
+            print(safe(f"  last stop: {st['last_stop']}"))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from harness.run.verify import verify_run
 
-    report = verify_run(_existing_run(args.run))
+    report = verify_run(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args))
     if args.json:
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(safe_json(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         for p in report["problems"]:
             where = p["file"] + (f":{p['line']}" if p.get("line") else "")
-            print(f"{where}: {p['message']}", file=sys.stderr)
-        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}",
+            print(safe(f"{where}: {p['message']}"), file=sys.stderr)
+        for s in report["skipped"]:
+            print(safe(f"skipped: {s['check']}: {s['reason']}"), file=sys.stderr)
+        note = ""
+        if report["skipped"]:
+            note = (f"; {len(report['skipped'])} check(s) skipped"
+                    + (" (allowed)" if args.allow_skipped else ", pass --allow-skipped to accept that"))
+        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}{note}",
               file=sys.stdout if report["ok"] else sys.stderr)
     return 0 if report["ok"] else 1
 

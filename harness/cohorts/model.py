@@ -31,6 +31,41 @@ from harness.lru import LRU
 
 CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
 ROLES = ("baseline", "placebo", "intervention")
+MAX_COHORT_JSON_BYTES = 16 << 20
+# orjson (canonical JSON, every hash) serialises at most 254 levels of nesting: a deeper row
+# could never be hashed, so no limit may go past this.
+MAX_DEPTH_CEILING = 200
+
+
+@dataclass(frozen=True)
+class RowLimits:
+    """Bounds on one `instances.jsonl` row, checked before it is parsed: its size in bytes
+    (the line is never read past it) and its nesting depth (the row object itself is level 1).
+    A guard prompt near the size limit is already past any model's context; `--max-row-bytes`
+    and `--max-row-depth` raise them for the rare real case."""
+
+    max_bytes: int = 1 << 20
+    max_depth: int = 64
+
+
+DEFAULT_ROW_LIMITS = RowLimits()
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
+def deeper_than(raw: bytes, limit: int) -> bool:
+    """Is the JSON text `raw` nested more than `limit` levels deep? Strings are cut out (a
+    bracket inside one is text), then innermost bracket pairs are removed one level per pass:
+    C-speed passes, at most `limit` of them, and none for a row with few brackets."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    rest = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not rest:
+            return False
+        rest = _INNERMOST.sub(b"", rest)
+    return bool(rest)
 
 
 @functools.cache
@@ -248,7 +283,8 @@ def _row_error(path: Path, lineno: int, row: Any) -> InputError | None:
     return schema_error(path, lineno, row, "instance.schema.json")
 
 
-def load_cohort(path: str | Path, *, pinned_sha256: str | None = None) -> Cohort:
+def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
+                limits: RowLimits = DEFAULT_ROW_LIMITS) -> Cohort:
     """Load and fully validate a cohort folder; raise InputError naming file/line/field.
 
     `pinned_sha256`: the SHA-256 a run's manifest pins for this cohort.json. When it matches,
@@ -265,7 +301,12 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None) -> Cohort
             raise InputError("symbolic links are refused", path=p)
         if not p.is_file():
             raise InputError("file not found", path=p)
-    meta_bytes = meta_path.read_bytes()
+    with open(meta_path, "rb") as fh:
+        meta_bytes = fh.read(MAX_COHORT_JSON_BYTES + 1)
+    if len(meta_bytes) > MAX_COHORT_JSON_BYTES:
+        raise InputError(f"larger than {MAX_COHORT_JSON_BYTES} bytes", path=meta_path)
+    if deeper_than(meta_bytes, DEFAULT_ROW_LIMITS.max_depth):
+        raise InputError(f"nested more than {DEFAULT_ROW_LIMITS.max_depth} levels deep", path=meta_path)
     try:
         meta = orjson.loads(meta_bytes)
     except orjson.JSONDecodeError as exc:
@@ -287,7 +328,7 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None) -> Cohort
         # The pins first (a damaged file is named as such, not by its first odd row), then the
         # rows; the second pass hashes again, so the index is built from the pinned bytes.
         _check_pins(fd, inst_path, meta)
-        index = _index_rows(fd, inst_path, meta, conditions, trusted=trusted)
+        index = _index_rows(fd, inst_path, meta, conditions, trusted=trusted, limits=limits)
     except BaseException:
         os.close(fd)
         raise
@@ -314,7 +355,7 @@ def _fd_size_sha256(fd: int) -> tuple[int, str]:
 
 
 def _index_rows(fd: int, inst_path: Path, meta: Mapping[str, Any], conditions: list[Condition], *,
-                trusted: bool) -> dict[str, Any]:
+                trusted: bool, limits: RowLimits) -> dict[str, Any]:
     """One streaming pass: validate each row (unless trusted) and index it by offset."""
     roles = {c.name: c.role for c in conditions}
     n_cond = len(conditions)
@@ -329,7 +370,15 @@ def _index_rows(fd: int, inst_path: Path, meta: Mapping[str, Any], conditions: l
     offset = 0
     with os.fdopen(os.dup(fd), "rb", buffering=1 << 20) as fh:
         fh.seek(0)
-        for lineno, raw in enumerate(fh, start=1):
+        # A line is never read past the size limit (+1 for its newline): a 200 MB row is refused
+        # having read 1 MiB of it.
+        for lineno, raw in enumerate(iter(functools.partial(fh.readline, limits.max_bytes + 2), b""), start=1):
+            if len(raw) > limits.max_bytes + (raw[-1:] == b"\n"):
+                raise InputError(f"row is longer than {limits.max_bytes} bytes (raise the limit with --max-row-bytes)",
+                                 path=inst_path, line=lineno)
+            if deeper_than(raw, limits.max_depth):
+                raise InputError(f"row is nested more than {limits.max_depth} levels deep (raise the limit with "
+                                 "--max-row-depth)", path=inst_path, line=lineno)
             h.update(raw)
             row = _parse_row(raw, inst_path, lineno, roles, trusted=trusted)
             base = row["base_id"]

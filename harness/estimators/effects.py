@@ -1,6 +1,6 @@
 """Point estimates on a decision table (docs/design.md §10): per-base block rates under a failure
-rule, paired base-equal effects, direction counts, repeated-original disagreement and the
-same-round flip rate. Everything is arrays; no loop over rows in Python after `build_design`.
+rule, paired base-equal effects, direction counts, repeated-original disagreement, the
+leave-one-tool-out range. Everything is arrays; no loop over rows in Python after `build_design`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from harness.errors import InputError
 from harness.estimators.table import FAILURE_STATUSES, MISSING, OK
 
 RULES = ("drop", "fail-closed", "fail-open")
+MISSING_MODES = ("exclude", "as-failure")
 KIND_OK, KIND_FAIL, KIND_MISSING, KIND_QUARANTINED = 0, 1, 2, 3
 
 
@@ -37,6 +38,11 @@ class Design:
     row_kind: np.ndarray          # KIND_*
     row_status: np.ndarray        # status strings (object array)
     row_components: list[dict[str, Any] | None]
+    base_tool: np.ndarray         # (n_bases,) index into tools, -1 where the base has no tool
+    tools: list[str]
+    row_score: np.ndarray         # the guard's score, nan where none
+    row_time: np.ndarray          # final attempt start, seconds since the epoch; nan where unknown
+    missing_as_failure: bool = False  # --missing as-failure: a missing call counts as a failure
 
     @property
     def n_bases(self) -> int:
@@ -50,16 +56,21 @@ class Design:
         return self.conditions.index(name)
 
 
-def build_design(rows: Sequence[dict[str, Any]], condition_order: Sequence[str] = ()) -> Design:
-    """Index validated rows. Conditions follow `condition_order` (e.g. the cohort's), then sorted."""
-    base_info: dict[str, tuple[str, str, Any]] = {}
+def build_design(rows: Sequence[dict[str, Any]], condition_order: Sequence[str] = (),
+                 missing: str = "exclude") -> Design:
+    """Index validated rows. Conditions follow `condition_order` (e.g. the cohort's), then sorted.
+    `missing`: "exclude" (a missing call counts nowhere) or "as-failure" (it counts as a failed
+    call under each failure rule)."""
+    if missing not in MISSING_MODES:
+        raise InputError(f"unknown --missing mode {missing!r} (use {', '.join(MISSING_MODES)})", field="missing")
+    base_info: dict[str, tuple[str, str, Any, Any]] = {}
     for r in rows:
-        base_info.setdefault(r["base_id"], (r["interaction_id"], r["domain"], r["label"]))
+        base_info.setdefault(r["base_id"], (r["interaction_id"], r["domain"], r["label"], r.get("tool")))
     base_ids = sorted(base_info)
     present = {r["condition"] for r in rows}
     conditions = [c for c in dict.fromkeys(condition_order) if c in present]
     conditions += sorted(present - set(conditions))
-    clusters = sorted({(dom, inter) for inter, dom, _ in base_info.values()})
+    clusters = sorted({(dom, inter) for inter, dom, _, _ in base_info.values()})
     domains = sorted({d for d, _ in clusters})
     cluster_pos = {inter: i for i, (_, inter) in enumerate(clusters)}
     dom_pos = {d: i for i, d in enumerate(domains)}
@@ -78,9 +89,16 @@ def build_design(rows: Sequence[dict[str, Any]], condition_order: Sequence[str] 
     row_kind = np.fromiter((KIND_QUARANTINED if r.get("quarantine_reason") is not None else kind_of[r["status"]]
                             for r in rows), dtype=np.int64, count=n)
     row_status = np.array([r["status"] for r in rows], dtype=object)
+    tools = sorted({t for _, _, _, t in base_info.values() if t is not None})
+    tool_pos = {t: i for i, t in enumerate(tools)}
+    base_tool = np.array([tool_pos.get(base_info[b][3], -1) for b in base_ids], dtype=np.int64)
+    row_score = np.fromiter((np.nan if r.get("score") is None else r["score"] for r in rows), dtype=np.float64, count=n)
+    row_time = np.fromiter((np.nan if r.get("started") is None else r["started"] for r in rows),
+                           dtype=np.float64, count=n)
     return Design(base_ids, conditions, [inter for _, inter in clusters], domains, base_cluster,
                   cluster_domain, base_label, row_base, row_cond, row_rep, row_dec, row_kind, row_status,
-                  [r.get("components") for r in rows])
+                  [r.get("components") for r in rows], base_tool, tools, row_score, row_time,
+                  missing == "as-failure")
 
 
 def check_rule(rule: str) -> str:
@@ -91,11 +109,13 @@ def check_rule(rule: str) -> str:
 
 def row_values(d: Design, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """(value, counted) per row under a failure rule. drop: only ok calls count; fail-closed:
-    a failure counts as a block (1); fail-open: as an allow (0). Missing and quarantined calls
-    never count."""
+    a failure counts as a block (1); fail-open: as an allow (0). Quarantined calls never count;
+    missing calls count only with --missing as-failure, and then as failures."""
     check_rule(rule)
     ok = d.row_kind == KIND_OK
     fail = d.row_kind == KIND_FAIL
+    if d.missing_as_failure:
+        fail = fail | (d.row_kind == KIND_MISSING)
     if rule == "drop":
         return np.where(ok, d.row_dec, 0.0), ok
     fill = 1.0 if rule == "fail-closed" else 0.0
@@ -104,7 +124,14 @@ def row_values(d: Design, rule: str) -> tuple[np.ndarray, np.ndarray]:
 
 def base_counts(d: Design, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """(S, N): blocks and counted calls per base × condition, integer-valued arrays."""
+    return base_counts_where(d, rule, None)
+
+
+def base_counts_where(d: Design, rule: str, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(S, N) from the rows selected by the boolean mask `rows` (every row when None)."""
     v, m = row_values(d, rule)
+    if rows is not None:
+        m = m & rows
     size = d.n_bases * len(d.conditions)
     idx = d.row_base * len(d.conditions) + d.row_cond
     s = np.bincount(idx[m], weights=v[m], minlength=size).reshape(d.n_bases, -1)
@@ -116,11 +143,6 @@ def base_rates(s: np.ndarray, n: np.ndarray) -> np.ndarray:
     """p(i,c) = S/N, nan where no call counted."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, s / np.where(n > 0, n, 1.0), np.nan)
-
-
-def ratio(num: np.ndarray, den: np.ndarray) -> float | None:
-    total = float(den.sum())
-    return float(num.sum()) / total if total > 0 else None
 
 
 def block_rate(p: np.ndarray, c: int) -> float | None:
@@ -138,36 +160,23 @@ def direction_counts(s: np.ndarray, n: np.ndarray, c: int, b: int, paired: np.nd
             "tie": int((lhs == rhs).sum())}
 
 
-def repeat_disagreement(s: np.ndarray, n: np.ndarray, b: int) -> tuple[float | None, int]:
-    """Mean over bases with R >= 2 counted baseline repetitions of k(R−k)/C(R,2), the share of
-    disagreeing pairs among the base's repetitions (k blocks out of R). Diagnostic only."""
-    k, r = s[:, b], n[:, b]
-    use = r >= 2
-    if not use.any():
-        return None, 0
-    k, r = k[use], r[use]
-    per_base = k * (r - k) / (r * (r - 1) / 2.0)
-    return float(per_base.mean()), int(use.sum())
-
-
-def same_round_flip_rate(d: Design, rule: str, c: int, b: int) -> tuple[float | None, int]:
-    """Unsigned flip rate: per base, the share of repetitions r (rounds) counted on both sides
-    with d(i,c,r) != d(i,b,r); averaged over bases that share at least one round. This is a
-    one-draw disagreement rate, not an effect."""
-    v, m = row_values(d, rule)
-    width = int(d.row_rep.max()) + 1 if len(d.row_rep) else 1
-    key = d.row_base * width + d.row_rep
-    sel_c = m & (d.row_cond == c)
-    sel_b = m & (d.row_cond == b)
-    _, ic, ib = np.intersect1d(key[sel_c], key[sel_b], assume_unique=True, return_indices=True)
-    if len(ic) == 0:
-        return None, 0
-    flips = np.abs(v[sel_c][ic] - v[sel_b][ib])
-    bases = d.row_base[sel_c][ic]
-    num = np.bincount(bases, weights=flips, minlength=d.n_bases)
-    den = np.bincount(bases, minlength=d.n_bases)
-    has = den > 0
-    return float((num[has] / den[has]).mean()), int(has.sum())
+def leave_one_out_range(values: np.ndarray, mask: np.ndarray, group: np.ndarray,
+                        n_groups: int) -> dict[str, Any] | None:
+    """The base-equal mean of `values` over `mask`, recomputed with each group's bases left out
+    in turn (group -1: never left out): {min, max, n_tools} over the groups present, min and max
+    None when no left-out mean is defined; None when no selected base has a group."""
+    has_group = mask & (group >= 0)
+    if not has_group.any():
+        return None
+    num_g = np.bincount(group[has_group], weights=values[has_group], minlength=n_groups)
+    den_g = np.bincount(group[has_group], minlength=n_groups).astype(np.float64)
+    present = den_g > 0
+    rest = mask.sum() - den_g[present]
+    rest_num = values[mask].sum() - num_g[present]
+    defined = rest > 0
+    loo = rest_num[defined] / rest[defined]
+    return {"min": float(loo.min()) if len(loo) else None, "max": float(loo.max()) if len(loo) else None,
+            "n_tools": int(present.sum())}
 
 
 def component_rates(d: Design, c: int) -> dict[str, dict[str, float | int]]:

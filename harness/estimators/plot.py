@@ -1,47 +1,174 @@
-"""Forest plot of the contrasts (effects.png): each failure rule its own marker and colour,
-the placebo effect as a dashed vertical line, zero as a thin line."""
+"""Plots of a report (effects.png, the report's inline SVG) and of a comparison (compare.png).
+
+The forest plot leads with what a reader should take away: the placebo-corrected effect of each
+condition (Δc − Δplacebo) as a filled marker with its interval, the uncorrected effect beside it
+in grey, the placebo's own effect as its row; Holm-significant contrasts starred; the numbers in
+a column to the right; one marker per failure rule only when the rules give different answers;
+the legend below the data. Labels come from cohorts and configs, so mathtext is off (a `$` in a
+condition name is text) and control characters are escaped.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
-STYLE = {"drop": ("o", "#1f77b4"), "fail-closed": ("s", "#d62728"), "fail-open": ("^", "#2ca02c")}
+from harness.estimators.report import rules_differ, significant  # noqa: E402
+from harness.terminal import safe  # noqa: E402
+
+CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
+RULE_STYLE = {"drop": ("o", "#1b4f8a"), "fail-closed": ("s", "#c0392b"), "fail-open": ("^", "#2e8b57")}
+_RC: Any = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "guardeval", "font.size": 9}
 
 
-def forest_plot(report: Mapping[str, Any], path: str | Path) -> None:
-    contrasts = report["contrasts"]
-    rules = report["failure_rules"]
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.6 * max(1, len(contrasts))))
-    offsets = {r: (i - (len(rules) - 1) / 2) * 0.22 for i, r in enumerate(rules)}
-    for y, c in enumerate(reversed(contrasts)):
-        for rule in rules:
-            d = c["by_rule"][rule]
-            if d is None:
-                continue
-            marker, colour = STYLE[rule]
-            ci = c["by_rule_ci"][rule]
-            yy = y + offsets[rule]
-            if ci is not None:
-                ax.plot(ci, [yy, yy], color=colour, lw=2.2 if rule == report["failure_rule"] else 1.2)
-            ax.plot([d], [yy], marker=marker, color=colour, ms=7 if rule == report["failure_rule"] else 5,
-                    ls="none", label=rule + (" (headline)" if rule == report["failure_rule"] else ""))
-    ax.axvline(0.0, color="black", lw=0.8)
-    placebo = next((c for c in contrasts if c["condition"] == report["placebo"]), None)
-    if placebo is not None and placebo["delta"] is not None:
-        ax.axvline(placebo["delta"], color="grey", ls="--", lw=1.2, label=f"placebo ({report['placebo']})")
-    ax.set_yticks(range(len(contrasts)), [c["condition"] for c in reversed(contrasts)])
-    ax.set_xlabel(f"paired effect on block rate vs {report['baseline']} (proportion), 95% cluster-bootstrap CI")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+def _label(text: Any, limit: int = 40) -> str:
+    s = safe(text)
+    return s if len(s) <= limit else s[:limit - 1] + "…"
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.3f}".replace("-0.000", "+0.000")
+
+
+def _ci(ci: Sequence[float] | None) -> str:
+    return "" if ci is None else f" [{_num(ci[0])}, {_num(ci[1])}]"
+
+
+def _p(p: float | None) -> str:
+    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure:
+    contrasts = list(report["contrasts"])
+    placebo = report.get("placebo")
+    rules = list(report["failure_rules"]) if rules_differ(report) else []
+    n = max(1, len(contrasts))
+    with plt.rc_context(_RC):
+        fig = plt.figure(figsize=(9.5, 2.2 + 0.62 * n + (0.25 * n if rules else 0)), layout="constrained")
+        grid = fig.add_gridspec(1, 2, width_ratios=(3.1, 1.9))
+        ax, side = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
+        side.axis("off")
+        ys = list(range(len(contrasts)))[::-1]              # first contrast on top
+        for y, c in zip(ys, contrasts):
+            is_placebo = c["condition"] == placebo
+            corrected = None if is_placebo else c.get("delta_minus_placebo")
+            lift = 0.16 if corrected is not None else 0.0
+            # uncorrected effect: grey, or the placebo's own row in its colour
+            colour = PLACEBO if is_placebo else RAW
+            if c.get("ci") is not None:
+                ax.plot(c["ci"], [y - lift] * 2, color=colour, lw=1.4, solid_capstyle="butt")
+            if c.get("delta") is not None:
+                ax.plot([c["delta"]], [y - lift], marker="o", ms=6, color=colour,
+                        mfc="white" if not is_placebo else colour, ls="none",
+                        label="placebo effect (Δplacebo)" if is_placebo else "uncorrected Δ vs " + _label(report["baseline"]))
+            if corrected is not None:
+                if c.get("ci_minus_placebo") is not None:
+                    ax.plot(c["ci_minus_placebo"], [y + lift] * 2, color=CORRECTED, lw=2.6, solid_capstyle="butt")
+                ax.plot([corrected], [y + lift], marker="D", ms=7, color=CORRECTED, ls="none",
+                        label="placebo-corrected Δ − Δplacebo (headline)")
+            for k, rule in enumerate(rules):
+                d, ci = c["by_rule"].get(rule), c["by_rule_ci"].get(rule)
+                if d is None:
+                    continue
+                marker, rc = RULE_STYLE.get(rule, ("x", "black"))
+                yy = y - lift - 0.14 * (k + 1)
+                if ci is not None:
+                    ax.plot(ci, [yy] * 2, color=rc, lw=0.9)
+                ax.plot([d], [yy], marker=marker, ms=4, color=rc, ls="none", label=f"Δ under rule {rule}")
+            headline = (f"Δ−pl {_num(corrected)}{_ci(c.get('ci_minus_placebo'))}" if corrected is not None
+                        else f"Δ {_num(c.get('delta'))}{_ci(c.get('ci'))}")
+            p_text = f"p_Holm {_p(c.get('p_holm'))}" if c.get("in_family") else "not in family"
+            side.text(0.02, y, f"{headline}\n{p_text}{'  *' if significant(c) else ''}", va="center", ha="left",
+                      fontsize=8.5, family="monospace", weight="bold" if significant(c) else "normal",
+                      transform=side.get_yaxis_transform())
+        ax.axvline(0.0, color="black", lw=0.8)
+        labels = [_label(c["condition"]) + (" (placebo)" if c["condition"] == placebo else "")
+                  + (" *" if significant(c) else "") for c in contrasts]
+        ax.set_yticks(ys, labels)
+        for tick, c in zip(ax.get_yticklabels(), contrasts):
+            if significant(c):
+                tick.set_fontweight("bold")
+        ax.set_ylim(-0.7, len(contrasts) - 0.3)
+        side.set_ylim(ax.get_ylim())
+        ax.set_xlabel(f"paired effect on block rate vs {_label(report['baseline'])} (proportion), "
+                      "95% cluster-bootstrap CI")
+        ax.grid(axis="x", alpha=0.3)
+        fig.suptitle(_label(title or "guardeval: effects", 160), fontsize=10.5, x=0.01, ha="left")
+        handles, names = ax.get_legend_handles_labels()
+        unique = dict(zip(names, handles))
+        note = f"* Holm-adjusted p < 0.05 over the family; headline failure rule {report['failure_rule']}"
+        if not rules:
+            note += " (all failure rules agree)"
+        fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=2, fontsize=8, frameon=False,
+                   title=note, title_fontsize=7.5, alignment="left")
+    return fig
+
+
+def paired_figure(result: Mapping[str, Any], title: str | None = None,
+                  names: tuple[str, str] = ("A", "B")) -> Figure:
+    """compare: each condition's effect in run A and run B side by side, and B − A."""
+    rows = list(result["conditions"])
+    n = max(1, len(rows))
+    with plt.rc_context(_RC):
+        fig, (ax, dx) = plt.subplots(1, 2, figsize=(9.5, 2.1 + 0.6 * n), sharey=True, layout="constrained",
+                                     gridspec_kw={"width_ratios": (3, 2)})
+        ys = list(range(len(rows)))[::-1]
+        for y, r in zip(ys, rows):
+            for off, key, colour, marker, name in ((0.15, "a", "#8c8c8c", "o", names[0]),
+                                                   (-0.15, "b", "#1b4f8a", "D", names[1])):
+                if r.get(f"ci_{key}") is not None:
+                    ax.plot(r[f"ci_{key}"], [y + off] * 2, color=colour, lw=1.8)
+                if r.get(f"delta_{key}") is not None:
+                    ax.plot([r[f"delta_{key}"]], [y + off], marker=marker, ms=6, color=colour, ls="none",
+                            label=_label(name, 60))
+            if r.get("ci_difference") is not None:
+                dx.plot(r["ci_difference"], [y] * 2, color="#6a3d9a", lw=2.2)
+            if r.get("difference") is not None:
+                sig = r.get("p_holm") is not None and r["p_holm"] < 0.05
+                dx.plot([r["difference"]], [y], marker="s", ms=6, color="#6a3d9a", ls="none",
+                        label="B − A (paired)")
+                dx.annotate(f"p_Holm {_p(r.get('p_holm'))}{' *' if sig else ''}", (1.0, y), xycoords=("axes fraction", "data"),
+                            xytext=(-2, 7), textcoords="offset points", ha="right", fontsize=7.5)
+        for a in (ax, dx):
+            a.axvline(0.0, color="black", lw=0.8)
+            a.grid(axis="x", alpha=0.3)
+        ax.set_yticks(ys, [_label(r["condition"]) for r in rows])
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_xlabel(f"Δ vs {_label(result['baseline'])} (proportion), 95% CI")
+        dx.set_xlabel("difference B − A, paired 95% CI")
+        fig.suptitle(_label(title or "guardeval compare", 160), fontsize=10.5, x=0.01, ha="left")
+        handles, labels = [], []
+        for a in (ax, dx):
+            h, l_ = a.get_legend_handles_labels()
+            handles += h
+            labels += l_
+        unique = dict(zip(labels, handles))
+        fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=3, fontsize=8, frameon=False,
+                   title="* Holm-adjusted p < 0.05 for B − A", title_fontsize=7.5, alignment="left")
+    return fig
+
+
+def save(fig: Figure, target: str | Path | IO[bytes], fmt: str | None = None) -> None:
+    # No timestamps in the files: the same report gives the same bytes.
+    metadata = {"Date": None} if (fmt or Path(str(target)).suffix.lstrip(".")) == "svg" else {"Software": None}
+    with plt.rc_context(_RC):
+        fig.savefig(target, format=fmt, dpi=120, metadata=metadata)
     plt.close(fig)
+
+
+def figure_bytes(fig: Figure, fmt: str = "svg") -> bytes:
+    buf = io.BytesIO()
+    save(fig, buf, fmt)
+    return buf.getvalue()
+
+
+def forest_plot(report: Mapping[str, Any], path: str | Path, title: str | None = None) -> None:
+    save(forest_figure(report, title), path)

@@ -12,9 +12,10 @@ from typing import Any
 QUARANTINE_CODES = (
     "fingerprint_mismatch",   # sent body does not match the stimulus fixed at launch
     "provider_drift",         # resolved upstream differs from the pinned provider
+    "provider_unknown",       # the answer does not say which upstream served it
     "input_truncation",       # the harness truncated the input
     "length_truncation",      # the answer was cut off (finish_reason length)
-    "replay_mismatch",        # resumed body differs, or a response answers another call
+    "replay_mismatch",        # resumed body differs, or a response answers another call (echoed id, generation id)
 )
 THRESHOLD = 0.02
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from harness.terminal import safe as terminal_safe
+
 JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
 
 
 def dumps_json(report: Mapping[str, Any]) -> str:
@@ -30,6 +35,20 @@ def interval(ci: list[float] | None) -> str:
 
 def pval(p: float | None) -> str:
     return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def rules_differ(report: Mapping[str, Any]) -> bool:
+    """True when some contrast's effect or interval depends on the failure rule (there were failures)."""
+    for c in report["contrasts"]:
+        for key in ("by_rule", "by_rule_ci", "by_rule_minus_placebo"):
+            values = {repr(v) for v in (c.get(key) or {}).values()}
+            if len(values) > 1:
+                return True
+    return False
+
+
+def significant(c: Mapping[str, Any]) -> bool:
+    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
 
 
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -70,24 +89,108 @@ def summary_line(report: Mapping[str, Any]) -> str:
             f"{'' if report['complete'] else '; INCOMPLETE run (partial estimate)'}")
 
 
-def human_text(report: Mapping[str, Any]) -> str:
-    """The effects table for a terminal (effects are proportions)."""
-    head, rows = effects_rows(report)
+# The table's column names, defined once under it (the long forms: docs/estimators.md and
+# harness/estimators/definitions.py, shown in report.html).
+SHORT_TERMS = (
+    ("Δ", "mean over bases of the paired difference in block rate against the baseline"),
+    ("Δ − placebo", "Δ minus the placebo's Δ on the same bases (the headline)"),
+    ("95% CI", "interaction-cluster bootstrap, percentile"),
+    ("p_Holm", "bootstrap p, Holm-adjusted over the family"),
+    ("+/−/=", "bases whose block rate rose / fell / tied"),
+    ("bases", "bases paired with the baseline"),
+)
+
+
+def _n3(x: float | None) -> str:
+    return num(x, digits=3)
+
+
+def _ci3(ci: list[float] | None) -> str:
+    return "" if ci is None else f"[{_n3(ci[0])}, {_n3(ci[1])}]"
+
+
+def terminal_width() -> int:
+    """The terminal's columns ($COLUMNS first); 100 when stdout is not a terminal."""
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
+    """The effects table for a terminal, fitted to `width` columns (default: the terminal's),
+    with the definitions of its columns under it. Effects are proportions; names from the
+    cohort are shown with control characters escaped."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    safe = terminal_safe
+    width = width or terminal_width()
+    # Fixed widths for the numbers, the rest for the names: the table never passes `width`.
+    one_line = width >= 104
+    est_w = 23 if one_line else 16
+    names = [safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "") + " *"
+             for c in report["contrasts"]]
+    # each of the 5 gaps: padding on both sides and the (blank) column rule
+    name_w = max(9, min(max(map(len, names), default=9), width - (2 * est_w + 6 + 8 + 5) - 5 * 3))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
+    table.add_column("condition", overflow="fold", width=name_w)
+    gap = " " if one_line else "\n"
+    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[95% CI]", overflow="fold", width=est_w)
+    table.add_column(f"Δ − placebo{gap}[95% CI]", overflow="fold", width=est_w)
+    table.add_column("p_Holm", justify="right", width=6)
+    table.add_column("+/−/=", justify="right", overflow="fold", width=8)
+    table.add_column("bases", justify="right", overflow="fold", width=5)
+    # An estimate and its interval on one line when they fit, else the interval under it.
+    sep = " " if one_line else "\n"
+    for c in report["contrasts"]:
+        name = safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "")
+        table.add_row(
+            Text(name + (" *" if significant(c) else "")),
+            Text(f"{_n3(c['delta'])}{sep}{_ci3(c['ci'])}".strip()),
+            Text(f"{_n3(c['delta_minus_placebo'])}{sep}{_ci3(c['ci_minus_placebo'])}".strip()),
+            Text(pval(c["p_holm"]) if c["in_family"] else "—"),
+            Text(f"{c['increase']}/{c['decrease']}/{c['tie']}"),
+            Text(str(c["n_bases"])),
+        )
+    by_rule = None
+    if rules_differ(report):
+        by_rule = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+                        title="Δ under each failure rule (failed calls: dropped / counted as block / as allow)")
+        by_rule.add_column("condition", overflow="fold")
+        for rule in report["failure_rules"]:
+            by_rule.add_column(rule + (" (headline)" if rule == report["failure_rule"] else ""), justify="right")
+        for c in report["contrasts"]:
+            by_rule.add_row(Text(safe(c["condition"])), *(Text(_n3(c["by_rule"][r])) for r in report["failure_rules"]))
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
+                      emoji=False, markup=False)
+    console.print(Text(safe(summary_line(report))))
+    console.print(table)
+    if by_rule is not None:
+        console.print(by_rule)
     rd = report["repeat_disagreement"]
-    lines = [summary_line(report), "", text_table(head, rows), "",
-             f"repeated-original disagreement (diagnostic, not subtracted): {num(rd, sign=False)} "
-             f"over {report['repeat_disagreement_n_bases']} bases",
-             f"{report['flip_rate']['label']}: " + ", ".join(
-                 f"{c} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()),
-             f"bootstrap: {report['bootstrap']['n']} replicates, seed {report['bootstrap']['seed']}, "
-             "interactions resampled within domain; percentile 95% intervals; Holm over the family "
-             + ", ".join(report["family"])]
-    return "\n".join(lines)
+    rule_note = (f"failure rule {report['failure_rule']}" if by_rule is not None
+                 else f"failure rule {report['failure_rule']}; the three failure rules agree (no failed calls)")
+    notes = [
+        f"* Holm-adjusted p < 0.05 over the family {', '.join(safe(f) for f in report['family'])}; {rule_note}",
+        "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS),
+        f"repeated-original disagreement (diagnostic, not subtracted): {num(rd, sign=False)} "
+        f"over {report['repeat_disagreement_n_bases']} bases",
+        f"{report['flip_rate']['label']}: " + ", ".join(
+            f"{safe(c)} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()),
+        f"bootstrap: {report['bootstrap']['n']} replicates, seed {report['bootstrap']['seed']}; "
+        "definitions: docs/estimators.md",
+    ]
+    for line in notes:
+        console.print(Text(line))
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
 
 
 def markdown(report: Mapping[str, Any]) -> str:
+    from harness.estimators import sections
+
     head, rows = effects_rows(report)
-    out = ["# guardeval estimate", "", summary_line(report), "",
+    out = ["# guardeval estimate", "", summary_line(report), "", *sections.notes(report),
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
            "Δc − Δplacebo on the bases present in all three conditions.", "", "## Effects", "",
            md_table(head, rows), ""]
@@ -123,14 +226,15 @@ def markdown(report: Mapping[str, Any]) -> str:
         c_rows = [[c, name, num(v["rate"], sign=False), str(v["n"])]
                   for c, comps in report["components"].items() for name, v in comps.items()]
         out += ["## Component rates", "", md_table(["condition", "component", "mean", "calls"], c_rows), ""]
+    out += sections.family_sections(report)
     bs = report["bootstrap"]
     out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
             f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}", ""]
     return "\n".join(out)
 
 
-def write_reports(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
-    """report.json, report.md and effects.png into `out_dir` (created if needed)."""
+def write_reports(report: Mapping[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
+    """report.json, report.md and effects.png (titled `title`) into `out_dir` (created if needed)."""
     from harness.estimators.plot import forest_plot
 
     out = Path(out_dir)
@@ -138,5 +242,5 @@ def write_reports(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     paths = [out / "report.json", out / "report.md", out / "effects.png"]
     paths[0].write_text(dumps_json(report) + "\n", encoding="utf-8")
     paths[1].write_text(markdown(report), encoding="utf-8")
-    forest_plot(report, paths[2])
+    forest_plot(report, paths[2], title=title)
     return paths

@@ -1,5 +1,6 @@
-"""Estimate a run folder: read it through the run store's reader, estimate, write the report
-files into the run folder. Used by `guardeval estimate RUN` and available to `demo`."""
+"""Estimate a run folder: verify what the estimate relies on, read it through the run store's
+reader, estimate, write the report files into the run folder. Used by `guardeval estimate RUN`,
+`guardeval compare` and `demo`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
+from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
+from harness.errors import CheckFailed, InputError
 from harness.estimators.core import estimate, validated
 from harness.estimators.table import ValidatedRows
+from harness.estimators.types import Report
 
 
 def run_dir(path: str | Path) -> Path:
@@ -19,32 +22,62 @@ def run_dir(path: str | Path) -> Path:
     return run
 
 
-def load_run(path: str | Path) -> tuple[Path, Any, ValidatedRows]:
+def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = False,
+             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+    """Check a run before it is estimated: every decision against its raw line and its
+    re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
+    first file and line that fails, or the check that could not be done; with `verify=False`,
+    nothing is checked. Returns what the report records: `{"checked": bool, "skipped": [...]}`."""
+    if not verify:
+        return {"checked": False, "skipped": []}
+    from harness.run.verify import verify_run
+
+    run = run_dir(path)
+    result = verify_run(run, allow_skipped=allow_skipped, row_limits=row_limits)
+    if not result["ok"]:
+        if result["problems"]:
+            first = result["problems"][0]
+            where = first["file"] + (f":{first['line']}" if first.get("line") else "")
+            more = len(result["problems"]) - 1
+            what = f"{where}: {first['message']}" + (f" (and {more} more)" if more else "")
+        else:
+            first = result["skipped"][0]
+            what = f"{first['check']} could not be done: {first['reason']} (--allow-skipped accepts that)"
+        raise CheckFailed(f"{run}: the run does not verify, so it is not estimated: {what}. "
+                          f"`guardeval verify {run}` lists every problem; --no-verify estimates it anyway")
+    return {"checked": True, "skipped": result["skipped"]}
+
+
+def load_run(path: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[Path, Any, ValidatedRows]:
     """(run folder, RunTable, validated rows). A bad row names its line in schedule.jsonl."""
     from harness.run.runtable import load_run_table  # lead-owned run-store reader
 
     run = run_dir(path)
-    table = load_run_table(run)
+    table = load_run_table(run, row_limits)
     rows = validated(table.rows, path=run / "schedule.jsonl", lines=range(1, len(table.rows) + 1))
     return run, table, rows
 
 
 def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
-                 failure_rule: str = "drop", allow_partial: bool = False, allow_unpublishable: bool = False,
-                 write: bool = True) -> dict[str, Any]:
-    """The report of a run (see `estimate`); with `write`, report.json, report.md and
-    effects.png go into the run folder."""
-    run, table, rows = load_run(path)
+                 failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
+                 allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
+                 allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Report:
+    """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
+    `write`, report.json, report.md and effects.png go into the run folder."""
+    verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
+    run, table, rows = load_run(path, row_limits)
     report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
-                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, roles=table.roles,
+                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
                       allow_unpublishable=allow_unpublishable)
     m = table.manifest
     report["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
-                        "manifest_sha256": m.get("sha256")}
+                        "manifest_sha256": m.get("sha256"), "verified": verification["checked"],
+                        "verify_skipped": verification["skipped"]}
     if write:
         from harness.estimators.report import write_reports
 
-        write_reports(report, run)
+        guard = m.get("guard") or {}
+        write_reports(report, run, title=f"guardeval · {guard.get('name')} ({guard.get('model')}) · run {m.get('run_id')}")
     return report

@@ -1,14 +1,17 @@
 """Decision tables: load and validate the rows the estimators read (docs/design.md §10).
 
 A row is one scheduled call: `base_id, interaction_id, domain, condition, repetition,
-decision (1/0/null), status`, optional `label`, `components`, `quarantine_reason`. A bad row is
-refused with the file, line and field named; nothing is silently dropped.
+decision (1/0/null), status`, optional `label`, `tool` (the base's tool), `score` (the guard's
+continuous score), `started` (ISO 8601 start of the call's final attempt), `components`,
+`quarantine_reason`. A bad row is refused with the file, line and field named; nothing is
+silently dropped.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,28 @@ def _is_int(v: Any) -> bool:
 
 def _nonempty_str(v: Any) -> bool:
     return isinstance(v, str) and v != ""
+
+
+def _shown(v: Any) -> str:
+    """A hostile value in a message: repr (control characters escaped), bounded."""
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _epoch_seconds(v: Any, *, path: object, line: int) -> float | None:
+    """`started` as seconds since the epoch (UTC; a time without an offset is read as UTC)."""
+    if v is None:
+        return None
+    # 64 characters bound the parse; any ISO 8601 timestamp fits.
+    if not isinstance(v, str) or len(v) > 64:
+        raise InputError(f"must be an ISO 8601 timestamp or null, got {_shown(v)}", path=path, line=line,
+                         field="started")
+    try:
+        t = datetime.fromisoformat(v)
+    except ValueError:
+        raise InputError(f"must be an ISO 8601 timestamp or null, got {_shown(v)}", path=path, line=line,
+                         field="started") from None
+    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
 
 
 def validate_row(row: Any, *, path: object, line: int) -> dict[str, Any]:
@@ -80,21 +105,32 @@ def validate_row(row: Any, *, path: object, line: int) -> dict[str, Any]:
             if not ok_value:
                 raise InputError(f"component {name!r} must be a boolean, a finite number or null, got {value!r}",
                                  path=path, line=line, field="components")
+    tool = row.get("tool")
+    if tool is not None and not _nonempty_str(tool):
+        raise InputError(f"must be a non-empty string or null, got {_shown(tool)}", path=path, line=line,
+                         field="tool")
+    score = row.get("score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
+                              or not math.isfinite(score)):
+        raise InputError(f"must be a finite number or null, got {_shown(score)}", path=path, line=line,
+                         field="score")
     return {
         "base_id": row["base_id"], "interaction_id": row["interaction_id"], "domain": row["domain"],
         "condition": row["condition"], "repetition": rep, "decision": decision, "status": status,
-        "label": label, "components": dict(comps) if comps else None, "quarantine_reason": q,
+        "label": label, "tool": tool, "score": None if score is None else float(score),
+        "started": _epoch_seconds(row.get("started"), path=path, line=line),
+        "components": dict(comps) if comps else None, "quarantine_reason": q,
         "_line": line,
     }
 
 
 def validate_rows(rows: Iterable[Any], *, path: object = None,
                   lines: Iterable[int] | None = None) -> ValidatedRows:
-    """Validate every row and the links between rows (one interaction and domain per base,
-    one domain per interaction, one label per base, no duplicate call)."""
+    """Validate every row and the links between rows (one interaction, domain, label and tool
+    per base, one domain per interaction, no duplicate call)."""
     out: list[dict[str, Any]] = []
     line_iter = iter(lines) if lines is not None else None
-    base_info: dict[str, tuple[str, str, Any]] = {}
+    base_info: dict[str, tuple[str, str, Any, Any]] = {}
     inter_domain: dict[str, str] = {}
     seen: set[tuple[str, str, int]] = set()
     for pos, row in enumerate(rows, start=1):
@@ -105,11 +141,11 @@ def validate_rows(rows: Iterable[Any], *, path: object = None,
             raise InputError(f"duplicate call: base {key[0]!r}, condition {key[1]!r}, repetition {key[2]}",
                              path=path, line=line, field="repetition")
         seen.add(key)
-        info = (r["interaction_id"], r["domain"], r["label"])
+        info = (r["interaction_id"], r["domain"], r["label"], r["tool"])
         prev = base_info.setdefault(r["base_id"], info)
-        for i, name in enumerate(("interaction_id", "domain", "label")):
+        for i, name in enumerate(("interaction_id", "domain", "label", "tool")):
             if prev[i] != info[i]:
-                raise InputError(f"base {r['base_id']!r} has {name} {prev[i]!r} on an earlier row",
+                raise InputError(f"base {_shown(r['base_id'])} has {name} {_shown(prev[i])} on an earlier row",
                                  path=path, line=line, field=name)
         dom = inter_domain.setdefault(r["interaction_id"], r["domain"])
         if dom != r["domain"]:

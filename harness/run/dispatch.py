@@ -7,20 +7,18 @@ tenacity (jittered exponential backoff, `Retry-After` honoured) and logs every a
 hash-chained raw log before its decision. A fatal error, the budget, `--max-calls` or a signal
 stops admission; what is in flight finishes or is cancelled, and the run stays resumable.
 
-Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose capacity
-starts at `concurrency`. A 429 episode cuts it towards the number of requests the provider was
-actually answering (Little's law: recent answer rate x latency), and every 429's `Retry-After`
-pauses all new attempts until then. Capacity grows back by about one request per round trip,
-and only while the gate is full: a limit that is not being used is not evidence of headroom.
+Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose limit
+starts at `concurrency` and is moved by `harness.run.adaptive.RateController`: a 429 that load
+explains cuts it (to what the provider was serving) and pauses all new attempts for its
+`Retry-After`; a 429 within the background rate that the controller learned only delays its own
+call. The limit grows back by about one request per round trip while it binds.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +30,10 @@ from guards.base import Guard, Reply
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guards.parsers import Parsed
 from harness.canon import canonical_bytes, sha256_hex
+from harness.errors import WriteFailed
 from harness.lru import LRU
+from harness.run.adaptive import RateController, WireGate
+from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.progress import RunProgress
 from harness.run.store import RunWriter, utcnow
@@ -49,7 +50,7 @@ class DispatchOptions:
     max_attempts: int = 6
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
-    projected_cost_per_call: float = 0.0
+    prices: Prices | None = None        # the guard config's, for answers the provider does not price
     progress: bool = True
     handle_signals: bool = True
     adaptive: bool = True               # False: --fixed-concurrency (429s only back off per call)
@@ -65,6 +66,10 @@ class DispatchResult:
     min_concurrency: int = 0            # lowest adaptive limit reached
     rate_limited: int = 0               # attempts answered 429
     limit_cuts: int = 0                 # 429 episodes that cut the limit
+    limit_restores: int = 0             # cuts undone: their 429s proved to be background
+    background_429: float | None = None  # learned share of 429s that load does not explain
+    budget_unenforceable: bool = False  # --max-cost given, but nothing prices the calls
+    budget_estimated: bool = False      # --max-cost counts unpriced answers at the config's prices
 
 
 class _Spacer:
@@ -87,7 +92,9 @@ class _Spacer:
 
 
 class _Wait:
-    """Jittered exponential backoff, never shorter than the server's Retry-After.
+    """Jittered exponential backoff, never shorter than the server's Retry-After, never longer
+    than `maximum` (`retry_max_s`): a Retry-After of 1e9, `inf` or a far-future date is the
+    provider's text, not an order to sleep for ever (docs/design.md §7).
 
     `offset` counts attempts made before tenacity took over (the first attempt runs outside
     it: the common, successful path then pays nothing for retry bookkeeping). With `paced`
@@ -102,90 +109,15 @@ class _Wait:
     def delay(self, failed_attempts: int, exc: BaseException | None) -> float:
         retry_after = getattr(exc, "retry_after", None)
         if self.paced and retry_after is not None and getattr(exc, "error_class", None) == "http_429":
-            return min(self.maximum, retry_after) + random.uniform(0, self.initial / 10)
-        expo = min(self.maximum, self.initial * 2 ** (failed_attempts - 1)) + random.uniform(0, self.initial)
-        return max(expo, retry_after) if retry_after is not None else expo
+            return min(self.maximum, retry_after + random.uniform(0, self.initial / 10))
+        # The exponent is bounded so that a config with thousands of attempts cannot overflow.
+        expo = self.initial * 2.0 ** min(failed_attempts - 1, 64)
+        floor = retry_after if retry_after is not None else 0.0
+        return min(self.maximum, max(expo, floor) + random.uniform(0, self.initial))
 
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         return self.delay(state.attempt_number + self.offset, exc)
-
-
-class _WireGate:
-    """A semaphore whose capacity can change while calls wait (the adaptive limit).
-
-    Waiters queue FIFO and each release wakes at most the waiters that now fit, so a gate far
-    below the calls waiting on it costs O(1) per release, not a wake-up of everyone.
-    """
-
-    def __init__(self, capacity: float) -> None:
-        self.limit = float(capacity)
-        self.active = 0
-        self._queue: deque[anyio.Event] = deque()
-
-    @property
-    def capacity(self) -> int:
-        # Rounded, not truncated: at a limit of 1.9 (a cut just under 2 served) truncation
-        # would halve the rate.
-        return max(1, int(self.limit + 0.5))
-
-    @property
-    def saturated(self) -> bool:
-        return bool(self._queue) or self.active >= self.capacity
-
-    async def acquire(self) -> None:
-        if not self._queue and self.active < self.capacity:
-            self.active += 1
-            return
-        ev = anyio.Event()
-        self._queue.append(ev)
-        try:
-            await ev.wait()
-        except BaseException:
-            if ev.is_set():
-                self.release()      # handed a slot while being cancelled: give it back
-            else:
-                self._queue.remove(ev)
-            raise
-
-    def release(self) -> None:
-        self.active -= 1
-        self.wake()
-
-    def wake(self) -> None:
-        # The releaser counts the slot for the woken waiter, so nobody can take it in between.
-        while self._queue and self.active < self.capacity:
-            self.active += 1
-            self._queue.popleft().set()
-
-
-class _AnswerMeter:
-    """Recent answers (time, latency): what the provider is delivering right now."""
-
-    def __init__(self, horizon_s: float = 2.0) -> None:
-        self.horizon = horizon_s
-        self._seen: deque[tuple[float, float]] = deque()
-
-    def add(self, now: float, latency: float) -> None:
-        self._seen.append((now, latency))
-        while self._seen and now - self._seen[0][0] > self.horizon:
-            self._seen.popleft()
-
-    def in_flight_served(self, now: float) -> float | None:
-        """Requests the provider was serving at once (answers/s x mean latency), or None while
-        too few answers are known to say."""
-        while self._seen and now - self._seen[0][0] > self.horizon:
-            self._seen.popleft()
-        if len(self._seen) < 10:
-            return None
-        mean_latency = self.mean_latency()
-        span = now - self._seen[0][0]
-        if span < 2 * mean_latency:
-            return None
-        return len(self._seen) / span * mean_latency
-
-    def mean_latency(self) -> float:
-        return sum(lat for _, lat in self._seen) / len(self._seen) if self._seen else 0.0
 
 
 class _CircuitOpen(Exception):
@@ -205,37 +137,37 @@ class Dispatcher:
         self._spacer = _Spacer(options.rpm)
         self._stop: str | None = None
         self._in_flight = 0
-        self._spent = 0.0
-        self._cost_done = 0.0
-        self._n_cost = 0
+        self.budget = Budget(options.max_cost, options.prices)
         # Rendered bodies by instance (repetitions and retries share one), bounded: a million-call
         # run has ~100,000 distinct instances, and a body is only needed while its calls run.
         self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
         self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
+        self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._unreachable_streak = 0
         self._unreachable_limit = max(10, 2 * options.concurrency)
-        # Adaptive concurrency: a gate on attempts in flight, cut by 429 episodes.
-        self._gate = _WireGate(max(1, options.concurrency))
-        self._meter = _AnswerMeter()
-        self._last_cut = -math.inf      # monotonic time of the last cut
-        self._ceiling: float | None = None  # requests served at once when the last cut measured it
-        self._hold_until = 0.0          # no probing above the ceiling before this time
-        self._pause_until = 0.0         # Retry-After honoured for every new attempt
+        # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
+        self._control = RateController(max(1, options.concurrency))
+        self._gate = WireGate(self._control.limit)
+        self._pause_until = 0.0         # Retry-After of a load-driven 429, honoured by every new attempt
         self.result.min_concurrency = self._gate.capacity
+        self._calls_scope: anyio.CancelScope | None = None
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
-                  spent_before: float = 0.0) -> DispatchResult:
-        self._spent = spent_before
+                  spent_before: float = 0.0, unpriced_before: Unpriced | None = None) -> DispatchResult:
+        self.budget = Budget(self.opt.max_cost, self.opt.prices, spent=spent_before, unpriced=unpriced_before)
         limiter = anyio.Semaphore(max(1, self.opt.concurrency))
         with RunProgress(total, already, enabled=self.opt.progress) as progress:
             self.progress = progress
-            progress.spend = spent_before
+            progress.spend = self.budget.total
+            if self.opt.adaptive:
+                progress.wire = f"c={self._gate.capacity}/{self.opt.concurrency}"
             async with anyio.create_task_group() as tg:
                 if self.opt.handle_signals:
                     tg.start_soon(self._watch_signals, tg.cancel_scope)
                 tg.start_soon(self._ticker)
                 async with anyio.create_task_group() as calls:
+                    self._calls_scope = calls.cancel_scope
                     for row in pending:
                         await limiter.acquire()
                         if not await self._admit():
@@ -256,22 +188,26 @@ class Dispatcher:
             if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
                 self._stop = "max_calls"
                 return False
-            if self.opt.max_cost is None:
-                return True
-            if self._spent >= self.opt.max_cost:
-                return self._close_budget()
-            per_call = self._cost_done / self._n_cost if self._n_cost else self.opt.projected_cost_per_call
-            if per_call <= 0 and self._in_flight:
-                # No price known and no call priced yet: one call at a time until one is.
+            gate = self.budget.gate(self._in_flight)
+            if gate is Gate.WAIT:
+                # No price known and nothing answered yet: one call at a time until something is.
                 await anyio.sleep(0.01)
                 continue
-            if self._spent + (self._in_flight + 1) * per_call > self.opt.max_cost:
-                return self._close_budget()
+            if gate is Gate.STOP:
+                self._stop = self.result.stop_reason = "budget"
+                return False
+            if self.budget.unenforceable and not self.result.budget_unenforceable:
+                self.result.budget_unenforceable = True
+                self._note(f"--max-cost ${self.opt.max_cost:g} cannot be enforced: the provider reports no cost "
+                           "and the guard config sets no prices (price_in_per_mtok, price_out_per_mtok); calls go on "
+                           "at full concurrency")
             return True
 
-    def _close_budget(self) -> bool:
-        self._stop = self.result.stop_reason = "budget"
-        return False
+    def _note(self, message: str) -> None:
+        """Said once, on stderr and in events.jsonl."""
+        self.writer.event("note", message=message)
+        if self.progress is not None:
+            self.progress.note(message)
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -284,16 +220,32 @@ class Dispatcher:
         # Keeps the display moving (rate, ETA) even when no call finishes for a while.
         while True:
             await anyio.sleep(0.5)
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            except WriteFailed as exc:
+                self._write_failed(exc)
             if self.progress is not None:
                 self.progress.refresh()
 
     # -- one call ----------------------------------------------------------------------------
+    def _write_failed(self, exc: WriteFailed) -> None:
+        """The run folder takes no more writes (a full disk): stop now. Calls in flight are
+        cancelled, since an answer that cannot be logged would be paid for and lost; they stay
+        pending for `resume`."""
+        if self._stop != "write_failed":
+            self._stop = self.result.stop_reason = "write_failed"
+            self.result.fatal_message = str(exc)
+        if self._calls_scope is not None:
+            self._calls_scope.cancel()
+
     async def _call_task(self, row: dict[str, Any], limiter: anyio.Semaphore) -> None:
         try:
             await self._call(row)
+        except WriteFailed as exc:
+            self._write_failed(exc)
         finally:
             self.expected_sha.pop(row["call_id"], None)
+            self._empty_retried.discard(row["call_id"])
             self._in_flight -= 1
             limiter.release()
 
@@ -337,7 +289,9 @@ class Dispatcher:
         except _CircuitOpen:
             pass  # left pending: the provider looks unreachable
         except FatalError as exc:
-            if not self._stop:
+            # After --max-calls has closed admission (`_stop` set, no stop reason) a fatal error
+            # must still stop the run: a pilot that met a 401 did not succeed.
+            if self.result.stop_reason is None:
                 self._stop = self.result.stop_reason = "fatal"
                 self.result.fatal_message = str(exc)
 
@@ -379,6 +333,16 @@ class Dispatcher:
             return
         self._unreachable_streak = 0
         self._answered(t0)
+        if not last and _empty_answer(reply) and call_id not in self._empty_retried:
+            # Documented: a provider warming up may answer with no content. Retried once; a
+            # second empty answer is scored (unparseable) like any other.
+            self._empty_retried.add(call_id)
+            self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient", final=False,
+                         reply=reply, error_class="empty_content",
+                         error="empty content with finish_reason stop; retried once")
+            if self.progress is not None:
+                self.progress.retry()
+            raise TransientError("empty_content", "empty content with finish_reason stop", reply)
         rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="reply", final=True,
                            reply=reply)
         self._finish(rec)
@@ -395,40 +359,32 @@ class Dispatcher:
             self._gate.release()
 
     def _answered(self, t0: float) -> None:
-        """An answer that was not a rate limit: meter it; grow the limit if it was binding."""
-        now = time.monotonic()
-        self._meter.add(now, now - t0)
-        gate = self._gate
-        if not (self.opt.adaptive and gate.limit < self.opt.concurrency and gate.saturated):
-            return
-        if self._ceiling is not None and gate.limit >= self._ceiling and now < self._hold_until:
-            return  # back at the measured ceiling: wait before probing past it again
-        # Additive increase: about +1 request in flight per round trip of `limit` answers.
-        gate.limit = min(float(self.opt.concurrency), gate.limit + 1.0 / gate.limit)
-        gate.wake()
+        """An answer that was not a rate limit: the controller may grow the limit."""
+        if self.opt.adaptive:
+            self._control.answered(t0, time.monotonic(), saturated=self._gate.saturated)
+            self._follow_limit()
 
     def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
         self.result.rate_limited += 1
         if not self.opt.adaptive:
             return
         now = time.monotonic()
-        if retry_after:
+        if self._control.rate_limited(t0, now) and retry_after:
             self._pause_until = max(self._pause_until, now + min(retry_after, self.opt.retry_max_s))
-        if t0 < self._last_cut:
-            return  # sent before the last cut: part of the episode already acted on
-        self._last_cut = now
-        gate = self._gate
-        served = self._meter.in_flight_served(now)
-        # Cut to what the provider was serving (a little under, so the next probe starts below
-        # the cap), and never by less than 10%; with no measurement yet, halve.
-        new = gate.limit / 2 if served is None else min(gate.limit * 0.9, served * 0.95)
-        gate.limit = max(1.0, new)
-        # Near a measured ceiling, probing again every round trip would cost a 429 each time:
-        # hold there for several round trips (at least a second) first.
-        self._ceiling = served
-        self._hold_until = now + max(1.0, 8 * self._meter.mean_latency())
-        self.result.limit_cuts += 1
-        self.result.min_concurrency = min(self.result.min_concurrency, gate.capacity)
+        self._follow_limit()
+
+    def _follow_limit(self) -> None:
+        """Copy the controller's limit to the gate (waking whoever now fits) and to the result."""
+        control, gate = self._control, self._gate
+        if gate.limit != control.limit:
+            gate.limit = control.limit
+            gate.wake()
+            if self.progress is not None:
+                self.progress.wire = f"c={gate.capacity}/{self.opt.concurrency}"
+        self.result.min_concurrency = control.min_capacity
+        self.result.limit_cuts = control.cuts
+        self.result.limit_restores = control.restores
+        self.result.background_429 = control.background
 
     def _note_unreachable(self, exc: TransientError) -> None:
         """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""
@@ -449,11 +405,13 @@ class Dispatcher:
             error_class, error = exc.error_class, str(exc)
         response = reply.raw if reply is not None else None
         usage = dict(reply.usage) if reply is not None else {}
-        cost = usage.get("cost")
-        if isinstance(cost, (int, float)) and math.isfinite(cost):
-            self._spent += cost
-            if self.progress is not None:
-                self.progress.add_spend(cost)
+        added = self.budget.charge(usage, answered=outcome == "reply")
+        if added and self.progress is not None:
+            self.progress.add_spend(added)
+        if self.budget.estimated and not self.result.budget_estimated:
+            self.result.budget_estimated = True
+            self._note(f"the provider reports no cost: --max-cost ${self.opt.max_cost:g} counts its answers at the "
+                       "guard config's prices (price_in_per_mtok, price_out_per_mtok), an estimate")
         rec: dict[str, Any] = {
             "call_id": call_id,
             "attempt": self.writer.state.attempts.get(call_id, 0) + 1,
@@ -464,6 +422,8 @@ class Dispatcher:
             "response_sha256": sha256_hex(response.encode("utf-8")) if response is not None else None,
             "content": reply.content if reply is not None else None,
             "finish_reason": reply.finish_reason if reply is not None else None,
+            "native_finish_reason": reply.native_finish_reason if reply is not None else None,
+            "generation_id": reply.generation_id if reply is not None else None,
             "error_class": error_class, "error": error,
             "latency_s": round(time.monotonic() - t0, 6),
             "usage": usage,
@@ -471,6 +431,10 @@ class Dispatcher:
             "answers_call_id": reply.answers_call_id if reply is not None else None,
             "outcome": outcome, "final": final,
         }
+        if (reply is not None and reply.redacted) or (exc is not None and exc.redacted):
+            # The API key was cut out of this line (docs/design.md §11): `response` is what was
+            # received less the key, and `response_sha256` is of the text stored here.
+            rec["redacted"] = True
         # An evicted body (a call retried for long while thousands of others ran) is serialised again.
         request_json = self._request_json.get(request_sha) or canonical_bytes(body)
         seq, line_sha = self.writer.append_raw(rec, request_json=request_json)
@@ -480,14 +444,16 @@ class Dispatcher:
     def _finish(self, logged: tuple[dict[str, Any], int, str]) -> None:
         rec, _, line_sha = logged
         decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
-                          parser=self.parser, pinned_provider=self.guard.pinned_provider)
+                          parser=self.parser, allowed_providers=self.guard.allowed_providers)
         self.writer.append_decision(decision)
         st = decision["status"]
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
-        cost = rec["usage"].get("cost")
-        if isinstance(cost, (int, float)):
-            self._cost_done += cost
-            self._n_cost += 1
         if self.progress is not None:
             self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)
+
+
+def _empty_answer(reply: Reply) -> bool:
+    """An HTTP answer with no content although the model says it stopped normally."""
+    return (reply.status == 200 and reply.finish_reason == "stop"
+            and (reply.content is None or not reply.content.strip()))

@@ -1,4 +1,4 @@
-"""Live progress on stderr: done/total, rate, ETA, retries, failures, spend.
+"""Live progress on stderr: done/total, rate, ETA, the adaptive wire limit, retries, failures, spend.
 
 On a terminal it is a rich progress bar; otherwise (CI, pipes) a plain line every few
 seconds, so long runs still show signs of life in logs.
@@ -29,6 +29,7 @@ class RunProgress:
         self.total, self.done = total, already
         self.retries = self.failures = self.quarantined = 0
         self.spend = 0.0
+        self.wire = ""          # the adaptive limit now / the most, e.g. `c=37/64` (set by the dispatcher)
         self._stream = stream or sys.stderr
         self._enabled = enabled
         self._tty = enabled and self._stream.isatty()
@@ -66,12 +67,14 @@ class RunProgress:
         r = self.rate()
         remaining = self.total - self.done
         eta = f"{remaining / r:.0f}s" if r > 0 else "?"
-        return (f"{self.done}/{self.total} calls, {r:.1f}/s, ETA {eta}, retries {self.retries}, "
+        wire = f", {self.wire}" if self.wire else ""
+        return (f"{self.done}/{self.total} calls, {r:.1f}/s{wire}, ETA {eta}, retries {self.retries}, "
                 f"failures {self.failures}, quarantined {self.quarantined}, spend ${self.spend:.4f}")
 
     def refresh(self) -> None:
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=self.done, rate=f"{self.rate():.1f}/s",
+            self._progress.update(self._task, completed=self.done,
+                                  rate=f"{self.rate():.1f}/s" + (f" {self.wire}" if self.wire else ""),
                                   extra=f"retries {self.retries} · failures {self.failures} · "
                                         f"quarantined {self.quarantined} · ${self.spend:.4f}")
         elif self._enabled:
@@ -95,3 +98,11 @@ class RunProgress:
 
     def add_spend(self, cost: float) -> None:
         self.spend += cost
+
+    def note(self, message: str) -> None:
+        """A one-off message on the progress stream (above the bar on a terminal), shown even
+        with the display off."""
+        if self._progress is not None:
+            self._progress.console.print(f"guardeval: note: {message}", markup=False, highlight=False)
+        else:
+            print(f"guardeval: note: {message}", file=self._stream, flush=True)

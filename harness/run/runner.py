@@ -18,18 +18,21 @@ import anyio
 import orjson
 
 from guards.config import GuardConfig, load_guard_config
+from guards.openrouter.preflight import EMPTY_INSTANCE, Workload
 from guards.parsers import get_parser
 from guards.prompts import Prompt, load_prompt
-from guards.registry import make_guard
+from guards.registry import make_guard, make_renderer
 from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
-from harness.cohorts.model import Cohort, load_cohort
-from harness.errors import CheckFailed, InputError, RunStopped
+from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
+from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
+from harness.run.budget import Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
 from harness.run.store import (
     COHORT_DIR,
+    PROMPT_DIR,
     SCHEDULE,
     STIMULI,
     STIMULUS_LINE,
@@ -37,11 +40,13 @@ from harness.run.store import (
     RunWriter,
     create_run_dir,
     iter_jsonl,
+    load_run_prompt,
     new_run_id,
     parse_line,
     read_manifest,
     utcnow,
 )
+from harness.terminal import safe
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -75,6 +80,27 @@ class Plan:
             cost = tin / 1e6 * cfg.price_in_per_mtok + tout / 1e6 * cfg.price_out_per_mtok
         return {"calls": self.n_calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
                 "cost_usd_upper_est": cost}
+
+    def workload(self, *, max_calls: int | None = None, max_cost: float | None = None) -> Workload:
+        """What the preflight needs to know about this run: one rendered body, how many calls
+        this launch may send, their rough prompt tokens, the longest prompt."""
+        self.render_instances()
+        calls = min(self.n_calls, max_calls) if max_calls is not None else self.n_calls
+        first = next(iter(self.cohort.iter_instances()), None)
+        body = self._render(first) if first is not None else self._render(EMPTY_INSTANCE)
+        longest = max((tokens for _, tokens in self.requests.values()), default=None)
+        share = self.prompt_tokens_est * calls // self.n_calls if self.n_calls else 0
+        return Workload(body=body, calls=calls, prompt_tokens=share, longest_prompt_tokens=longest, max_cost=max_cost)
+
+    def render_instances(self) -> None:
+        """Render every instance once (repetitions share a body), in file order, keeping each
+        one's request hash and rough size; a no-op once done."""
+        if self.requests:
+            return
+        reps = int(self.manifest.get("reps") or 1)
+        for inst in self.cohort.iter_instances():
+            _, tokens = self.requests[inst["instance_sha256"]] = _render_request(self._render, inst)
+            self.prompt_tokens_est += tokens * reps
 
     def digest(self) -> dict[str, Any]:
         """Hash the schedule and stimuli without writing them (`--dry-run`)."""
@@ -116,7 +142,7 @@ class Plan:
     @functools.cached_property
     def _render(self) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
         # Guards construct cheaply (no connection, no model load), so rendering needs no server.
-        return make_guard(self.config, self.prompt, max_connections=1).render
+        return make_renderer(self.config, self.prompt)
 
 
 def _emit(hashes: dict[str, Any], out: Mapping[str, BinaryIO], sched: list[bytes], stim: list[bytes]) -> None:
@@ -135,7 +161,7 @@ def _render_request(render: Callable[[Mapping[str, Any]], dict[str, Any]],
     return sha256_hex(data), len(data) // 4
 
 
-def _load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
+def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
     config = load_guard_config(guard_path).with_base_url(base_url)
     try:
         prompt = load_prompt(config.prompt)
@@ -157,20 +183,21 @@ def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, 
                    "instances_sha256": cohort.meta["instances_sha256"]},
         "schedule_sha256": None, "stimuli_sha256": None, "n_calls": n_calls,
         "seed": seed, "order": order, "reps": reps, "schedule_algorithm": ALGORITHM[order],
-        "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser},
+        # `copy`: the run folder carries the prompt's files (verify and resume read them there).
+        "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser, "copy": PROMPT_DIR},
         "guard": config.to_manifest(), "guard_sha256": config.sha256,
         "parent_run": parent,
     }
 
 
 def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, seed: int, order: str,
-                base_url: str | None, run_id: str | None = None) -> Plan:
+                base_url: str | None, run_id: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     if reps < 1:
         raise InputError("--reps must be >= 1", field="reps")
     if order not in ALGORITHM:
         raise InputError(f"unknown order {order!r}", field="order")
-    cohort = load_cohort(cohort_dir)
-    config, prompt = _load_guard_and_prompt(guard_path, base_url)
+    cohort = load_cohort(cohort_dir, limits=row_limits)
+    config, prompt = load_guard_and_prompt(guard_path, base_url)
     n_calls = cohort.n_instances * reps
 
     def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
@@ -180,17 +207,16 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
     run_id = run_id or new_run_id(config.name)
     plan = Plan(cohort, config, prompt, _manifest(run_id, cohort, config, prompt, n_calls, seed=seed, order=order,
                                                   reps=reps, parent=None), n_calls, lines)
-    # Every instance is scheduled `reps` times: render each once, in file order (one sequential read).
-    for inst in cohort.iter_instances():
-        sha, tokens = plan.requests[inst["instance_sha256"]] = _render_request(plan._render, inst)
-        plan.prompt_tokens_est += tokens * reps
+    # Every instance is scheduled `reps` times: render each once (one sequential read).
+    plan.render_instances()
     return plan
 
 
-def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | None) -> Plan:
+def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | None,
+                   row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     parent = read_manifest(parent_dir)
-    cohort = load_run_cohort(parent_dir, parent)
-    config, prompt = _load_guard_and_prompt(guard_path, base_url)
+    cohort = load_run_cohort(parent_dir, parent, row_limits)
+    config, prompt = load_guard_and_prompt(guard_path, base_url)
     sched_path = parent_dir / SCHEDULE
     sha, n_calls = _sha256_and_lines(sched_path)
     if sha != parent["schedule_sha256"]:
@@ -218,16 +244,17 @@ def _sha256_and_lines(path: Path) -> tuple[str, int]:
     return h.hexdigest(), n
 
 
-def load_run_cohort(run_dir: Path, manifest: dict[str, Any]) -> Cohort:
+def load_run_cohort(run_dir: Path, manifest: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Cohort:
     # Pinned by the manifest and validated when the run was launched: see `load_cohort`.
-    cohort = load_cohort(run_dir / COHORT_DIR, pinned_sha256=manifest["cohort"]["sha256"])
+    cohort = load_cohort(run_dir / COHORT_DIR, pinned_sha256=manifest["cohort"]["sha256"], limits=row_limits)
     if cohort.sha256 != manifest["cohort"]["sha256"]:
         raise InputError("cohort copy does not match the manifest", path=run_dir / COHORT_DIR / "cohort.json")
     return cohort
 
 
 def materialise(plan: Plan, run_dir: Path) -> None:
-    plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort_src=plan.cohort.path, fill=plan.write)
+    plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort_src=plan.cohort.path, fill=plan.write,
+                                   prompt_files=plan.prompt.files)
 
 
 def resolve_run_dir(run_dir: str | Path | None, run_id: str, root: Path = DEFAULT_RUNS_ROOT) -> Path:
@@ -252,30 +279,28 @@ class RunOutcome:
 
 def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
-            progress: bool = True, handle_signals: bool = True, adaptive: bool = True) -> RunOutcome:
+            progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
     with RunLock(run_dir):
         config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
-        prompt = load_prompt(manifest["prompt"]["id"])
-        if prompt.sha256 != manifest["prompt"]["sha256"]:
-            # Sending would only write every pending call off as a replay mismatch: refuse.
-            raise InputError(f"prompt '{prompt.id}' has changed since this run was launched (sha256 "
-                             f"{prompt.sha256[:12]}…, manifest {manifest['prompt']['sha256'][:12]}…); restore it, "
-                             "or start a new run with `guardeval replicate`", path=run_dir / "manifest.json",
-                             field="prompt.sha256")
+        # A prompt that no longer renders the launch's bodies would write every pending call off
+        # as a replay mismatch: refused here (InputError).
+        prompt = load_run_prompt(run_dir, manifest)
         parser = get_parser(prompt.parser)
         writer = RunWriter(run_dir)
         # The logs are read (a large raw log by workers) while the cohort is loaded; nothing is
         # changed on disk until the checks below have passed (`open` moves torn lines aside).
         writer.scan()
         try:
-            cohort = load_run_cohort(run_dir, manifest)
+            cohort = load_run_cohort(run_dir, manifest, row_limits)
             _check_rendering(run_dir, cohort, config, prompt)
         except BaseException:
             writer.abandon_scan()
             raise
         state = writer.open()
+        result: DispatchResult | None = None
         try:
             recovered = _recover_decisions(run_dir, writer, parser, config)
             total = int(manifest["n_calls"])
@@ -288,17 +313,28 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    rpm=rpm,
                                    max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
-                                   projected_cost_per_call=_projected_cost(config, manifest),
+                                   prices=_prices(config),
                                    progress=progress, handle_signals=handle_signals, adaptive=adaptive),
-                               len(state.decided), state.spent, backend_options=_backend_options())
+                               len(state.decided), state.spent, state.unpriced, backend_options=_backend_options())
             decided = len(state.decided)
-            writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
-                         adaptive=adaptive, min_concurrency=result.min_concurrency,
-                         rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
-                         last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
-                         fatal=result.fatal_message)
+            try:
+                writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
+                             adaptive=adaptive, min_concurrency=result.min_concurrency,
+                             rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
+                             limit_restores=result.limit_restores, background_429=result.background_429,
+                             last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
+                             fatal=result.fatal_message)
+            except WriteFailed:
+                pass   # the stop event is informational; the dispatcher has already stopped on this
         finally:
-            writer.close()
+            try:
+                writer.close()
+            except WriteFailed as exc:
+                # Decisions still held are re-derived from their raw lines on resume.
+                if result is None:
+                    raise
+                if result.stop_reason != "write_failed":
+                    result.stop_reason, result.fatal_message = "write_failed", str(exc)
     if pending.error is not None:
         raise pending.error
     return RunOutcome(run_dir, total, decided, result, recovered, state.torn)
@@ -311,11 +347,10 @@ def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: Gu
     if not finals:
         return 0
     expected = _stimuli_for(run_dir, set(finals))
-    pinned = config.pinned_provider if config.backend == "openrouter" else None
     recovered = 0
     for rec, line_sha in writer.undecided_finals():
         writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected.get(rec["call_id"]),
-                                      parser=parser, pinned_provider=pinned))
+                                      parser=parser, allowed_providers=config.allowed_providers))
         recovered += 1
     finals.clear()
     return recovered
@@ -404,13 +439,13 @@ def _call_id_pair(sline: bytes, tline: bytes) -> tuple[str | None, str | None]:
 
 async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, cohort: Cohort, parser: Any,
                     pending: Iterable[dict[str, Any]], total: int, options: DispatchOptions, already: int,
-                    spent: float) -> DispatchResult:
+                    spent: float, unpriced: Unpriced) -> DispatchResult:
     guard = make_guard(config, prompt, max_connections=max(options.concurrency, 1))
     try:
         d = Dispatcher(guard=guard, writer=writer,
                        instance_for=lambda r: cohort.instance(r["base_id"], r["condition"]),
                        parser=parser, options=options)
-        return await d.run(pending, total=total, already=already, spent_before=spent)
+        return await d.run(pending, total=total, already=already, spent_before=spent, unpriced_before=unpriced)
     finally:
         with anyio.CancelScope(shield=True):
             await guard.aclose()
@@ -422,7 +457,7 @@ def _check_rendering(run_dir: Path, cohort: Cohort, config: GuardConfig, prompt:
     if first is None:
         return
     frozen = next((rec for _, _, rec in iter_jsonl(run_dir / STIMULI)), {})
-    body = make_guard(config, prompt, max_connections=1).render(cohort.instance(first["base_id"], first["condition"]))
+    body = make_renderer(config, prompt)(cohort.instance(first["base_id"], first["condition"]))
     if frozen.get("call_id") != first["call_id"] or canonical_sha256(body) != frozen.get("request_sha256"):
         raise InputError("the request re-rendered now differs from the one frozen at launch (stimuli.jsonl): the "
                          "guard config or the rendering changed; restore them, or start a new run with "
@@ -444,12 +479,13 @@ def _backend_options() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
-def _projected_cost(config: GuardConfig, manifest: dict[str, Any]) -> float:
+def _prices(config: GuardConfig) -> Prices | None:
     if config.price_in_per_mtok is None or config.price_out_per_mtok is None:
-        return 0.0
+        return None
     # Upper estimate per call: a 4k-token prompt is generous for guard prompts; refined by
     # the running mean once calls finish.
-    return 4000 / 1e6 * config.price_in_per_mtok + config.max_tokens / 1e6 * config.price_out_per_mtok
+    per_call = 4000 / 1e6 * config.price_in_per_mtok + config.max_tokens / 1e6 * config.price_out_per_mtok
+    return Prices(config.price_in_per_mtok, config.price_out_per_mtok, per_call)
 
 
 def finish_message(outcome: RunOutcome) -> str:
@@ -463,10 +499,14 @@ def finish_message(outcome: RunOutcome) -> str:
 def raise_if_stopped(outcome: RunOutcome) -> None:
     r = outcome.result
     hint = f"resume with: guardeval resume {outcome.run_dir}"
+    # The provider's own words, shown, never obeyed by the terminal.
+    said = safe(r.fatal_message)
+    if r.stop_reason == "write_failed":
+        raise RunStopped(f"stopped: {said}")
     if r.stop_reason == "fatal":
-        raise RunStopped(f"stopped by a fatal provider error: {r.fatal_message}. Fix the cause, then {hint}")
+        raise RunStopped(f"stopped by a fatal provider error: {said}. Fix the cause, then {hint}")
     if r.stop_reason == "unreachable":
-        raise RunStopped(f"stopped: the provider looks unreachable ({r.fatal_message}); calls left pending. "
+        raise RunStopped(f"stopped: the provider looks unreachable ({said}); calls left pending. "
                          f"When it is back, {hint}")
     if r.stop_reason == "budget":
         raise RunStopped(f"stopped: --max-cost reached. {hint}")

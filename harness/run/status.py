@@ -1,8 +1,9 @@
 """`guardeval status`: counts read from the run files (no lock needed: append-only files).
 
 One streaming pass over each log, the raw log in a worker when it is large. Raw lines carry
-the whole request body (several KB each); status needs only `outcome`, `final` and
-`usage.cost` of each, which `raw_fields` reads without parsing the body, and of a decision
+the whole request body (several KB each); status needs only `outcome`, `final`, the
+generation id and the usage (what the attempt cost) of each, which `raw_fields` reads without
+parsing the body, and of a decision
 only its call id, status and quarantine reason (`decision_fields`). Both fall back to a full
 parse for any line not in the writer's shape, so the counts are exact; a line damaged only in
 the middle (the fields status does not read) is not noticed here: `verify` is the check.
@@ -17,12 +18,12 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from guards.base import valid_cost
 from harness.run.store import (
     DECISIONS,
     EVENTS,
     RAW,
     decision_fields,
-    is_cost,
     iter_jsonl,
     iter_lines,
     iter_raw_fields,
@@ -52,7 +53,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
             statuses[status] = statuses.get(status, 0) + 1
             if reason:
                 quarantine[reason] = quarantine.get(reason, 0) + 1
-        attempts, spend, retries = raw_counts.result()
+        attempts, spend, retries, replayed = raw_counts.result()
     finally:
         raw_counts.close()
     last_stop = None
@@ -68,30 +69,44 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "parent_run": (manifest.get("parent_run") or {}).get("run_id"),
         "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": len(decided) >= n,
         "statuses": statuses, "quarantined": sum(quarantine.values()), "quarantine_by_reason": quarantine,
+        # Calls whose answer shares a generation id with another call's (harness.run.replay):
+        # quarantined by `estimate` as replay_mismatch, not counted in `quarantined` above.
+        "generation_replays": replayed,
         "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6), "last_stop": last_stop,
     }
 
 
-def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> tuple[int, int, array]:
-    """(attempts, retries, the numeric usage.cost of each attempt in order) over the complete
-    lines of raw.jsonl (of bytes [start, end), when given)."""
+_Part = tuple[int, int, array, dict[str, set[str]]]
+
+
+def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> _Part:
+    """(attempts, retries, what each attempt cost in order, generation id -> the calls whose
+    final answer carries it) over the complete lines of raw.jsonl (of bytes [start, end))."""
     attempts, retries, costs = 0, 0, array("d")
+    generations: dict[str, set[str]] = {}
     for _, _, _, f in iter_raw_fields(path, start, end):
         attempts += 1
-        if is_cost(f.cost):
+        if valid_cost(f.cost):
             costs.append(f.cost)
         if f.outcome == "transient" and not f.final:
             retries += 1
-    return attempts, retries, costs
+        elif f.outcome == "reply" and f.final is True and isinstance(f.generation_id, str) and f.generation_id:
+            generations.setdefault(f.generation_id, set()).add(str(f.call_id))
+    return attempts, retries, costs, generations
 
 
-def _totals(parts: list[tuple[int, int, array]]) -> tuple[int, float, int]:
+def _totals(parts: list[_Part]) -> tuple[int, float, int, int]:
+    """(attempts, spend, retries, calls answered under a generation id another call also got)."""
     # Spend is summed one attempt at a time, in log order, whoever read which part.
     spend = 0.0
-    for _, _, costs in parts:
+    generations: dict[str, set[str]] = {}
+    for _, _, costs, gens in parts:
         for cost in costs:
             spend += cost
-    return sum(p[0] for p in parts), spend, sum(p[1] for p in parts)
+        for gen, cids in gens.items():
+            generations.setdefault(gen, set()).update(cids)
+    replayed = sum(len(cids) for cids in generations.values() if len(cids) > 1)
+    return sum(p[0] for p in parts), spend, sum(p[1] for p in parts), replayed
 
 
 class _RawCounts:
@@ -113,7 +128,7 @@ class _RawCounts:
                 child.close()
                 self._jobs.append((proc, conn))
 
-    def result(self) -> tuple[int, float, int]:
+    def result(self) -> tuple[int, float, int, int]:
         parts = [self._collect(proc, conn) for proc, conn in self._jobs]
         self._jobs = []
         if not parts or any(p is None for p in parts):
@@ -132,7 +147,7 @@ class _RawCounts:
         self._jobs = []
 
     @staticmethod
-    def _collect(proc: Any, conn: Any) -> tuple[int, int, array] | None:
+    def _collect(proc: Any, conn: Any) -> _Part | None:
         try:
             return conn.recv()
         except (EOFError, OSError):

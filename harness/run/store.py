@@ -9,6 +9,7 @@ when the holder dies, even by SIGKILL.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import mmap
@@ -22,17 +23,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
+from guards.base import valid_cost
+from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
-from harness.errors import CheckFailed, InputError, RunLocked
+from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
+from harness.run.budget import Unpriced, priced_cost, reported_cost
 
 GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
     "manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl", ".lock")
-COHORT_DIR = "cohort"
+COHORT_DIR, PROMPT_DIR = "cohort", "prompt"
+PARTIAL_LOCK = ".partial-lock"
+_PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]+)")
+_SAFE_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}")
+RESUME_HINT = "Nothing half-written was kept: free some space, then `guardeval resume {run}`"
 
 
 def utcnow() -> str:
@@ -40,6 +48,9 @@ def utcnow() -> str:
 
 
 def new_run_id(prefix: str) -> str:
+    # The id names the run folder: a prefix from a config is checked here too, not trusted.
+    if not _SAFE_PREFIX.fullmatch(prefix):
+        raise InputError("a run id prefix must be 1-64 characters of A-Z a-z 0-9 . _ -", field="name")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{prefix}-{os.urandom(3).hex()}"
 
@@ -50,23 +61,38 @@ def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
-                   fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+                   fill: Callable[[Path], dict[str, Any]],
+                   prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
     """Materialise a new run folder atomically: build it beside, then rename into place.
 
     `fill(partial_folder)` streams `schedule.jsonl` and `stimuli.jsonl` into the partial folder
-    and returns the manifest fields it learned on the way (their SHA-256); the manifest is
-    written last. Returns the manifest as written (with its own `sha256`).
+    and returns the manifest fields it learned on the way (their SHA-256); `prompt_files` (name,
+    bytes) go into `prompt/`; the manifest is written last. Returns the manifest as written
+    (with its own `sha256`). Refused (InputError, nothing left behind): a symbolic link, a file
+    or a non-empty folder at `run_dir`, a place that cannot hold a folder. A disk that fills up
+    meanwhile: WriteFailed, nothing left behind. Partial folders of launches that died are
+    removed on the way.
     """
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise InputError("run folder already exists and is not empty", path=run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    check_new_run_dir(run_dir)
+    made = _make_parents(run_dir.parent)
+    remove_stale_partials(run_dir.parent)
     tmp = run_dir.with_name(f".{run_dir.name}.partial-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    lock_fd: int | None = None
     try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        # Held while the folder is built: a later launch that can take it knows its owner died.
+        lock_fd = os.open(tmp / PARTIAL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         (tmp / COHORT_DIR).mkdir()
         _copy_cohort(cohort_src, tmp / COHORT_DIR, manifest.get("cohort") or {})
+        if prompt_files:
+            (tmp / PROMPT_DIR).mkdir()
+            for name, data in prompt_files:
+                if "/" in name or name in ("", ".", ".."):
+                    raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
+                (tmp / PROMPT_DIR / name).write_bytes(data)
         manifest = {**manifest, **fill(tmp)}
         (tmp / RAW).write_bytes(b"")
         (tmp / DECISIONS).write_bytes(b"")
@@ -76,13 +102,135 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
         for p in tmp.rglob("*"):
             if p.is_file():
                 _fsync_path(p)
-        if run_dir.exists():
-            run_dir.rmdir()
-        os.replace(tmp, run_dir)
-    except BaseException:
+        os.unlink(tmp / PARTIAL_LOCK)
+        try:
+            # rename(2) onto nothing, or onto an empty folder; a folder that is not empty (another
+            # launch won a race for it) is left alone.
+            os.replace(tmp, run_dir)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise InputError("run folder already exists and is not empty (did another launch create it "
+                                 "meanwhile?)", path=run_dir) from None
+            raise
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if isinstance(exc, OSError):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise WriteFailed(exc.filename or tmp, exc, "Nothing was written: free some space, then launch "
+                                  "again.") from None
+            raise InputError(f"cannot create the run folder ({exc.strerror or exc})", path=run_dir) from None
         raise
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)
     return manifest
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """Refuse what cannot become a new run folder before anything is written (also called by
+    `launch` and `replicate` before their preflight: nothing is asked of the provider in vain)."""
+    if run_dir.name in ("", ".", ".."):
+        raise InputError("name the run folder itself (not '.', '..' or '/')", path=run_dir)
+    if run_dir.is_symlink():
+        raise InputError("is a symbolic link; give the run folder itself", path=run_dir)
+    try:
+        if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+            what = "is not empty" if run_dir.is_dir() else "is a file, not a folder"
+            raise InputError(f"run folder already exists and {what}", path=run_dir)
+    except OSError as exc:
+        raise InputError(f"cannot use as a run folder ({exc.strerror or exc})", path=run_dir) from None
+    for parent in run_dir.parents:
+        if parent.is_symlink() and not parent.exists():
+            raise InputError("is a dangling symbolic link", path=parent)
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError("is a file, not a folder: the run folder cannot go under it", path=parent)
+            break
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """mkdir -p, returning the folders it created (removed again if the launch fails)."""
+    missing: list[Path] = []
+    for p in (folder, *folder.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    made: list[Path] = []
+    for p in reversed(missing):
+        try:
+            p.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            for d in reversed(made):
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+            raise InputError(f"cannot create a folder here ({exc.strerror or exc})", path=p) from None
+        made.append(p)
+    return made
+
+
+# What a partial run folder can hold: a folder holding anything else is not one of ours.
+_PARTIAL_CONTENT = frozenset((PARTIAL_LOCK, COHORT_DIR, PROMPT_DIR, MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS))
+
+
+def remove_stale_partials(folder: Path) -> list[Path]:
+    """Remove `.<name>.partial-<pid>` folders whose launch is gone (killed mid-way): its lock
+    can be taken, or, without a lock file, its process no longer exists. A folder holding
+    anything a launch does not write is left alone, whatever its name."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _PARTIAL.fullmatch(entry.name)
+        if m is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        try:
+            ours = {p.name for p in path.iterdir()} <= _PARTIAL_CONTENT
+        except OSError:
+            ours = False
+        if ours and not _partial_is_live(path, int(m[2])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _partial_is_live(path: Path, pid: int) -> bool:
+    try:
+        fd = os.open(path / PARTIAL_LOCK, os.O_RDWR)
+    except FileNotFoundError:
+        return _pid_alive(pid)   # just created, or just renamed into place: ask the process table
+    except OSError:
+        return True              # cannot tell: keep it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True              # its launch holds the lock
+    finally:
+        os.close(fd)             # (closing also releases a lock taken here)
+    return False
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _copy_cohort(src: Path, dst: Path, pins: dict[str, Any]) -> None:
@@ -103,6 +251,27 @@ def _fsync_path(p: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def load_run_prompt(run_dir: Path, manifest: dict[str, Any]) -> Prompt:
+    """The prompt a run was launched with: its own copy in `prompt/` (pinned by the manifest's
+    `prompt.sha256`), or, for a run from before copies, the prompts folder's entry if it still
+    hashes as pinned. InputError when neither holds."""
+    pin = manifest["prompt"]
+    if pin.get("copy"):
+        path = run_dir / PROMPT_DIR
+        prompt = load_prompt_dir(path, str(pin["id"]))
+        if prompt.sha256 != pin["sha256"]:
+            raise InputError("the run's copy of its prompt does not match manifest.prompt.sha256", path=path,
+                             field="prompt.sha256")
+        return prompt
+    prompt = load_prompt(pin["id"])
+    if prompt.sha256 != pin["sha256"]:
+        raise InputError(f"this run has no copy of its prompt and prompt '{prompt.id}' has changed since it was "
+                         f"launched (sha256 {prompt.sha256[:12]}…, manifest {pin['sha256'][:12]}…); restore it, "
+                         "or start a new run with `guardeval replicate`", path=run_dir / MANIFEST,
+                         field="prompt.sha256")
+    return prompt
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -133,14 +302,20 @@ class RunLock:
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise WriteFailed(self.path, exc, "The run was not changed.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise RunLocked(f"{self.path.parent}: another guardeval process is writing this run") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass  # the holder's pid is for people reading the file; the lock is the flock
         self._fd = fd
         return self
 
@@ -165,7 +340,8 @@ class RunState:
     attempts: dict[str, int] = field(default_factory=dict)        # call_id -> attempts logged (undecided calls)
     decided: set[str] = field(default_factory=set)
     final_raw: dict[str, tuple[int, int]] = field(default_factory=dict)  # undecided call -> (offset, line) of its final raw line
-    spent: float = 0.0                                            # usage.cost summed over every attempt
+    spent: float = 0.0                                            # reported cost summed over every attempt
+    unpriced: Unpriced = field(default_factory=Unpriced)          # answers the provider did not price
     torn: list[Path] = field(default_factory=list)
 
 
@@ -173,12 +349,14 @@ class RawFields(NamedTuple):
     call_id: Any
     final: Any
     outcome: Any
-    cost: Any
+    cost: Any                   # what the provider says the attempt cost (`budget.reported_cost`)
+    usage: dict[str, Any]
+    generation_id: Any = None   # the provider's generation id, when recorded
 
 
-def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
-    """call_id, final, outcome and usage.cost of the raw line `buf[start:end]` (no newline),
-    without parsing its request.
+def raw_head(buf: Any, start: int = 0, end: int | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(every field before `request`, the `usage` object) of the raw line `buf[start:end]` (no
+    newline), without parsing its request.
 
     A raw line is canonical JSON (sorted keys, no spaces) of a record whose fields before
     `request` are scalars and whose last field is `usage`; inside a JSON string every `"` is
@@ -201,25 +379,39 @@ def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | 
     if type(head) is not dict or type(usage) is not dict or "call_id" not in head or "final" not in head \
             or "outcome" not in head:
         return None
-    return RawFields(head["call_id"], head["final"], head["outcome"], usage.get("cost"))
+    return head, usage
+
+
+def raw_fields(buf: Any, start: int = 0, end: int | None = None) -> RawFields | None:
+    """call_id, final, outcome, reported cost (`budget.reported_cost`), usage and generation id
+    of the raw line `buf[start:end]` (see `raw_head`; None: parse the whole line)."""
+    parts = raw_head(buf, start, end)
+    if parts is None:
+        return None
+    head, usage = parts
+    return RawFields(head["call_id"], head["final"], head["outcome"], reported_cost(usage), usage,
+                     head.get("generation_id"))
 
 
 def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
     """The same fields from a full parse (CheckFailed, as iter_jsonl, if not a JSON object)."""
     rec = parse_line(body, path, lineno)
-    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), (rec.get("usage") or {}).get("cost"))
+    usage = rec.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return RawFields(rec.get("call_id"), rec.get("final"), rec.get("outcome"), reported_cost(usage), usage,
+                     rec.get("generation_id"))
 
 
-def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
-                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
-    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
-    (of the lines in bytes [start, end), when given: both line boundaries; line numbers then
-    count from `start`).
+def iter_mapped_lines(path: Path, start: int = 0, end: int | None = None,
+                      window: int = 64 << 20) -> Iterator[tuple[int, Any, int, int, int]]:
+    """(line number, buffer, line start, newline position, buffer offset in the file) of every
+    complete line (of the lines in bytes [start, end), when given: both line boundaries; line
+    numbers then count from `start`). `buffer[line start:newline]` is the line; the buffer is
+    valid until the next item.
 
     A 1M-call raw log is several GB. It is mapped a window at a time (the page cache is read
-    in place: no copy into the process, and resident memory stays one window), newlines are
-    found with memchr, and each line's few fields come from `raw_fields`. A torn last line (no
-    newline) is left out, as `iter_jsonl` does.
+    in place: no copy into the process, and resident memory stays one window) and newlines are
+    found with memchr. A torn last line (no newline) is left out, as `iter_jsonl` does.
     """
     size = path.stat().st_size if path.exists() else 0
     size = size if end is None else min(end, size)
@@ -232,16 +424,24 @@ def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
                 pos = base - start
                 while (nl := mm.find(b"\n", pos)) >= 0:
                     lineno += 1
-                    fields = raw_fields(mm, pos, nl)
-                    if fields is None:
-                        fields = full_raw_fields(mm[pos:nl], path, lineno)
-                    yield lineno, start + pos, nl + 1 - pos, fields
+                    yield lineno, mm, pos, nl, start
                     pos = nl + 1
             if start + pos == base:          # no complete line in this window
                 if start + length >= size:
                     return                   # a torn last line
                 window *= 2                  # a line longer than the window
             base = start + pos
+
+
+def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
+                    window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
+    """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
+    (see `iter_mapped_lines`); each line's few fields come from `raw_fields`."""
+    for lineno, buf, pos, nl, offset in iter_mapped_lines(path, start, end, window):
+        fields = raw_fields(buf, pos, nl)
+        if fields is None:
+            fields = full_raw_fields(buf[pos:nl], path, lineno)
+        yield lineno, offset + pos, nl + 1 - pos, fields
 
 
 def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
@@ -301,21 +501,72 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             yield lineno, line
 
 
-def is_cost(value: Any) -> bool:
-    return isinstance(value, (int, float))
+class AppendLog:
+    """One append-only log file: whole writes or nothing.
+
+    A write the disk does not take in full (ENOSPC, EDQUOT, EFBIG, an I/O error) is cut back to
+    where it began, so no torn line is left behind by a full disk, and every later write or sync
+    raises the same WriteFailed: after a failure, nothing more is appended to this run.
+    """
+
+    def __init__(self, path: Path, hint: str) -> None:
+        self.path, self._hint = path, hint
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.failed: WriteFailed | None = None
+
+    def write(self, data: bytes) -> None:
+        fd = self._usable()
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                done += os.write(fd, view[done:])
+        except OSError as exc:
+            if done:
+                try:
+                    os.ftruncate(fd, self.size)   # frees space: succeeds on a full disk
+                except OSError:
+                    pass
+            raise self._fail(exc) from None
+        self.size += len(data)
+
+    def sync(self) -> None:
+        # Allowed after a failed write: what is in the file is whole lines (cut back).
+        fd = self._fd
+        assert fd is not None
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise self._fail(exc) from None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _usable(self) -> int:
+        if self.failed is not None:
+            raise self.failed
+        assert self._fd is not None
+        return self._fd
+
+    def _fail(self, exc: OSError) -> WriteFailed:
+        self.failed = WriteFailed(self.path, exc, self._hint)
+        return self.failed
 
 
 class RunWriter:
-    """Appends attempts and decisions; owns the two open file handles of a live run."""
+    """Appends attempts and decisions; owns the open log files of a live run."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.state = RunState()
-        self._raw: BinaryIO | None = None
-        self._dec: BinaryIO | None = None
-        self._events: BinaryIO | None = None
+        self._raw: AppendLog | None = None
+        self._dec: AppendLog | None = None
+        self._events: AppendLog | None = None
         self._pending: list[bytes] = []
         self._scan: _RawScan | None = None
+        self._hint = RESUME_HINT.format(run=run_dir)
 
     # -- opening and recovery ----------------------------------------------------------------
     def scan(self) -> None:
@@ -341,13 +592,17 @@ class RunWriter:
         assert self._scan is not None
         self._merge_raw(self._scan.parts())
         for name in (RAW, DECISIONS):
-            moved = recover_torn(self.run_dir / name)
+            moved = recover_torn(self.run_dir / name, self._hint)
             if moved:
                 self.state.torn.append(moved)
         st = self.state
-        self._raw = open(self.run_dir / RAW, "ab")
-        self._dec = open(self.run_dir / DECISIONS, "ab")
-        self._events = open(self.run_dir / EVENTS, "ab")
+        try:
+            self._raw = AppendLog(self.run_dir / RAW, self._hint)
+            self._dec = AppendLog(self.run_dir / DECISIONS, self._hint)
+            self._events = AppendLog(self.run_dir / EVENTS, self._hint)
+        except OSError as exc:
+            self.close_files()
+            raise WriteFailed(exc.filename, exc, self._hint) from None
         return st
 
     def _merge_raw(self, parts: list[RawPart]) -> None:
@@ -358,6 +613,7 @@ class RunWriter:
         for part in parts:
             for cost in part.costs:    # one at a time, in log order, as the attempts were written
                 st.spent += cost
+            st.unpriced.merge(part.unpriced)
             for cid, n in part.attempts.items():
                 st.attempts[cid] = st.attempts.get(cid, 0) + n
             for cid, where in part.finals.items():
@@ -384,12 +640,20 @@ class RunWriter:
                 yield parse_line(body, path, lineno), sha256_hex(body)
 
     def close(self) -> None:
-        self.flush()
-        for fh in (self._raw, self._dec, self._events):
-            if fh is not None:
-                fh.flush()
-                os.fsync(fh.fileno())
-                fh.close()
+        """Write the held decisions and sync every log; the files are closed even when that
+        fails (WriteFailed is raised after)."""
+        try:
+            self.flush()
+            for log in (self._raw, self._dec, self._events):
+                if log is not None:
+                    log.sync()
+        finally:
+            self.close_files()
+
+    def close_files(self) -> None:
+        for log in (self._raw, self._dec, self._events):
+            if log is not None:
+                log.close()
         self._raw = self._dec = self._events = None
 
     # -- appends -----------------------------------------------------------------------------
@@ -402,16 +666,16 @@ class RunWriter:
         """
         assert self._raw is not None
         st = self.state
-        st.last_seq += 1
-        record = {**record, "seq": st.last_seq, "prev_sha256": st.last_raw_sha}
+        seq = st.last_seq + 1
+        record = {**record, "seq": seq, "prev_sha256": st.last_raw_sha}
         line = dumps_line(record)
         if request_json is not None:
             # Keys are sorted, so "request" goes right before "request_sha256"; inside string
             # values a quote is escaped, so this pattern can only be that key.
             at = line.index(b',"request_sha256":')
             line = line[:at] + b',"request":' + request_json + line[at:]
-        self._raw.write(line)
-        self._raw.flush()
+        self._raw.write(line)   # whole or not at all (WriteFailed): the state moves only after
+        st.last_seq = seq
         st.last_raw_sha = sha256_hex(line[:-1])
         cid = record["call_id"]
         st.attempts[cid] = st.attempts.get(cid, 0) + 1
@@ -430,16 +694,13 @@ class RunWriter:
         at a raw line that a power loss could take away."""
         if not self._pending or self._raw is None or self._dec is None:
             return
-        self._raw.flush()
-        os.fsync(self._raw.fileno())
+        self._raw.sync()
         self._dec.write(b"".join(self._pending))
-        self._dec.flush()
         self._pending.clear()
 
     def event(self, kind: str, **fields: Any) -> None:
         assert self._events is not None
         self._events.write(dumps_line({"at": utcnow(), "event": kind, "pid": os.getpid(), **fields}))
-        self._events.flush()
 
 
 @dataclass
@@ -447,7 +708,8 @@ class RawPart:
     """What a scan of some of raw.jsonl's lines (bytes [start, end)) learned; see `_scan_raw`."""
 
     n_lines: int = 0
-    costs: array = field(default_factory=lambda: array("d"))   # numeric usage.cost, in log order
+    costs: array = field(default_factory=lambda: array("d"))   # reported costs, in log order
+    unpriced: Unpriced = field(default_factory=Unpriced)        # answers without a positive cost
     attempts: dict[Any, int] = field(default_factory=dict)     # undecided call -> attempts here
     finals: dict[Any, tuple[int, int] | None] = field(default_factory=dict)  # last line here: final (offset, line) or not (None)
     last: tuple[int, int] | None = None                         # (offset, length) of the last line
@@ -456,8 +718,10 @@ class RawPart:
 def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) -> RawPart:
     part = RawPart()
     for lineno, offset, length, f in iter_raw_fields(path, start, end):
-        if is_cost(f.cost):
+        if valid_cost(f.cost):
             part.costs.append(f.cost)
+        if f.outcome == "reply" and priced_cost(f.usage) is None:
+            part.unpriced.add(f.usage)
         cid = f.call_id
         if cid not in decided:
             part.attempts[cid] = part.attempts.get(cid, 0) + 1
@@ -520,8 +784,10 @@ def _scan_worker(path: Path, start: int, end: int, decided: set[str], conn: Any)
         conn.close()
 
 
-def recover_torn(path: Path) -> Path | None:
-    """If the file ends without a newline, move the torn tail to `<name>.torn-<stamp>`."""
+def recover_torn(path: Path, hint: str = "") -> Path | None:
+    """If the file ends without a newline, move the torn tail to `<name>.torn-<stamp>`.
+    The copy is written and synced before the file is cut; if the disk cannot take it, the
+    copy is removed and nothing changes (WriteFailed)."""
     if not path.exists():
         return None
     size = path.stat().st_size
@@ -545,8 +811,14 @@ def recover_torn(path: Path) -> Path | None:
         fh.seek(cut)
         tail = fh.read()
         aside = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-        aside.write_bytes(tail)
-        _fsync_path(aside)
+        try:
+            with open(aside, "wb") as out:
+                out.write(tail)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            aside.unlink(missing_ok=True)
+            raise WriteFailed(aside, exc, hint) from None
         fh.truncate(cut)
         fh.flush()
         os.fsync(fh.fileno())

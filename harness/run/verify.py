@@ -1,7 +1,10 @@
 """`guardeval verify`: recompute every hash and the raw-log chain; name the file and line.
 
-Checks are independent of the guard's availability, except the optional re-render of
-stimuli and re-derivation of decisions, which run when the run's prompt is loadable.
+Checks need nothing outside the run folder: the stimuli are re-rendered from the run's own copy
+of its prompt (`prompt/`, pinned by the manifest) and its guard config. A check that cannot be
+done (a run from before prompt copies whose prompt has changed since, a manifest naming a parser
+this version lacks) is listed under `skipped`, and the result is not `ok` unless skipped checks
+are allowed.
 
 Each file is read once, as a stream, and what is kept between files is compact per-call
 state, so a 1,000,000-call run verifies in about 200 MB:
@@ -40,11 +43,22 @@ import numpy as np
 import orjson
 
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line
-from harness.cohorts.model import Cohort
+from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError
 from harness.run import verify_raw
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
-from harness.run.store import DECISIONS, EVENTS, GENESIS, MANIFEST, RAW, SCHEDULE, STIMULI, STIMULUS_LINE
+from harness.run.store import (
+    DECISIONS,
+    EVENTS,
+    GENESIS,
+    MANIFEST,
+    PROMPT_DIR,
+    RAW,
+    SCHEDULE,
+    STIMULI,
+    STIMULUS_LINE,
+    load_run_prompt,
+)
 from harness.run.verify_raw import MISSING
 
 MAX_PROBLEMS = 50
@@ -76,7 +90,7 @@ class _Report:
 
 
 def _line_containing(path: Path, needle: str) -> int | None:
-    for i, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), start=1):
+    for i, line in enumerate(path.read_text("utf-8", errors="replace").split("\n"), start=1):
         if needle in line:
             return i
     return None
@@ -298,28 +312,41 @@ def _value(value: Any) -> Any:
     return value
 
 
-def verify_run(run_dir: Path) -> dict[str, Any]:
+def verify_run(run_dir: Path, *, allow_skipped: bool = False,
+               row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+    """Every check, as a report: `problems` (file, line, message), `skipped` (checks that could
+    not be done, with the reason) and `ok`, which is false when there is a problem, or a
+    skipped check unless `allow_skipped`."""
     mpath = run_dir / MANIFEST
+    rep = _Report()
     try:
         manifest = orjson.loads(mpath.read_bytes())
     except orjson.JSONDecodeError as exc:
-        rep = _Report()
         m = re.search(r"line (\d+)", str(exc))
         rep.add(MANIFEST, int(m.group(1)) if m else None, f"not valid JSON ({exc})")
-        return {"ok": False, "problems": rep.problems, "checked": "manifest unreadable"}
-    return _Verifier(run_dir, manifest).run()
+    else:
+        if isinstance(manifest, dict):
+            return _Verifier(run_dir, manifest, row_limits).run(allow_skipped=allow_skipped)
+        rep.add(MANIFEST, 1, "not a JSON object")
+    return {"ok": False, "problems": rep.problems, "skipped": [], "checked": "manifest unreadable"}
 
 
 class _Verifier:
-    def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
-        self.run_dir, self.manifest = run_dir, manifest
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], row_limits: RowLimits) -> None:
+        self.run_dir, self.manifest, self.row_limits = run_dir, manifest, row_limits
         self.cohort: Cohort | None = None
         self.sched = _Schedule()
         self.stim = _Stimuli(0)
         self.raw = _Raw()
-        self.parser, self.pinned = _parser_and_pin(manifest)
+        self.skipped: list[dict[str, str]] = []
+        self.parser, self.pinned, why = _parser_and_pin(manifest)
+        if self.parser is None:
+            self.skip("decision re-derivation", why)
 
-    def run(self) -> dict[str, Any]:
+    def skip(self, check: str, reason: str) -> None:
+        self.skipped.append({"check": check, "reason": reason})
+
+    def run(self, *, allow_skipped: bool = False) -> dict[str, Any]:
         head, cohort_rep = _Report(), _Report()
         # The raw log is most of the work and needs nothing else to start: it goes first (in a
         # worker when there is a CPU for it), then the re-renders (another worker), while this
@@ -328,7 +355,7 @@ class _Verifier:
         renders = None
         try:
             self._load_cohort(cohort_rep)
-            render = _renderer(self.manifest) if self.cohort is not None else None
+            render = self._renderer(head) if self.cohort is not None else None
             renders = _RenderJob(self.cohort, render) if render is not None and self.cohort is not None else None
             sched_rep, sched_sha = self._schedule()
             self.stim = _Stimuli(len(self.sched))
@@ -348,15 +375,43 @@ class _Verifier:
                     *chain_rep.all(), *dec_rep.all()][:MAX_PROBLEMS]
         checked = (f"{self.sched.n_rows} scheduled calls, {n_raw} raw attempts, {n_dec} decisions, "
                    f"{self.stim.n_keys} stimuli")
-        return {"ok": not problems, "problems": problems, "checked": checked,
+        return {"ok": not problems and (allow_skipped or not self.skipped), "problems": problems,
+                "skipped": self.skipped, "checked": checked,
                 "n_calls": self.sched.n_rows, "n_raw": n_raw, "n_decisions": n_dec}
+
+    def _renderer(self, rep: _Report) -> Callable[[Any], dict[str, Any]] | None:
+        """The run's own renderer: its guard config and its prompt (the copy in the run folder;
+        for a run from before copies, the prompts folder's entry when it still hashes as pinned).
+        None, with the check recorded as skipped (or a damaged copy as a problem), otherwise."""
+        from guards.config import GuardConfig
+        from guards.registry import make_renderer
+
+        check = "stimuli re-render"
+        pin = self.manifest.get("prompt")
+        if not isinstance(pin, dict):
+            rep.add(MANIFEST, None, "prompt is not an object")
+            return None
+        try:
+            prompt = load_run_prompt(self.run_dir, self.manifest)
+        except (GuardevalError, KeyError, TypeError) as exc:
+            if pin.get("copy"):
+                rep.add(f"{PROMPT_DIR}/manifest.json", None, f"the run's prompt copy does not load: {exc}")
+            else:
+                self.skip(check, f"the run folder has no copy of its prompt (launched before copies) and the "
+                                 f"prompts folder cannot stand in: {exc}")
+            return None
+        try:
+            return make_renderer(GuardConfig(**self.manifest["guard"]), prompt)
+        except Exception as exc:  # noqa: BLE001 - the rest of verification must not depend on the guard
+            self.skip(check, f"the manifest's guard config cannot render ({type(exc).__name__}: {exc})")
+            return None
 
     # -- manifest and cohort -----------------------------------------------------------------
     def _load_cohort(self, rep: _Report) -> None:
         from harness.cohorts.model import load_cohort
 
         try:
-            self.cohort = load_cohort(self.run_dir / "cohort")
+            self.cohort = load_cohort(self.run_dir / "cohort", limits=self.row_limits)
         except GuardevalError as exc:
             rep.add("cohort", None, str(exc))
 
@@ -558,13 +613,19 @@ class _Verifier:
         rep, shas = _Report(), self.stim.shas
         digests, failed = rendered
         render_cell, render_sha = checks
+        unrendered = 0
         for i, cell in enumerate(render_cell):
-            if cell < 0 or failed[cell]:
+            if cell < 0:
+                continue
+            if failed[cell]:
+                unrendered += 1
                 continue
             if shas[render_sha[i]] != digests[32 * cell:32 * cell + 32].hex():
                 rep.add(STIMULI, i + 1, "request_sha256 does not match the re-rendered request")
                 if len(rep.problems) >= MAX_PROBLEMS:
                     break
+        if unrendered:
+            self.skip("stimuli re-render", f"{unrendered} scheduled call(s) whose instance could not be rendered")
         return rep
 
     # -- raw.jsonl: the hash chain -----------------------------------------------------------
@@ -607,7 +668,9 @@ class _Verifier:
                     rep.add(RAW, lineno, "sent request differs from stimuli.jsonl")
                 if _value(f.response_differs):
                     rep.add(RAW, lineno, "response_sha256 does not match the logged response")
-                last_seq = f.seq
+                # A seq that is not a number (reported above) counts as the one expected here,
+                # so one damaged line is one problem, not one per following line.
+                last_seq = f.seq if type(f.seq) is int else last_seq + 1
             except (KeyError, TypeError, AttributeError) as exc:
                 rep.add(RAW, lineno, f"missing or malformed field {exc}")
             raw.add(f, self._derived(f, expected))
@@ -675,7 +738,7 @@ def _check_chain_head(run_dir: Path, rep: _Report, last_seq: int, last_sha: str)
                 ev = orjson.loads(line) if line else None
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(ev, dict) and ev.get("event") == "stop" and ev.get("last_seq") is not None:
+            if isinstance(ev, dict) and ev.get("event") == "stop" and type(ev.get("last_seq")) is int:
                 head = ev
     if head is None:
         return
@@ -748,20 +811,6 @@ class _RenderJob:
             self._proc = None
 
 
-def _renderer(manifest: dict[str, Any]) -> Callable[[Any], dict[str, Any]] | None:
-    try:
-        from guards.config import GuardConfig
-        from guards.prompts import load_prompt
-        from guards.registry import make_guard
-
-        prompt = load_prompt(manifest["prompt"]["id"])
-        if prompt.sha256 != manifest["prompt"]["sha256"]:
-            return None
-        return make_guard(GuardConfig(**manifest["guard"]), prompt, max_connections=1).render
-    except Exception:  # noqa: BLE001 - verification of the rest must not depend on the guard
-        return None
-
-
 def _memo_parser(parser: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """Parsers are pure functions of (content, finish_reason), and a run's answers repeat (a
     guard says the same few verdicts): parse each distinct answer once."""
@@ -774,13 +823,14 @@ def _memo_parser(parser: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]
     return parse
 
 
-def _parser_and_pin(manifest: dict[str, Any]):
+def _parser_and_pin(manifest: dict[str, Any]) -> tuple[Callable[[Any, Any], Any] | None, tuple[str, ...], str]:
+    """(parser, allowed providers, why not) from the manifest; the parser is None when the
+    manifest names none this version has, or its guard config is unusable."""
     try:
         from guards.config import GuardConfig
         from guards.parsers import get_parser
 
         cfg = GuardConfig(**manifest["guard"])
-        pinned = cfg.pinned_provider if cfg.backend == "openrouter" else None
-        return _memo_parser(get_parser(manifest["prompt"]["parser"])), pinned
-    except Exception:  # noqa: BLE001
-        return None, None
+        return _memo_parser(get_parser(manifest["prompt"]["parser"])), cfg.allowed_providers, ""
+    except Exception as exc:  # noqa: BLE001 - any failure here means: no re-derivation
+        return None, (), f"no parser for this run's manifest ({type(exc).__name__}: {exc})"

@@ -73,7 +73,7 @@ def digest16(canonical_line: bytes) -> bytes:
     return hashlib.blake2b(canonical_line, digest_size=16).digest()
 
 
-def line_facts(path: Path, parser: Callable[..., Any] | None, pinned: str | None) -> Iterator[Fact]:
+def line_facts(path: Path, parser: Callable[..., Any] | None, pinned: tuple[str, ...]) -> Iterator[Fact]:
     """Facts of every line of raw.jsonl, in order (the file is streamed)."""
     if not path.exists():
         return
@@ -95,7 +95,7 @@ def line_facts(path: Path, parser: Callable[..., Any] | None, pinned: str | None
 
 
 def _line(lineno: int, body: bytes, rec: dict[str, Any], parser: Callable[..., Any] | None,
-          pinned: str | None) -> Line:
+          pinned: tuple[str, ...]) -> Line:
     digest = hashlib.sha256(body).digest()
     try:
         request: Any = canonical_sha256(rec["request"])
@@ -120,9 +120,9 @@ def _line(lineno: int, body: bytes, rec: dict[str, Any], parser: Callable[..., A
 
 
 def _derive(rec: dict[str, Any], line_sha: str, expected: str | None, parser: Callable[..., Any],
-            pinned: str | None) -> Any:
+            pinned: tuple[str, ...]) -> Any:
     try:
-        again = decide(rec, line_sha, expected_request_sha256=expected, parser=parser, pinned_provider=pinned)
+        again = decide(rec, line_sha, expected_request_sha256=expected, parser=parser, allowed_providers=pinned)
         return digest16(dumps_line(again))
     except (KeyError, TypeError, ValueError) as exc:
         return exc
@@ -160,7 +160,7 @@ def _unpack(fields: tuple[Any, ...]) -> Line:
                 dm if derived else None, dd if derived else None)
 
 
-def _worker(path: Path, parser: Any, pinned: str | None, out: BinaryIO, conn: Any) -> None:
+def _worker(path: Path, parser: Any, pinned: tuple[str, ...], out: BinaryIO, conn: Any) -> None:
     odd: list[Fact] = []
     try:
         with open(out.fileno(), "wb", buffering=1 << 20, closefd=False) as fh:
@@ -180,7 +180,7 @@ def _worker(path: Path, parser: Any, pinned: str | None, out: BinaryIO, conn: An
 class RawFacts:
     """`line_facts`, computed by a forked worker started now (when it pays), read in order later."""
 
-    def __init__(self, path: Path, parser: Any, pinned: str | None) -> None:
+    def __init__(self, path: Path, parser: Any, pinned: tuple[str, ...]) -> None:
         self.path, self.parser, self.pinned = path, parser, pinned
         self._proc: Any = None
         size = path.stat().st_size if path.exists() else 0

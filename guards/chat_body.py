@@ -1,0 +1,31 @@
+"""The request body of the chat-completions back-ends (`openrouter`, `openai-compatible`), apart
+from their transport: rendering needs no HTTP client, so `verify` and planning, which render every
+instance and send nothing, do not load one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guards.config import GuardConfig
+from guards.prompts import Prompt
+
+
+def chat_body(config: GuardConfig, prompt: Prompt, instance: Mapping[str, Any]) -> dict[str, Any]:
+    """The stimulus for one instance: what is sent, without secrets. Deterministic."""
+    body: dict[str, Any] = {
+        "model": config.model,
+        "messages": prompt.render_messages(instance),
+        "temperature": config.temperature,
+        "max_tokens": config.max_tokens,
+    }
+    if config.seed is not None:
+        body["seed"] = config.seed
+    if config.structured_output and prompt.output_schema:
+        body["response_format"] = {"type": "json_schema", "json_schema": prompt.output_schema}
+    if config.backend == "openrouter" and config.provider:
+        # OpenRouter's routing table (docs/design.md §8). No `usage: {include: true}`: documented
+        # as deprecated, usage is always returned.
+        prov = dict(config.provider)
+        body["provider"] = {k: prov[k] for k in sorted(prov)}
+    return body

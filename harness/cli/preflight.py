@@ -1,0 +1,93 @@
+"""CLI: `guardeval preflight` — can OpenRouter serve this guard config as configured?
+
+Also the preflight step of `launch` and `replicate` (`check_plan`): run before anything is
+written; a failure refuses the launch with exit 2 (`--no-preflight` skips it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+import orjson
+
+from harness.cli.args import nonneg_float, positive_int
+from harness.errors import InputError
+from harness.terminal import safe, safe_json
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("preflight", help="check that OpenRouter can serve a guard config as configured "
+                                         "(pinned provider, parameters, context, prices, credit)")
+    p.add_argument("--guard", required=True, help="guard config (TOML), backend openrouter")
+    p.add_argument("--cohort", help="cohort folder: also check the longest prompt and project the cost")
+    p.add_argument("--reps", type=positive_int, default=3, help="repetitions, for the projection (default 3)")
+    p.add_argument("--base-url", help="override the guard's base URL")
+    p.add_argument("--max-calls", type=positive_int, help="project the cost of at most N calls")
+    p.add_argument("--max-cost", type=nonneg_float, help="USD: the credit needed is at most this")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_preflight)
+
+
+def add_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-preflight", action="store_true",
+                   help="do not ask OpenRouter first whether it can serve the run as configured")
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from guards.openrouter.preflight import EMPTY_INSTANCE, Workload, run_preflight
+    from harness.run.runner import load_guard_and_prompt, plan_launch
+
+    if args.cohort:
+        plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=0, order="rounds",
+                           base_url=args.base_url)
+        config = plan.config
+        _require_openrouter(config.backend, args.guard)
+        work = plan.workload(max_calls=args.max_calls, max_cost=args.max_cost)
+    else:
+        from guards.registry import make_renderer
+
+        config, prompt = load_guard_and_prompt(args.guard, args.base_url)
+        _require_openrouter(config.backend, args.guard)
+        work = Workload(body=make_renderer(config, prompt)(EMPTY_INSTANCE), max_cost=args.max_cost)
+    result = run_preflight(config, work)
+    if args.json:
+        sys.stdout.write(safe_json(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n")
+    else:
+        show(result, sys.stdout)
+    if not result.ok:
+        print(safe(f"guardeval: preflight failed: {result.failures()[0].detail}"), file=sys.stderr)
+        return 2
+    return 0
+
+
+def _require_openrouter(backend: str, path: str) -> None:
+    if backend != "openrouter":
+        raise InputError(f"preflight asks OpenRouter's API; this guard uses the {backend!r} back-end",
+                         path=path, field="backend")
+
+
+def show(result: Any, out: TextIO) -> None:
+    print(safe(f"preflight: {result.model} at {result.base_url}"), file=out)
+    for c in result.checks:
+        print(safe(f"  {c.status:<4}  {c.name}: {c.detail}"), file=out)
+    print(f"preflight: {'OK' if result.ok else 'FAILED'}", file=out)
+
+
+def check_plan(plan: Any, args: argparse.Namespace, *, max_calls: int | None, out: TextIO) -> bool:
+    """The preflight step of launch/replicate: True when the run may go ahead (or the step does
+    not apply: another back-end, or --no-preflight). Prints the checks to `out`."""
+    if plan.config.backend != "openrouter" or args.no_preflight:
+        if args.no_preflight and plan.config.backend == "openrouter":
+            print("preflight: skipped (--no-preflight)", file=out)
+        return True
+    from guards.openrouter.preflight import run_preflight
+
+    result = run_preflight(plan.config, plan.workload(max_calls=max_calls, max_cost=args.max_cost))
+    show(result, out)
+    return bool(result.ok)
+
+
+def refuse(plan: Any) -> InputError:
+    return InputError(f"OpenRouter cannot serve {plan.config.name} as configured (see the preflight above); nothing "
+                      "was sent or written. Fix the config, or skip the check with --no-preflight")

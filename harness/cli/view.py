@@ -1,0 +1,64 @@
+"""CLI: report (report.html), show (one call's story), export (the call frame)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from harness.terminal import safe, safe_json
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("report", help="write report.html for a run: one self-contained file with a call browser",
+                       description="Write report.html (needs the run's report.json: run `guardeval estimate RUN` "
+                                   "first; `estimate` writes report.html too).")
+    p.add_argument("run", metavar="RUN", help="run folder")
+    p.add_argument("--out", metavar="FILE", help="file to write (default RUN/report.html)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("show", help="one call's story: schedule row, messages, every attempt, decision, hashes")
+    p.add_argument("run", metavar="RUN", help="run folder")
+    p.add_argument("call_id", metavar="CALL_ID", help="the call's id (32 hex digits, as in schedule.jsonl)")
+    p.add_argument("--json", action="store_true", help="stdout carries only the story as JSON")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("export", help="one row per scheduled call, joined across the run's files (csv, jsonl, parquet)")
+    p.add_argument("run", metavar="RUN", help="run folder")
+    p.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv", help="default csv")
+    p.add_argument("--out", metavar="FILE", help="file to write (default RUN/calls.FORMAT; - for stdout)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.estimators.runs import run_dir
+    from harness.view.html import write_report_html
+
+    path = write_report_html(run_dir(args.run), out=args.out)
+    print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
+    print(safe(path))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from harness.estimators.report import dumps_json
+    from harness.estimators.runs import run_dir
+    from harness.view.calls import find_call
+    from harness.view.show import story_text
+
+    story = find_call(run_dir(args.run), args.call_id)
+    print(safe_json(dumps_json(story)) if args.json else story_text(story))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from harness.estimators.runs import run_dir
+    from harness.view.calls import load_calls
+    from harness.view.export import export
+
+    calls = load_calls(run_dir(args.run))
+    path = export(calls, args.format, args.out)
+    if path is not None:
+        print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)
+        print(safe(path))
+    return 0

@@ -1,0 +1,251 @@
+"""One row per scheduled call, joined across the run folder: schedule, cohort (label, tool),
+decision and attempts. What `export`, `show` and the report's call browser read.
+
+Each file is read once, as a stream. Per call only the schedule row, the decision's scalar
+fields and a summary of its attempts are kept (count, spend, the final attempt's head fields,
+where its lines are in raw.jsonl); request bodies and responses are read back by offset for
+the few calls that are shown (`read_attempts`).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.canon import sha256_hex
+from harness.cohorts.model import load_cohort
+from harness.errors import InputError
+from harness.run.budget import reported_cost
+from harness.run.store import (
+    COHORT_DIR,
+    DECISIONS,
+    RAW,
+    SCHEDULE,
+    STIMULI,
+    iter_jsonl,
+    iter_lines,
+    parse_line,
+    raw_head,
+    read_manifest,
+)
+
+# The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
+# `latency_s`, `provider` and `finish_reason` are those of its final attempt.
+EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition", "repetition", "label", "tool",
+                  "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost", "provider",
+                  "finish_reason")
+CALL_ID = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass
+class AttemptSummary:
+    n: int = 0
+    cost: float | None = None                     # sum of valid costs; None when none was reported
+    last: dict[str, Any] = field(default_factory=dict)   # head fields of the latest attempt
+    where: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) of each line
+
+
+@dataclass
+class RunCalls:
+    """A run folder as call rows, in schedule order."""
+
+    run: Path
+    manifest: dict[str, Any]
+    conditions: list[str]
+    roles: dict[str, str]
+    baseline: str
+    rows: list[dict[str, Any]]
+    attempts: dict[str, AttemptSummary]
+    n_raw: int
+    spend: float | None
+    first_started: str | None
+    last_finished: str | None
+
+    def row(self, call_id: str) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r["call_id"] == call_id), None)
+
+
+def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None, str | None]:
+    """Per call: attempts, spend, final head fields, line positions; also the number of raw
+    lines and the first start / last finish time in the log."""
+    out: dict[str, AttemptSummary] = {}
+    n, first, last = 0, None, None
+    path = run / RAW
+    offset = 0
+    for lineno, line in iter_lines(path):
+        parts = raw_head(line, 0, len(line) - 1)
+        if parts is None:
+            rec = parse_line(line[:-1], path, lineno)
+            parts = ({k: v for k, v in rec.items() if k != "request"}, rec.get("usage") or {})
+        head, usage = parts
+        cid = head.get("call_id")
+        if isinstance(cid, str):
+            s = out.get(cid)
+            if s is None:
+                s = out[cid] = AttemptSummary()
+            s.n += 1
+            cost = reported_cost(usage)       # with a BYOK call's upstream charge
+            if cost is not None:
+                s.cost = (s.cost or 0.0) + cost
+            s.last = head
+            s.where.append((offset, len(line)))
+        n += 1
+        if lineno == 1:     # `started` comes after the request: parse the first line whole
+            first = parse_line(line[:-1], path, lineno).get("started")
+        if isinstance(head.get("finished"), str):
+            last = head["finished"]
+        offset += len(line)
+    return out, n, first, last
+
+
+def _decisions(run: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for _, _, rec in iter_jsonl(run / DECISIONS):
+        cid = rec.get("call_id")
+        if isinstance(cid, str):
+            out[cid] = rec
+    return out
+
+
+def load_calls(run_dir: str | Path) -> RunCalls:
+    run = Path(run_dir)
+    if not (run / SCHEDULE).is_file():
+        raise InputError("not a run folder (no schedule.jsonl)", path=run)
+    manifest = read_manifest(run)
+    cohort = load_cohort(run / COHORT_DIR)
+    try:
+        cells = {(r["base_id"], r["condition"]): (r.get("label"), r.get("tool")) for r in cohort.iter_instances()}
+    finally:
+        cohort.close()
+    decisions = _decisions(run)
+    attempts, n_raw, first, last = scan_attempts(run)
+    rows: list[dict[str, Any]] = []
+    for _, _, s in iter_jsonl(run / SCHEDULE):
+        cid = s["call_id"]
+        d = decisions.get(cid) or {}
+        a = attempts.get(cid)
+        label, tool = cells.get((s["base_id"], s["condition"]), (None, None))
+        final = a.last if a else {}
+        rows.append({
+            "call_id": cid, "base_id": s["base_id"], "interaction_id": s["interaction_id"], "domain": s["domain"],
+            "condition": s["condition"], "repetition": s["repetition"], "label": label, "tool": tool,
+            "decision": d.get("decision"), "score": d.get("score"), "status": d.get("status", "missing"),
+            "quarantine_reason": d.get("quarantine_reason"), "attempts": a.n if a else 0,
+            "latency_s": final.get("latency_s"), "cost": a.cost if a else None, "provider": final.get("provider"),
+            "finish_reason": final.get("finish_reason"),
+            # beyond the export frame: what the call browser and `show` need
+            "index": s.get("index"), "instance_sha256": s.get("instance_sha256"),
+            "components": d.get("components"), "detail": d.get("detail"), "raw_seq": d.get("raw_seq"),
+            "raw_line_sha256": d.get("raw_line_sha256"), "error_class": final.get("error_class"),
+        })
+    conditions = [c.name for c in cohort.conditions]
+    roles = {c.name: c.role for c in cohort.conditions}
+    baseline = cohort.baseline()
+    mark_flips(rows, baseline)
+    costs = [a.cost for a in attempts.values() if a.cost is not None]
+    return RunCalls(run=run, manifest=manifest, conditions=conditions, roles=roles, baseline=baseline, rows=rows,
+                    attempts=attempts, n_raw=n_raw, spend=math.fsum(costs) if costs else None,
+                    first_started=first, last_finished=last)
+
+
+def counted_decision(row: dict[str, Any]) -> int | None:
+    """The decision the estimators count under the drop rule (None: failed, quarantined, missing)."""
+    if row["quarantine_reason"] is not None or row["status"] != "ok":
+        return None
+    return row["decision"]
+
+
+def mark_flips(rows: list[dict[str, Any]], baseline: str) -> None:
+    """`flip`: whether a call's decision differs from the baseline's in the same base and
+    repetition (the same-round flip of docs/estimators.md); None when either is not counted
+    and for the baseline's own calls."""
+    base_dec = {(r["base_id"], r["repetition"]): counted_decision(r) for r in rows if r["condition"] == baseline}
+    for r in rows:
+        if r["condition"] == baseline:
+            r["flip"] = None
+            continue
+        mine, theirs = counted_decision(r), base_dec.get((r["base_id"], r["repetition"]))
+        r["flip"] = None if mine is None or theirs is None else mine != theirs
+
+
+def read_attempts(run: Path, where: Iterable[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Full raw records at these (offset, length) positions, each with `line_sha256` added."""
+    out: list[dict[str, Any]] = []
+    path = run / RAW
+    with open(path, "rb") as fh:
+        for offset, length in where:
+            fh.seek(offset)
+            body = fh.read(length)[:-1]
+            rec = parse_line(body, path, 0)
+            rec["line_sha256"] = sha256_hex(body)
+            out.append(rec)
+    return out
+
+
+def _lines_naming(path: Path, call_id: str) -> Iterator[tuple[int, int, bytes]]:
+    """(offset, line number, line without newline) of every line whose bytes carry the key
+    `"call_id":"<call_id>"`, found with memchr-speed searches of the mapped file. A quote
+    inside a JSON string is escaped, so the pattern can only be a key; the caller still checks
+    the parsed field."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    needle = b'"call_id":"' + call_id.encode() + b'"'
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        pos, counted, lines = 0, 0, 0
+        while (hit := mm.find(needle, pos)) >= 0:
+            start = mm.rfind(b"\n", 0, hit) + 1
+            end = mm.find(b"\n", hit)
+            if end < 0:
+                return          # a torn last line is not a record
+            lines += _count_newlines(mm, counted, start)
+            counted = start
+            yield start, lines + 1, mm[start:end]
+            pos = end + 1
+
+
+def _count_newlines(mm: mmap.mmap, start: int, end: int, chunk: int = 64 << 20) -> int:
+    return sum(mm[i:min(i + chunk, end)].count(b"\n") for i in range(start, end, chunk))
+
+
+def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
+    """One call's whole story, read straight from the files (no full scan of a large run):
+    its schedule row, cohort row, every attempt, its decision."""
+    run = Path(run_dir)
+    if not CALL_ID.fullmatch(call_id):
+        raise InputError(f"not a call id (32 lower-case hex digits): {call_id!r}", field="CALL_ID")
+    if not (run / SCHEDULE).is_file():
+        raise InputError("not a run folder (no schedule.jsonl)", path=run)
+    schedule = next((parse_line(b, run / SCHEDULE, n) for _, n, b in _lines_naming(run / SCHEDULE, call_id)), None)
+    if schedule is None or schedule.get("call_id") != call_id:
+        raise InputError(f"no call {call_id} in this run's schedule", path=run / SCHEDULE)
+    attempts = []
+    for _, lineno, body in _lines_naming(run / RAW, call_id):
+        rec = parse_line(body, run / RAW, lineno)
+        if rec.get("call_id") == call_id:
+            rec["line_sha256"] = sha256_hex(body)
+            rec["line"] = lineno
+            attempts.append(rec)
+    stimulus = None
+    for _, lineno, body in _lines_naming(run / STIMULI, call_id):
+        rec = parse_line(body, run / STIMULI, lineno)
+        if rec.get("call_id") == call_id:
+            stimulus = rec.get("request_sha256")
+    decision = None
+    for _, lineno, body in _lines_naming(run / DECISIONS, call_id):
+        rec = parse_line(body, run / DECISIONS, lineno)
+        if rec.get("call_id") == call_id:
+            decision = rec
+    cohort = load_cohort(run / COHORT_DIR)
+    try:
+        instance = cohort.instance(schedule["base_id"], schedule["condition"])
+    except KeyError:
+        instance = None
+    finally:
+        cohort.close()
+    return {"schedule": schedule, "instance": instance, "stimulus_sha256": stimulus, "attempts": attempts,
+            "decision": decision}

@@ -1,0 +1,98 @@
+"""`guardeval export`: the run as a data frame, one row per scheduled call (`EXPORT_COLUMNS`),
+as CSV, JSONL or Parquet (through pyarrow, the optional `parquet` extra).
+
+Values are exactly what the run folder holds (cohort text included, unaltered): a CSV opened
+in a spreadsheet shows cohort strings as they are.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from harness.errors import InputError
+from harness.view.calls import EXPORT_COLUMNS, RunCalls
+
+FORMATS = ("csv", "jsonl", "parquet")
+_INTS = ("repetition", "label", "decision", "attempts")
+_FLOATS = ("score", "latency_s", "cost")
+
+
+def export_rows(calls: RunCalls) -> list[dict[str, Any]]:
+    return [{c: r[c] for c in EXPORT_COLUMNS} for r in calls.rows]
+
+
+def write_csv(rows: Iterable[dict[str, Any]], fh: IO[str]) -> None:
+    w = csv.DictWriter(fh, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], fh: IO[bytes]) -> None:
+    for r in rows:
+        fh.write(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE))
+
+
+def parquet_table(rows: list[dict[str, Any]]) -> Any:
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise InputError("--format parquet needs pyarrow: pip install 'guardeval[parquet]'", field="format") from None
+    types = {c: pa.int64() if c in _INTS else pa.float64() if c in _FLOATS else pa.string() for c in EXPORT_COLUMNS}
+    columns = {}
+    for c in EXPORT_COLUMNS:
+        values = [r[c] for r in rows]
+        try:
+            columns[c] = pa.array(values, type=types[c])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            raise InputError(f"a value does not fit the column type ({exc})", field=c) from None
+    return pa.table(columns)
+
+
+def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
+    """Write the frame to `out` (default `<run>/calls.<fmt>`; "-" is stdout for csv and jsonl).
+    Returns the file written (None for stdout). A file is written beside and renamed: a reader
+    never sees half a frame."""
+    if fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})", field="format")
+    rows = export_rows(calls)
+    if out == "-":
+        if fmt == "parquet":
+            raise InputError("parquet is binary: give --out FILE", field="out")
+        if fmt == "csv":
+            write_csv(rows, sys.stdout)
+        else:
+            sys.stdout.flush()
+            write_jsonl(rows, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        return None
+    target = Path(out) if out is not None else calls.run / f"calls.{fmt}"
+    if target.is_dir():
+        raise InputError("is a folder; --out names the file to write", path=target)
+    if not target.parent.is_dir():
+        raise InputError("no such folder for the output file", path=target.parent)
+    table = parquet_table(rows) if fmt == "parquet" else None
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        if fmt == "csv":
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                write_csv(rows, fh)
+        elif fmt == "jsonl":
+            with open(tmp, "wb") as fh:
+                write_jsonl(rows, fh)
+        else:
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,50 @@
+"""The package layout is the pipeline: no module imports from a layer above its own (docs/design.md §2)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Top to bottom; a layer may import only from layers below it (and from itself).
+LAYERS = ["harness.cli", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
+ALLOWED_UP = {("harness/__main__.py", "harness.cli")}   # the `python -m harness` entry point
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] == "guards":
+        return "guards"
+    if parts[0] != "harness":
+        return None
+    if len(parts) > 1 and f"harness.{parts[1]}" in LAYERS:
+        return f"harness.{parts[1]}"
+    return "ground"
+
+
+def imported(tree: ast.AST) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+    return out
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = []
+    files = sorted((REPO / "harness").rglob("*.py")) + sorted((REPO / "guards").rglob("*.py"))
+    assert len(files) > 50
+    for f in files:
+        rel = f.relative_to(REPO).as_posix()
+        own = layer(".".join(f.relative_to(REPO).with_suffix("").parts))
+        assert own is not None
+        for mod in imported(ast.parse(f.read_text(encoding="utf-8"))):
+            target = layer(mod)
+            if target is None or (rel, target) in ALLOWED_UP:
+                continue
+            if LAYERS.index(target) < LAYERS.index(own):
+                upward.append(f"{rel} imports {mod} ({target} is above {own})")
+    assert upward == []

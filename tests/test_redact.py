@@ -1,0 +1,67 @@
+"""guards/redact.py: the key in any spelling, as a whole or as a run of 12+ characters."""
+
+from __future__ import annotations
+
+import json
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guards.redact import MARK, Redactor
+
+from hostile_server import key_form, leaked
+
+KEY = "sk-or-v1-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+
+def test_forms_are_replaced_and_json_stays_json():
+    r = Redactor(KEY)
+    for form in ("plain", "json", "json-mixed", "percent", "partial"):
+        body = '{"error": {"message": "bad key %s here"}}' % key_form(KEY, form)
+        out = r(body)
+        assert leaked(out, KEY) is None, (form, out)
+        assert json.loads(out)["error"]["message"] == f"bad key {MARK} here", (form, out)
+
+
+def test_short_runs_and_other_text_are_left_alone():
+    r = Redactor(KEY)
+    text = "prefix sk-or-v1-01 and 0123456789a and a 50% chance \\u00e9 \\n done"
+    assert r(text) is text    # 11 characters of the key: not a run; nothing else touched
+    assert r("") == "" and Redactor(None)("any " + KEY) == "any " + KEY
+
+
+def test_a_short_key_is_redacted_whole():
+    r = Redactor("abc123")
+    assert r("x abc123 y abc12") == f"x {MARK} y abc12"
+    assert r("%61%62%63%31%32%33") == MARK
+
+
+def test_an_escaped_backslash_is_not_read_as_an_escape():
+    # `\\u0073` in JSON is a backslash then the text "u0073", not an "s".
+    r = Redactor("s" * 12)
+    text = "\\\\u0073" * 12
+    assert r(text) is text
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.text(string.ascii_letters + string.digits + "-_", min_size=20, max_size=80),
+       start=st.integers(0, 60), length=st.integers(12, 80),
+       form=st.sampled_from(["plain", "json", "json-mixed", "percent"]),
+       before=st.text(string.printable, max_size=40), after=st.text(string.printable, max_size=40))
+def test_any_run_of_twelve_in_any_form_is_gone(key, start, length, form, before, after):
+    start = min(start, len(key) - 12)
+    piece = key[start:start + length]
+    text = before + key_form(piece, form) + after
+    out = Redactor(key)(text)
+    # The spelled run is gone; what the surrounding text might happen to share with the key
+    # (hypothesis draws both from one alphabet) may go too, but never more than runs of the key.
+    assert leaked(out, key) is None, (text, out)
+    assert MARK in out
+
+
+def test_a_run_after_a_backslash_is_redacted_in_both_readings():
+    # `\r` decodes to a carriage return, but a reader sees the key's run `r00000000000`.
+    r = Redactor("00000000r00000000000")
+    out = r("\\r00000000000")
+    assert leaked(out, "00000000r00000000000") is None and MARK in out

@@ -1,0 +1,174 @@
+"""Control characters from providers, cohorts and run files never reach the terminal raw
+(issue 10, item 3); `raw.jsonl` still keeps the provider's bytes exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from harness.cohorts.model import instance_hash, load_cohort, write_cohort
+from harness.terminal import safe, safe_json
+
+from conftest import run_cli, write_guard
+
+# Clear screen, set the window title, write the clipboard (OSC 52), return to column 0 and
+# print a fake verdict, an 8-bit CSI, a right-to-left override and a lone surrogate.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\r\x1b[32mall good\x1b[0m\n\x9b31m\u202etxt.exe\ud800"
+ESCAPES = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
+
+
+def _assert_clean(*texts: str) -> None:
+    for text in texts:
+        for ch in ESCAPES:
+            assert ch not in text, (repr(ch), text[-2000:])
+
+
+def test_safe_escapes_every_control_and_keeps_text():
+    out = safe(HOSTILE)
+    _assert_clean(out)
+    assert "\n" not in out and "\\x1b]0;pwned\\x07" in out and "\\u202e" in out and "\\ud800" in out
+    assert "all good" in out
+    assert safe("line one\nline\ttwo\x1b", newlines=True) == "line one\nline\\ttwo\\x1b"
+    assert safe("plain text, ünïcode ✓") == "plain text, ünïcode ✓"
+    # JSON text: C1, bidi and surrogates become \\u escapes; the value is unchanged.
+    js = safe_json(json.dumps({"k": "a\x9bb\u202e"}, ensure_ascii=False))
+    assert json.loads(js) == {"k": "a\x9bb\u202e"} and "\x9b" not in js
+
+
+class _Provider:
+    """A chat-completions server on 127.0.0.1 that answers every call with a 401 carrying
+    `HOSTILE` (a fatal error: the run stops and prints the message): under `/json/v1` as a JSON
+    error message (escaped on the wire), under `/raw/v1` as raw bytes in a plain-text body."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.url = ""
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    async def _json(self, request: web.Request) -> web.Response:
+        body = json.dumps({"error": {"message": HOSTILE, "code": 401}})
+        return web.Response(status=401, text=body, content_type="application/json")
+
+    async def _raw(self, request: web.Request) -> web.Response:
+        return web.Response(status=401, body=HOSTILE.replace("\ud800", "").encode(), content_type="text/plain")
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_post("/json/v1/chat/completions", self._json)
+        app.router.add_post("/raw/v1/chat/completions", self._raw)
+        self._runner = web.AppRunner(app)
+        self.loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self._ready.set()
+        self.loop.run_forever()
+
+    def __enter__(self) -> _Provider:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def provider() -> Iterator[_Provider]:
+    with _Provider() as p:
+        yield p
+
+
+def _hostile_cohort(src: Path, out: Path, *, drop_one: bool = False, break_invariance: bool = False) -> Path:
+    """The small cohort with an ESC sequence in one base's id and domain."""
+    demo = load_cohort(src)
+    victim = demo.base_ids[0]
+    rows = []
+    for r in demo.instances:
+        r = dict(r)
+        if r["base_id"] == victim:
+            r["base_id"] = "b\x1b]0;pwned\x07\x1b[2J"
+            r["domain"] = "d\x1b[31m\u202e"
+            r["interaction_id"] = r["interaction_id"] + "\x1b[1A"
+            if break_invariance and r["condition"] != demo.baseline():
+                r["user_request"] += " (changed)"
+            if drop_one and r["condition"] == demo.condition_names[-1]:
+                continue
+        r["instance_sha256"] = instance_hash(r)
+        rows.append(r)
+    return write_cohort(out, name="hostile\x1b[2J", version="t", description="d", conditions=demo.conditions,
+                        rows=rows)
+
+
+@pytest.mark.parametrize("mode", ["json", "raw"])
+def test_provider_error_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, provider, mode):
+    guard = write_guard(tmp_path / "g.toml", f"{provider.url}/{mode}/v1")
+    run = tmp_path / "run"
+    r = run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run), "--no-progress")
+    assert r.code == 1 and "fatal provider error" in r.err and "Traceback" not in r.err, r.err
+    assert "pwned" in r.err and "all good" in r.err    # the message is shown, escaped
+    _assert_clean(r.out, r.err)
+    # raw.jsonl is data: the provider's text is kept exactly.
+    first = json.loads((run / "raw.jsonl").read_text().splitlines()[0])
+    if mode == "json":
+        assert json.loads(first["response"])["error"]["message"] == HOSTILE
+    else:
+        assert first["response"] == HOSTILE.replace("\ud800", "")
+    for args in (("status", str(run)), ("status", str(run), "--json"), ("verify", str(run))):
+        r = run_cli(*args)
+        assert "Traceback" not in r.err, (args, r.err)
+        _assert_clean(r.out, r.err)
+
+
+def test_cohort_text_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, provider):
+    broken = _hostile_cohort(small_cohort, tmp_path / "broken", drop_one=True)
+    guard = write_guard(tmp_path / "g.toml", f"{provider.url}/json/v1")
+    r = run_cli("launch", "--no-preflight", "--cohort", str(broken), "--guard", str(guard), "--run-dir", str(tmp_path / "run"))
+    assert r.code == 2 and "has no row for condition" in r.err and "pwned" in r.err, r.err
+    _assert_clean(r.out, r.err)
+    assert not (tmp_path / "run").exists()
+
+    odd = _hostile_cohort(small_cohort, tmp_path / "odd", break_invariance=True)
+    for args in (("cohort", "inspect", str(odd)), ("cohort", "inspect", str(odd), "--json")):
+        r = run_cli(*args)
+        assert r.code == 1 and "invariance" in (r.out + r.err) and "Traceback" not in r.err, r.err
+        _assert_clean(r.out, r.err)
+
+    # A run of that cohort stopped by the hostile provider: every command's output stays clean.
+    fine = _hostile_cohort(small_cohort, tmp_path / "fine")
+    run = tmp_path / "run2"
+    r = run_cli("launch", "--no-preflight", "--cohort", str(fine), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
+    assert r.code == 1, r.err
+    _assert_clean(r.out, r.err)
+    for args in (("status", str(run)), ("verify", str(run)), ("estimate", str(run), "--allow-partial")):
+        r = run_cli(*args)
+        assert "Traceback" not in r.err, (args, r.err)
+        _assert_clean(r.out, r.err)
+
+
+def test_verify_messages_quoting_a_damaged_line_are_escaped(tmp_path, small_cohort, provider):
+    guard = write_guard(tmp_path / "g.toml", f"{provider.url}/raw/v1")
+    run = tmp_path / "run"
+    run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
+    lines = (run / "raw.jsonl").read_text().splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    rec["seq"] = "\x1b]0;pwned\x07"
+    lines[0] = json.dumps(rec, separators=(",", ":"), sort_keys=True) + "\n"
+    (run / "raw.jsonl").write_text("".join(lines))
+    for args in (("verify", str(run)), ("verify", str(run), "--json")):
+        r = run_cli(*args)
+        assert r.code == 1 and "Traceback" not in r.err, r.err
+        assert "pwned" in r.out + r.err
+        _assert_clean(r.out, r.err)

@@ -1,0 +1,225 @@
+"""Seeing a run without a browser: export (CSV/JSONL/Parquet joined across the run's files),
+show (one call's story, escaped), the terminal table at 80 columns, the plots, report.html's
+embedded data (escaping, large-run selection), compare's files, and their errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.estimators.definitions import DEFINITIONS
+from harness.estimators.plot import forest_plot
+from harness.estimators.report import human_text, rules_differ
+from harness.view.calls import EXPORT_COLUMNS, load_calls
+from harness.view.html import build_html, json_for_script, select_calls, verify_summary
+
+from conftest import REPO, run_cli
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().split("\n") if line]   # U+2028 is data
+
+
+def _embedded(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="guardeval-data">(.*?)</script>', html, re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+def test_export_csv_is_the_join_of_the_run_files(demo_run, tmp_path):
+    run = demo_run.run
+    out = tmp_path / "calls.csv"
+    r = run_cli("export", str(run), "--out", str(out))
+    assert r.code == 0, r.err
+    assert r.out.strip() == str(out)
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == list(EXPORT_COLUMNS)
+    schedule = _jsonl(run / "schedule.jsonl")
+    assert [r["call_id"] for r in rows] == [s["call_id"] for s in schedule]      # schedule order
+    decisions = {d["call_id"]: d for d in _jsonl(run / "decisions.jsonl")}
+    raw = _jsonl(run / "raw.jsonl")
+    by_seq = {a["seq"]: a for a in raw}
+    attempts = Counter(a["call_id"] for a in raw)
+    cells = {(i["base_id"], i["condition"]): i for i in _jsonl(run / "cohort" / "instances.jsonl")}
+    text = lambda v: "" if v is None else str(v)  # noqa: E731
+    for row, s in zip(rows, schedule):
+        d = decisions[row["call_id"]]
+        final = by_seq[d["raw_seq"]]
+        for key in ("base_id", "interaction_id", "domain", "condition", "repetition"):
+            assert row[key] == text(s[key])
+        assert row["label"] == text(cells[(s["base_id"], s["condition"])]["label"])
+        assert row["tool"] == cells[(s["base_id"], s["condition"])]["tool"]
+        for key in ("decision", "score", "status", "quarantine_reason"):
+            assert row[key] == text(d[key]), key
+        assert int(row["attempts"]) == attempts[row["call_id"]]
+        assert row["latency_s"] == text(final["latency_s"])
+        assert row["provider"] == final["provider"] and row["finish_reason"] == final["finish_reason"]
+        spend = sum(a["usage"]["cost"] for a in raw if a["call_id"] == row["call_id"] and "cost" in a["usage"])
+        assert float(row["cost"]) == pytest.approx(spend, abs=1e-12)
+    assert any(int(r["attempts"]) > 1 for r in rows)      # the demo's 429s and 5xx: some calls retried
+
+
+def test_export_jsonl_stdout_and_parquet(demo_run, tmp_path):
+    run = demo_run.run
+    r = run_cli("export", str(run), "--format", "jsonl", "--out", "-")
+    assert r.code == 0, r.err
+    rows = [json.loads(line) for line in r.out.splitlines()]
+    assert len(rows) == 960 and list(rows[0]) == list(EXPORT_COLUMNS)
+    r = run_cli("export", str(run), "--out", "-")
+    assert list(csv.DictReader(io.StringIO(r.out)))[5]["call_id"] == rows[5]["call_id"]
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is the optional `parquet` extra")
+    out = tmp_path / "calls.parquet"
+    assert run_cli("export", str(run), "--format", "parquet", "--out", str(out)).code == 0
+    assert pq.read_table(out).to_pylist() == rows
+
+
+def test_export_errors_exit_2_and_write_nothing(demo_run, tmp_path):
+    r = run_cli("export", str(demo_run.run), "--format", "parquet", "--out", "-")
+    assert r.code == 2 and "--out FILE" in r.err and r.out == ""
+    r = run_cli("export", str(demo_run.run), "--out", str(tmp_path / "missing" / "calls.csv"))
+    assert r.code == 2 and "no such folder" in r.err
+    r = run_cli("export", str(tmp_path))
+    assert r.code == 2 and "not a run folder" in r.err and "Traceback" not in r.err
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- show ------------------------------------------------------------------------------------------
+
+def test_show_tells_one_calls_story(demo_run):
+    run = demo_run.run
+    raw = _jsonl(run / "raw.jsonl")
+    cid = next(a["call_id"] for a in raw if a["attempt"] == 2)
+    r = run_cli("show", str(run), cid)
+    assert r.code == 0, r.err
+    assert f"call {cid}" in r.out and "attempts (2)" in r.out and "=== USER REQUEST ===" in r.out
+    for a in (a for a in raw if a["call_id"] == cid):
+        assert a["response"] in r.out and a["response_sha256"] in r.out
+    assert "decision: status ok" in r.out and "(matches)" in r.out and "DIFFERS" not in r.out
+    story = json.loads(run_cli("show", str(run), cid, "--json").out)
+    assert [a["attempt"] for a in story["attempts"]] == [1, 2] and story["decision"]["call_id"] == cid
+
+
+def test_show_escapes_control_characters_and_refuses_bad_ids(hostile_run):
+    decisions = _jsonl(hostile_run / "decisions.jsonl")
+    cid = next(d["call_id"] for d in decisions if d["status"] == "unparseable")
+    r = run_cli("show", str(hostile_run), cid)
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.out and "\u202e" not in r.out and "\x07" not in r.out
+    assert "\\x1b[2J" in r.out and "\\u202e" in r.out
+    r = run_cli("show", str(hostile_run), "../../etc/passwd")
+    assert r.code == 2 and "not a call id" in r.err and r.out == ""
+    r = run_cli("show", str(hostile_run), "0" * 32)
+    assert r.code == 2 and "no call" in r.err
+
+
+# -- terminal table and plots ------------------------------------------------------------------------
+
+def test_effects_table_fits_80_columns_with_definitions_once(demo_run, monkeypatch):
+    report = json.loads((demo_run.run / "report.json").read_text())
+    monkeypatch.setenv("COLUMNS", "80")
+    text = human_text(report)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for c in report["contrasts"]:
+        assert c["condition"] in text
+        assert f"{c['delta']:+.3f}" in text
+    assert text.count("Δ − placebo:") == 1 and text.count("p_Holm:") == 1
+    wide = human_text(report, width=160)
+    line = next(ln for ln in wide.splitlines() if ln.startswith("tool_alias"))
+    assert "[" in line and line.count("[") == 2        # both intervals beside their estimates
+
+
+def test_plots_rules_and_hostile_labels(demo_run, hostile_run, tmp_path):
+    demo = json.loads((demo_run.run / "report.json").read_text())
+    hostile = json.loads((hostile_run / "report.json").read_text())
+    assert not rules_differ(demo)            # no failed calls: one marker per estimate
+    assert rules_differ(hostile)             # unparseable answers: the rules disagree
+    odd = json.loads(json.dumps(hostile))
+    for c in odd["contrasts"]:
+        c["condition"] = "$\\frac{" + c["condition"] + "\x1b[2J"    # mathtext would choke on this
+    forest_plot(odd, tmp_path / "odd.png", title="$x^{ \x07")
+    assert (tmp_path / "odd.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- report.html -----------------------------------------------------------------------------------
+
+@given(st.text())
+def test_json_for_script_cannot_close_the_script(text):
+    out = json_for_script({"k": text, text: [text]})
+    assert not set(out) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert json.loads(out) == {"k": text, text: [text]}
+
+
+def test_report_command_and_embedded_data(demo_run, tmp_path):
+    out = tmp_path / "r.html"
+    r = run_cli("report", str(demo_run.run), "--out", str(out))
+    assert r.code == 0, r.err
+    html = out.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*(?!["']?data:)""", html)      # nothing but data: URIs
+    data = _embedded(html)
+    assert len(data["rows"]) == 960 and len(data["details"]) == 960 and data["complete"] is True
+    raw = _jsonl(demo_run.run / "raw.jsonl")
+    assert sum(len(d["attempts"]) for d in data["details"].values()) == len(raw)
+    assert len(data["bodies"]) == len({a["request_sha256"] for a in raw})   # each body stored once
+
+
+def test_large_run_embeds_a_selection_with_every_flip(demo_run):
+    calls = load_calls(demo_run.run)
+    sel = select_calls(calls, full_max=100, sample_calls=60, detail_cap=50)
+    chosen = [calls.rows[i] for i in sel.rows]
+    flips = [r for r in calls.rows if r["flip"]]
+    assert flips and all(r in chosen for r in flips)
+    pairs = {(r["base_id"], r["repetition"]) for r in flips}
+    assert all(any(c["condition"] == calls.baseline and (c["base_id"], c["repetition"]) == p for c in chosen)
+               for p in pairs)
+    assert len(sel.details) == 50 and not sel.complete and "of 960 calls embedded" in sel.note
+    report = json.loads((demo_run.run / "report.json").read_text())
+    data = _embedded(build_html(calls, report, {"ok": True, "how": "test", "problems": []}, sel))
+    assert len(data["rows"]) == len(sel.rows) < 960 and len(data["details"]) == 50
+    assert data["note"] == sel.note and data["n_total"] == 960
+
+
+def test_report_needs_estimate_and_shows_a_failed_verify(hostile_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(hostile_run, copy)
+    (copy / "report.json").unlink()
+    (copy / "report.html").unlink()
+    r = run_cli("report", str(copy))
+    assert r.code == 2 and "guardeval estimate" in r.err and not (copy / "report.html").exists()
+    shutil.copy(hostile_run / "report.json", copy / "report.json")
+    lines = (copy / "decisions.jsonl").read_text().split("\n")
+    first = json.loads(lines[0])
+    first["decision"] = 0 if first["decision"] == 1 else 1          # a decision its raw line does not say
+    lines[0] = json.dumps(first, sort_keys=True, separators=(",", ":"))
+    (copy / "decisions.jsonl").write_text("\n".join(lines))
+    assert verify_summary(copy, {})["ok"] is False
+    assert run_cli("report", str(copy)).code == 0
+    assert "FAILED" in (copy / "report.html").read_text()
+
+
+def test_compare_writes_markdown_html_and_plot(demo_run, tmp_path):
+    r = run_cli("compare", str(demo_run.run), str(demo_run.run), "--bootstrap", "100", "--out", str(tmp_path))
+    assert r.code == 0, r.err
+    md = (tmp_path / "compare.md").read_text()
+    assert "| tool_alias |" in md and "![paired effects](compare.png)" in md
+    html = (tmp_path / "compare.html").read_text()
+    assert "<script" not in html and "data:image/svg+xml;base64," in html
+    assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_definitions_point_at_sections_of_the_estimators_doc():
+    doc = (REPO / "docs" / "estimators.md").read_text()
+    for section, _ in DEFINITIONS.values():
+        assert f"\n## {section}\n" in doc
