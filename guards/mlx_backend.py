@@ -10,6 +10,12 @@ The stimulus (`render`) is the chat messages plus decoding settings; the chat te
 applied at send time by the model's own tokenizer, exactly as `mlx_lm.server` does, so the
 same rendered body means the same tokens for a given model folder.
 
+Structured output: when `structured_output` is on (the default) and the prompt declares an
+output schema with a finite answer set (guardeval's JSON verdict), greedy decoding is
+constrained to those answers (`guards/constrained.py`); the request body then carries the
+schema as `response_format` and `"constrained_decoding": "token-trie"`, so the raw log records
+it, and `send` constrains exactly when the body says so.
+
 Context: `context_tokens` from the guard config, else the model's `max_position_embeddings`.
 A call whose prompt tokens plus `max_tokens` exceed it fails with `context_overflow` (the same
 rule vLLM applies to `max_model_len`); nothing is ever cut.
@@ -29,8 +35,10 @@ import anyio
 
 from guards.base import Guard, Reply
 from guards.config import GuardConfig
+from guards.constrained import AnswerTrie, TrieLogitsProcessor, answer_set, build_trie
 from guards.errors import CallFailed, FatalError
 from guards.prompts import Prompt
+from harness.canon import canonical_sha256
 from harness.errors import InputError
 
 INSTALL_HINT = "pip install 'guardeval[mlx]'  (mlx-lm, plus mlx[cpu] on Linux)"
@@ -133,6 +141,23 @@ def _messages_and_max_tokens(body: Mapping[str, Any]) -> tuple[list[dict[str, st
     return [{"role": m["role"], "content": m["content"]} for m in messages], max_tokens
 
 
+CONSTRAINED = "token-trie"
+
+
+def _constraint(body: Mapping[str, Any]) -> list[str] | None:
+    """The allowed answers when the body asks for constrained decoding, else None."""
+    method = body.get("constrained_decoding")
+    if method is None:
+        return None
+    fmt = body.get("response_format")
+    schema = fmt.get("json_schema") if isinstance(fmt, dict) and fmt.get("type") == "json_schema" else None
+    answers = answer_set(schema) if method == CONSTRAINED else None
+    if answers is None:
+        raise FatalError("bad_request", f"request body asks for constrained decoding ({method!r}) without a finite "
+                         "json_schema answer set")
+    return answers
+
+
 class MlxGuard(Guard):
     """`backend = "mlx"`: `model` is a local MLX model folder (e.g. TS-Guard converted to Q8)."""
 
@@ -147,6 +172,14 @@ class MlxGuard(Guard):
         # The folder's name, not its absolute path: the stimulus must not depend on where the
         # folder sits on this machine (a resume or replicate elsewhere re-renders the same bytes).
         self.model_name = self.folder.name
+        self.answers: list[str] | None = None
+        if config.structured_output and prompt.output_schema:
+            self.answers = answer_set(prompt.output_schema)
+            if self.answers is None:
+                raise InputError(f"prompt '{prompt.id}' declares an output schema without a finite answer set; the "
+                                 "mlx backend can only constrain decoding to a finite set: set structured_output = "
+                                 "false", field="structured_output")
+        self._tries: dict[str, AnswerTrie] = {}
         self._model: Any = None
         self._tokenizer: Any = None
         self._thread_lock = threading.Lock()   # one job on the model at a time, even an abandoned one
@@ -156,26 +189,31 @@ class MlxGuard(Guard):
 
     # -- stimulus ---------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "model": self.model_name,
             "messages": self.prompt.render_messages(instance),
             "max_tokens": self.config.max_tokens,
             "temperature": 0.0,
             "sampler": "greedy",
         }
+        if self.answers is not None:
+            body["response_format"] = {"type": "json_schema", "json_schema": self.prompt.output_schema}
+            body["constrained_decoding"] = CONSTRAINED
+        return body
 
     def describe(self) -> dict[str, Any]:
         """Facts about the local model worth recording next to a run (no paths)."""
         return {"model_type": self.model_config.get("model_type"),
                 "quantization": self.model_config.get("quantization"),
-                "context_tokens": self.context_tokens}
+                "context_tokens": self.context_tokens,
+                "constrained_answers": len(self.answers) if self.answers is not None else None}
 
     # -- sending ----------------------------------------------------------------------------
     async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
         if self._closed:
             raise FatalError("closed", "guard is closed")
         messages, max_tokens = _messages_and_max_tokens(body)
-        return await self._in_thread(self._generate, messages, max_tokens)
+        return await self._in_thread(self._generate, messages, max_tokens, _constraint(body))
 
     async def load(self) -> None:
         """Optional warm-up: load the model now (off the event loop) instead of on first send."""
@@ -232,7 +270,18 @@ class MlxGuard(Guard):
             self._model, self._tokenizer = model, tokenizer
         return self._model, self._tokenizer
 
-    def _generate(self, messages: list[dict[str, str]], max_tokens: int, stop: threading.Event) -> Reply:
+    def _trie(self, tokenizer: Any, answers: list[str]) -> AnswerTrie:
+        key = canonical_sha256(answers)
+        if key not in self._tries:
+            try:
+                self._tries[key] = build_trie(answers, lambda t: list(tokenizer.encode(t, add_special_tokens=False)),
+                                              tokenizer.decode)
+            except ValueError as exc:
+                raise FatalError("constrained_decoding", f"model folder '{self.folder.name}': {exc}") from None
+        return self._tries[key]
+
+    def _generate(self, messages: list[dict[str, str]], max_tokens: int, answers: list[str] | None,
+                  stop: threading.Event) -> Reply:
         with self._thread_lock:
             if stop.is_set():
                 raise _Abandoned()
@@ -253,10 +302,17 @@ class MlxGuard(Guard):
                     f"prompt of {len(ids)} tokens + max_tokens {max_tokens} exceeds the context of "
                     f"{self.context_tokens} tokens (never cut)",
                     reply=Reply(status="local", raw="", content=None, finish_reason=None, usage=usage))
+            processors = None
+            if answers is not None:
+                if not tokenizer.eos_token_ids:
+                    raise FatalError("constrained_decoding", f"model folder '{self.folder.name}' names no end-of-turn "
+                                     "token, so a constrained answer could not end")
+                processors = [TrieLogitsProcessor(self._trie(tokenizer, answers), len(ids), tokenizer.eos_token_ids)]
             pieces: list[str] = []
             last = None
             t0 = time.perf_counter()
-            gen = stream_generate(model, tokenizer, ids, max_tokens=max_tokens, sampler=make_sampler(temp=0.0))
+            gen = stream_generate(model, tokenizer, ids, max_tokens=max_tokens, sampler=make_sampler(temp=0.0),
+                                  logits_processors=processors)
             try:
                 for last in gen:
                     pieces.append(last.text)

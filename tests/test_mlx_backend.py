@@ -218,7 +218,8 @@ def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
         from guards.config import GuardConfig
         from guards.mlx_backend import MlxGuard
         from guards.prompts import load_prompt
-        cfg = GuardConfig(name="t", backend="mlx", model={str(chatty_dir)!r}, prompt="p", max_tokens=7000)
+        cfg = GuardConfig(name="t", backend="mlx", model={str(chatty_dir)!r}, prompt="p", max_tokens=7000,
+                          structured_output=False)  # free decoding: a long answer to interrupt
         guard = MlxGuard(cfg, load_prompt("guardeval-json-v1", Path({str(REPO / "prompts")!r})))
         inst = {{"user_request": "x", "history": [], "current_action": {{"name": "a", "arguments": {{}}}},
                  "tool_descriptions": []}}

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "harness.cli.audit",
     "harness.cli.cohort",
     "harness.cli.prompts",
+    "harness.cli.models",
     "harness.cli.sim",
 )
 
