@@ -45,8 +45,12 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     events = run_dir / EVENTS
     if events.exists():
         for _, _, ev in iter_jsonl(events):
-            last_event = ev.get("event")
-            if last_event == "stop":
+            kind = ev.get("event")
+            # A session is its start and its stop; the `note`s a session writes in between say
+            # nothing about whether it ended.
+            if kind in ("start", "stop"):
+                last_event = kind
+            if kind == "stop":
                 last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
     n = manifest["n_calls"]
     running = RunLock.held_by_another(run_dir)
