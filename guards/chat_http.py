@@ -113,7 +113,10 @@ class ChatCompletionsGuard(Guard):
                 raise TransientError("connection", f"connection refused at {self._url}") from None
             raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
         except BodyUnreadable as exc:
-            raise TransientError("malformed", f"HTTP {resp.status_code} with a body that cannot be read: {exc}") from None
+            # The message may quote the server's Content-Encoding header: its text, redacted like any other.
+            message = f"HTTP {resp.status_code} with a body that cannot be read: {exc}"
+            safe = redact(message)
+            raise TransientError("malformed", safe, redacted=safe is not message) from None
         except (httpx.TransportError, aiohttp.ClientError, OSError) as exc:
             # aiohttp's own errors (a response it cannot parse) as well as httpx's mapped ones.
             if _refused(exc):

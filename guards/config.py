@@ -271,15 +271,7 @@ def load_guard_config(path: str | Path) -> GuardConfig:
     def fail(message: str, key: str, field: str | None = None) -> InputError:
         return InputError(message, path=p, line=_line_of(text, key), field=field or key)
 
-    _check_types(data, fail)
-    for key, (_, required) in _FIELDS.items():
-        if required and key not in data:
-            raise InputError("missing required field", path=p, field=key)
-        if required and not str(data[key]).strip():
-            raise fail("must not be empty", key)
-    _check_values(data, fail)
-    if "provider" in data:
-        _check_provider(data, p, fail)
+    _check_config(data, p, fail)
     if data["backend"] == "openrouter":
         data.setdefault("api_key_env", "OPENROUTER_API_KEY")
         if "provider" in data:
@@ -287,11 +279,45 @@ def load_guard_config(path: str | Path) -> GuardConfig:
             # dropping, no data collection unless the config says otherwise.
             data["provider"] = {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
                                 **data["provider"]}
+    return GuardConfig(**_floats(data), source=str(p))
+
+
+def config_from_manifest(data: Any, path: Path) -> GuardConfig:
+    """The guard config a run's manifest records (`GuardConfig.to_manifest`), checked as a config
+    file is: a run folder is outside input too, and this config says where the key goes and how
+    long a call may wait. InputError names `path` and the field (`guard.<field>`)."""
+    if not isinstance(data, dict):
+        raise InputError("expected an object", path=path, field="guard")
+
+    def fail(message: str, key: str, field: str | None = None) -> InputError:
+        return InputError(message, path=path, field=f"guard.{field or key}")
+
+    # Unset optional fields are recorded as null.
+    data = {k: v for k, v in data.items() if v is not None}
+    _check_config(data, path, fail)
+    return GuardConfig(**_floats(data))
+
+
+def _check_config(data: dict[str, Any], p: Path, fail: Callable[..., InputError]) -> None:
+    """Every field rule: types, required fields, values and ranges, the provider table."""
+    _check_types(data, fail)
+    for key, (_, required) in _FIELDS.items():
+        if required and key not in data:
+            raise fail("missing required field", key)
+        if required and not str(data[key]).strip():
+            raise fail("must not be empty", key)
+    _check_values(data, fail)
+    if "provider" in data:
+        _check_provider(data, p, fail)
+
+
+def _floats(data: dict[str, Any]) -> dict[str, Any]:
+    """The float fields as floats (TOML and JSON may hold them as integers)."""
     for key in ("temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "retry_initial_s",
                 "retry_max_s"):
         if key in data:
             data[key] = float(data[key])
-    return GuardConfig(**data, source=str(p))
+    return data
 
 
 def _read_config(p: Path) -> str:

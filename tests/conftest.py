@@ -128,6 +128,34 @@ def small_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory, small_cohort: Path) -> Path:
+    """A finished run of the small cohort (80 calls, one repetition) against the simulated
+    provider, some attempts answered 429 or with a malformed body and retried; one call at a time,
+    so raw.jsonl's order is the same in every session. Made once per session: a test that changes
+    it works on a copy (`copy_run`)."""
+    base = tmp_path_factory.mktemp("finished")
+    with SimServerProcess(["--seed", "3", "--faults", "429=0.1,malformed=0.05"], env=cli_env()) as sim:
+        guard = write_guard(base / "g.toml", sim.base_url)
+        run = base / "run"
+        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                    "--run-dir", str(run), "--concurrency", "1", "--no-progress")
+        assert r.code == 0, r.err
+    return run
+
+
+@pytest.fixture
+def copy_run(tmp_path: Path, finished_run: Path) -> Callable[[str], Path]:
+    """`copy_run(name)`: a copy of the finished run under this test's tmp_path, to change."""
+    import shutil
+
+    def copy(name: str = "run") -> Path:
+        dst = tmp_path / name
+        shutil.copytree(finished_run, dst)
+        return dst
+    return copy
+
+
 @dataclass
 class DemoRun:
     result: CliResult

@@ -30,6 +30,8 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
                               plain, json (every character \\uXXXX), json-mixed (every other
                               character escaped), percent (%XX), partial (a 20-character run),
                               or `all`: each request the next of those five in turn
+  key-encoding                a valid answer labelled with the caller's Bearer key as its
+                              `Content-Encoding` (an encoding the client cannot read, named by a header)
   status/<code>               that status with an OpenRouter-style error body (413, ...)
 
 Run by hand: `python tests/hostile_server.py [--port N]` prints `listening on http://HOST:PORT`.
@@ -239,6 +241,9 @@ class Hostile:
                                     headers={"X-Call-Id": key_form(key, "plain" if form.startswith("json") else form)})
             text = '{"error": {"code": %d, "message": "invalid key: %s"}}' % (status, echo)
             return web.Response(text=text, status=status, content_type="application/json")
+        if mode == "key-encoding":
+            return web.Response(body=orjson.dumps(answer(call_id=call_id)),
+                                headers={"Content-Type": "application/json", "Content-Encoding": key})
         if mode == "status":
             code = int(args[0])
             return web.json_response({"error": {"code": code, "message": f"status {code}"}}, status=code)

@@ -77,3 +77,13 @@ def test_without_max_cost_nothing_is_estimated():
     b = Budget(None, PRICES)
     b.charge(TOKENS, answered=True)
     assert b.total == 0 and b.gate(10**6) is Gate.ADMIT
+
+
+def test_without_max_cost_a_resume_estimates_nothing_either():
+    # Resumed without --max-cost, the unpriced answers already logged are not estimated either:
+    # spend is then what the provider said, as in the session that logged them.
+    u = Unpriced()
+    u.add(TOKENS)
+    u.add({})
+    b = Budget(None, PRICES, spent=0.001, unpriced=u)
+    assert b.total == 0.001 and b.estimated == 0

@@ -10,30 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, write_guard
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, small_cohort) -> Path:
-    from guards.sim import SimServerProcess
-
-    from conftest import cli_env
-
-    base = tmp_path_factory.mktemp("estverify")
-    with SimServerProcess(["--seed", "3"], env=cli_env()) as sim:
-        guard = write_guard(base / "g.toml", sim.base_url)
-        run = base / "run"
-        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "2",
-                    "--run-dir", str(run), "--no-progress")
-        assert r.code == 0, r.err
-    return run
+from conftest import run_cli
 
 
 @pytest.fixture
-def run(tmp_path, finished) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(finished, dst)
-    return dst
+def run(copy_run) -> Path:
+    """A copy of the session's finished run (conftest), to tamper with."""
+    return copy_run("run")
 
 
 def _estimate(run: Path, *extra: str):
@@ -118,11 +101,11 @@ def test_a_check_that_could_not_be_done_needs_allow_skipped(run, tmp_path):
     assert [s["check"] for s in skipped] == ["stimuli re-render"]
 
 
-def test_compare_verifies_both_runs(run, finished):
+def test_compare_verifies_both_runs(run, finished_run):
     _flip_decisions(run, 3)
-    r = run_cli("compare", str(finished), str(run), "--bootstrap", "200")
+    r = run_cli("compare", str(finished_run), str(run), "--bootstrap", "200")
     assert r.code == 1 and "decisions.jsonl:" in r.err and str(run) in r.err, r.err
-    r = run_cli("compare", str(finished), str(run), "--bootstrap", "200", "--no-verify", "--json")
+    r = run_cli("compare", str(finished_run), str(run), "--bootstrap", "200", "--no-verify", "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
     assert result["run_a"]["verified"] is False and result["run_b"]["verified"] is False

@@ -104,6 +104,15 @@ async def test_the_key_is_redacted_in_every_form(hostile, canary, form, status):
         assert isinstance(out, FatalError) and out.redacted and "[redacted]" in str(out)
 
 
+async def test_the_key_is_redacted_from_a_header_quoted_in_an_error(hostile, canary):
+    # An encoding the client cannot read is named in the error, and the name is the server's text.
+    base, _ = hostile
+    out = await _send(f"{base}/key-encoding/v1")
+    assert isinstance(out, TransientError) and out.error_class == "malformed", out
+    assert leaked(str(out), canary) is None, str(out)
+    assert out.redacted and "[redacted]" in str(out)
+
+
 async def test_no_key_and_a_clean_answer_are_left_as_received(hostile, monkeypatch):
     base, _ = hostile
     monkeypatch.delenv(KEY_ENV, raising=False)

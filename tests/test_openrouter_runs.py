@@ -318,12 +318,13 @@ def _completion(gen: str) -> dict[str, Any]:
             "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20, "cost": 0.00001}}
 
 
-def test_a_generation_id_seen_for_two_calls_quarantines_both(tmp_path, small_cohort, plain_server):
+@pytest.fixture
+def replayed_run(tmp_path, small_cohort, plain_server) -> Path:
+    """Six calls, one at a time; calls 2 and 4 get the generation id of call 1: a replayed answer."""
     served = Counter()
 
     async def chat(request: web.Request) -> web.Response:
         served["n"] += 1
-        # Calls 2 and 4 get the generation id of call 1: a replayed answer.
         gen = "gen-replayed" if served["n"] in (1, 2, 4) else f"gen-{served['n']}"
         return web.json_response(_completion(gen))
 
@@ -331,6 +332,11 @@ def test_a_generation_id_seen_for_two_calls_quarantines_both(tmp_path, small_coh
     r, run = _launch(tmp_path, small_cohort, srv.url, "replay", "--no-preflight", "--max-calls", "6",
                      "--concurrency", "1")
     assert r.code == 0, r.err
+    return run
+
+
+def test_a_generation_id_seen_for_two_calls_quarantines_both(replayed_run):
+    run = replayed_run
     decisions = _jsonl(run / "decisions.jsonl")
     assert all(d["quarantine_reason"] is None for d in decisions)   # each line alone looks fine
     replayed = {rec["call_id"] for rec in _jsonl(run / "raw.jsonl") if rec["generation_id"] == "gen-replayed"}
@@ -339,6 +345,16 @@ def test_a_generation_id_seen_for_two_calls_quarantines_both(tmp_path, small_coh
     assert {cid for cid, row in rows.items() if row["quarantine_reason"] == "replay_mismatch"} == replayed
     assert json.loads(run_cli("status", str(run), "--json").out)["generation_replays"] == 3
     assert run_cli("verify", str(run)).code == 0        # decisions.jsonl is still line-for-line re-derivable
+
+
+def test_the_call_rows_quarantine_a_replayed_generation_as_the_estimates_do(replayed_run):
+    # `export` (and the report's call browser, which reads the same rows) agree with `estimate`.
+    run = replayed_run
+    table = {row["call_id"]: row["quarantine_reason"] for row in load_run_table(run).rows}
+    r = run_cli("export", str(run), "--format", "jsonl", "--out", "-")
+    assert r.code == 0, r.err
+    exported = {row["call_id"]: row["quarantine_reason"] for row in map(json.loads, r.out.splitlines())}
+    assert exported == table and list(exported.values()).count("replay_mismatch") == 3
 
 
 @pytest.mark.parametrize("backend", ["openrouter", "openai-compatible"])

@@ -125,6 +125,48 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, small_cohort, si
     assert run_cli("verify", str(run)).code == 0
 
 
+def _wait_for_events(run: Path, kind: str, n: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    path = run / "events.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(f'"event":"{kind}"'.encode()) >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended early with {proc.returncode}")
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {n} {kind} events")
+
+
+def test_a_session_killed_after_a_note_is_interrupted(tmp_path, small_cohort, sim_factory):
+    # A provider that prices nothing, under --max-cost: the first answer makes the dispatcher write
+    # a `note` event (charged at the config's prices). One call at a time at 200 ms: still running
+    # (16 s) when the kill comes.
+    sim = sim_factory("--price-in", "0", "--price-out", "0", "--latency-ms", "200")
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    common = ["--max-cost", "1", "--concurrency", "1", "--no-progress"]
+
+    def state() -> str:
+        st = run_cli("status", str(run), "--json")
+        assert st.code == 0, st.err
+        return json.loads(st.out)["state"]
+
+    proc = _spawn("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                  "--run-dir", str(run), *common)
+    _wait_for_events(run, "note", 1, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert state() == "interrupted"
+    r = run_cli("resume", str(run), "--max-calls", "2", *common)
+    assert r.code == 0, r.err
+    assert state() == "stopped"
+    proc = _spawn("resume", str(run), *common)
+    _wait_for_events(run, "note", 3, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert state() == "interrupted"
+
+
 def test_torn_last_line_is_moved_aside_and_redispatched(tmp_path, small_cohort, sim):
     guard = write_guard(tmp_path / "g.toml", sim.base_url)
     run = tmp_path / "run"

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import random
 import shutil
-from pathlib import Path
 
 import pytest
 
 from harness.run.verify import verify_run
 
-from conftest import run_cli, write_guard
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, small_cohort) -> Path:
-    from guards.sim import SimServerProcess
-
-    from conftest import cli_env
-
-    base = tmp_path_factory.mktemp("verify")
-    with SimServerProcess(["--faults", "429=0.1,malformed=0.05"], env=cli_env()) as sim:
-        guard = write_guard(base / "g.toml", sim.base_url)
-        run = base / "run"
-        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
-                    "--run-dir", str(run), "--no-progress")
-        assert r.code == 0, r.err
-    return run
+from conftest import run_cli
 
 
 def test_clean_run_verifies(finished_run):

@@ -198,15 +198,10 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from guards.config import GuardConfig
-    from harness.run.store import read_manifest
+    from harness.run.store import read_manifest, run_config
 
     run_dir = _existing_run(args.run)
-    try:
-        _warn_if_plain_http(GuardConfig(**read_manifest(run_dir)["guard"]).with_base_url(args.base_url)
-                            .effective_base_url)
-    except (KeyError, TypeError):
-        pass  # a damaged manifest: `execute` says what is wrong
+    _warn_if_plain_http(run_config(run_dir, read_manifest(run_dir)).with_base_url(args.base_url).effective_base_url)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 

@@ -99,7 +99,7 @@ class Budget:
         self.max_cost, self.prices = max_cost, prices if max_cost is not None else None
         self.spent = spent                                    # reported by the provider
         before = unpriced or Unpriced()
-        self.estimated = before.priced(prices) if prices else 0.0   # charged at the config's prices
+        self.estimated = before.priced(self.prices) if self.prices else 0.0   # charged at the config's prices
         self._answers = before.n            # answers seen (any pricing), for "is anything known"
         self._charged_sum, self._charged_n = 0.0, 0   # answers that cost something (reported or estimated)
         self.unenforceable = False              # said once: no price from the provider or the config

@@ -22,13 +22,12 @@ from typing import Any
 import anyio
 import orjson
 
-from guards.config import GuardConfig
 from guards.openrouter import providers
 from guards.openrouter.generation import fetch_generations
 from harness.errors import InputError
 from harness.run.budget import reported_cost
 from harness.run.replay import generation_replays
-from harness.run.store import RAW, iter_jsonl, read_manifest
+from harness.run.store import RAW, iter_jsonl, read_manifest, run_config
 
 SHOWN = 20   # calls listed per finding (the counts are complete)
 
@@ -64,7 +63,7 @@ def _id_in_response(response: Any) -> str | None:
 
 def audit_providers(run_dir: Path, *, base_url: str | None = None, concurrency: int = 8) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
-    config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
+    config = run_config(run_dir, manifest).with_base_url(base_url)
     if config.backend != "openrouter":
         raise InputError(f"audit providers reads OpenRouter's generation stats; this run used the "
                          f"{config.backend!r} back-end", path=run_dir / "manifest.json", field="guard.backend")

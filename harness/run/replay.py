@@ -10,14 +10,18 @@ guard.
 This needs every call's final answer at once, so it is not part of `decide` (a decision is a
 function of its own raw line; decisions.jsonl stays re-derivable line by line, and a decision
 written before the second call arrived could not know). It is derived here, from raw.jsonl
-alone, wherever decisions are read: the estimator's run table (both calls are quarantined as
-`replay_mismatch`), `guardeval status` (counted), and `guardeval audit providers`.
+alone, wherever decisions are read: the estimator's run table and the call rows of `export` and
+report.html (both calls are quarantined as `replay_mismatch`: `quarantine_reason`), `guardeval
+status` (counted), and `guardeval audit providers`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from harness.run.decide import REPLAY_MISMATCH
 from harness.run.store import RAW, iter_raw_fields
 
 
@@ -33,3 +37,14 @@ def generation_replays(run_dir: Path) -> dict[str, str]:
         if f.outcome == "reply" and f.final is True and isinstance(gen, str) and gen and isinstance(f.call_id, str):
             calls_of.setdefault(gen, set()).add(f.call_id)
     return {cid: gen for gen, cids in calls_of.items() if len(cids) > 1 for cid in cids}
+
+
+def quarantine_reason(decision: Mapping[str, Any] | None, replayed: Mapping[str, str]) -> str | None:
+    """A decision's quarantine reason as every reader of decisions counts it: its own, else
+    `replay_mismatch` when its call is in `replayed` (`generation_replays`); None without a decision."""
+    if not decision:
+        return None
+    reason = decision.get("quarantine_reason")
+    if reason is None and decision.get("call_id") in replayed:
+        return REPLAY_MISMATCH
+    return reason

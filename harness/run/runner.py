@@ -46,6 +46,7 @@ from harness.run.store import (
     new_run_id,
     parse_line,
     read_manifest,
+    run_config,
     utcnow,
 )
 from harness.terminal import safe
@@ -301,7 +302,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
-    config = GuardConfig(**manifest["guard"]).with_base_url(base_url)
+    config = run_config(run_dir, manifest).with_base_url(base_url)
     require_key(config, run_dir / "manifest.json")
     with RunLock(run_dir):
         # A prompt that no longer renders the launch's bodies would write every pending call off
@@ -323,7 +324,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
         try:
             recovered = _recover_decisions(run_dir, writer, parser, config)
             total = int(manifest["n_calls"])
-            pending = PendingRows(run_dir, state.decided)
+            pending = PendingRows(run_dir, state.decided, cohort)
             writer.event("start", pending=total - len(state.decided), total=total,
                          torn=[p.name for p in state.torn], recovered=recovered)
             result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, pending, total,
@@ -394,11 +395,12 @@ class PendingRows:
     schedule.jsonl and stimuli.jsonl are written together, line for line, so they are read
     together (zip), never loaded: memory does not grow with the run. A line pair whose call
     ids disagree (a damaged run) ends the iteration; the dispatcher then finishes what is in
-    flight and `execute` raises `error` (CheckFailed) once the run is closed cleanly.
+    flight and `execute` raises `error` (CheckFailed) once the run is closed cleanly. So does a
+    row that names no instance of the run's cohort: there is nothing it could send.
     """
 
-    def __init__(self, run_dir: Path, decided: set[str]) -> None:
-        self.run_dir, self.decided = run_dir, decided
+    def __init__(self, run_dir: Path, decided: set[str], cohort: Cohort) -> None:
+        self.run_dir, self.decided, self.cohort = run_dir, decided, cohort
         self.error: CheckFailed | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -419,6 +421,10 @@ class PendingRows:
                         return
                     if cid in self.decided:
                         continue
+                if not self._names_an_instance(row):
+                    self.error = self._damaged(f"line {lineno}: the row names no instance of the run's cohort "
+                                               "(base_id, condition, instance_sha256)")
+                    return
                 row["request_sha256"] = request_sha
                 yield row
         except ValueError:   # zip(strict=True): one file is longer than the other
@@ -427,6 +433,13 @@ class PendingRows:
             self.error = self._damaged(f"line {lineno}: missing or malformed field {exc}")
         except CheckFailed as exc:
             self.error = exc
+
+    def _names_an_instance(self, row: dict[str, Any]) -> bool:
+        try:
+            self.cohort.cell(row["base_id"], row["condition"])
+        except (KeyError, TypeError):
+            return False
+        return isinstance(row.get("instance_sha256"), str)
 
     def _damaged(self, what: str) -> CheckFailed:
         return CheckFailed(f"{self.run_dir}: {what} (the run is damaged; `guardeval verify {self.run_dir}` "

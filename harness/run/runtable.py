@@ -19,8 +19,7 @@ import orjson
 
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
 from harness.errors import CheckFailed
-from harness.run.decide import REPLAY_MISMATCH
-from harness.run.replay import generation_replays
+from harness.run.replay import generation_replays, quarantine_reason
 from harness.run.store import DECISIONS, RAW, SCHEDULE, iter_jsonl, iter_mapped_lines, read_manifest
 
 # The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
@@ -135,16 +134,8 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
             "score": d.get("score") if d else None,
             "started": starts.get(d["raw_seq"]) if d and type(d.get("raw_seq")) is int else None,
             "components": d.get("components") if d else None,
-            "quarantine_reason": _quarantine(d, replayed),
+            "quarantine_reason": quarantine_reason(d, replayed),
         })
     roles = {c.name: c.role for c in cohort.conditions}
     return RunTable(rows=rows, n_scheduled=n, complete=all(r["status"] != "missing" for r in rows), roles=roles,
                     baseline=baseline, placebo=cohort.placebo(), manifest=manifest)
-
-
-def _quarantine(d: dict[str, Any] | None, replayed: dict[str, str]) -> str | None:
-    if d is None:
-        return None
-    if d.get("quarantine_reason") is None and d["call_id"] in replayed:
-        return REPLAY_MISMATCH
-    return d.get("quarantine_reason")

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from guards.base import valid_cost
-from guards.config import GuardConfig
 from harness.run.store import (
     DECISIONS,
     EVENTS,
@@ -27,8 +26,9 @@ from harness.run.store import (
     iter_jsonl,
     iter_lines,
     iter_raw_fields,
-    parse_line,
+    parsed_decision_fields,
     read_manifest,
+    run_config,
 )
 from harness.run.workers import halves
 
@@ -45,8 +45,12 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     events = run_dir / EVENTS
     if events.exists():
         for _, _, ev in iter_jsonl(events):
-            last_event = ev.get("event")
-            if last_event == "stop":
+            kind = ev.get("event")
+            # A session is its start and its stop; the `note`s a session writes in between say
+            # nothing about whether it ended.
+            if kind in ("start", "stop"):
+                last_event = kind
+            if kind == "stop":
                 last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
     n = manifest["n_calls"]
     running = RunLock.held_by_another(run_dir)
@@ -62,7 +66,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         # quarantined by `estimate` as replay_mismatch, not counted in `quarantined` above.
         "generation_replays": replayed,
         "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6),
-        "spend_simulated": GuardConfig(**manifest["guard"]).is_simulated, "last_stop": last_stop,
+        "spend_simulated": run_config(run_dir, manifest).is_simulated, "last_stop": last_stop,
     }
 
 
@@ -74,11 +78,7 @@ def decision_counts(run_dir: Path) -> tuple[set[str], dict[str, int], dict[str, 
     decided: set[str] = set()
     path = run_dir / DECISIONS
     for lineno, line in iter_lines(path):
-        fields = decision_fields(line)
-        if fields is None:
-            rec = parse_line(line[:-1], path, lineno)
-            fields = rec["call_id"], rec["status"], rec.get("quarantine_reason")
-        cid, status, reason = fields
+        cid, status, reason = decision_fields(line) or parsed_decision_fields(line, path, lineno)
         decided.add(cid)
         statuses[status] = statuses.get(status, 0) + 1
         if reason:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from guards.base import valid_cost
+from guards.config import GuardConfig, config_from_manifest
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
@@ -275,14 +276,42 @@ def load_run_prompt(run_dir: Path, manifest: dict[str, Any]) -> Prompt:
     return prompt
 
 
+# The manifest fields that the readers of a run (status, resume, replicate, estimate, the views)
+# take as they are, with their types; `verify` reads the manifest on its own and reports each
+# problem. The guard config is checked whole (`run_config`).
+_MANIFEST_FIELDS: dict[str, type] = {"run_id": str, "n_calls": int, "seed": int, "reps": int, "order": str,
+                                     "schedule_sha256": str, "stimuli_sha256": str, "guard": dict,
+                                     "cohort": dict, "cohort.name": str, "cohort.sha256": str,
+                                     "prompt": dict, "prompt.id": str, "prompt.sha256": str, "prompt.parser": str,
+                                     "sha256": str}
+_KINDS = {str: "a string", int: "a whole number", dict: "an object"}
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """manifest.json, its fields of `_MANIFEST_FIELDS` checked (InputError naming the field)."""
     path = run_dir / MANIFEST
     if not path.is_file():
         raise InputError("not a run folder (no manifest.json)", path=run_dir)
     try:
-        return orjson.loads(path.read_bytes())
+        manifest = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
+    if not isinstance(manifest, dict):
+        raise InputError("not a JSON object", path=path)
+    for name, kind in _MANIFEST_FIELDS.items():
+        outer, _, inner = name.partition(".")
+        value = manifest.get(outer)
+        value = value.get(inner) if inner and isinstance(value, dict) else value
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise InputError(f"missing, or not {_KINDS[kind]}", path=path, field=name)
+    if not isinstance(manifest.get("parent_run"), (dict, type(None))):
+        raise InputError(f"not {_KINDS[dict]}", path=path, field="parent_run")
+    return manifest
+
+
+def run_config(run_dir: Path, manifest: dict[str, Any]) -> GuardConfig:
+    """The run's guard config, from its manifest, checked as a config file is (`config_from_manifest`)."""
+    return config_from_manifest(manifest["guard"], run_dir / MANIFEST)
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
@@ -475,8 +504,7 @@ def parse_line(body: bytes, path: Path, lineno: int) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict):
-        raise CheckFailed(f"{path}: line {lineno}: not a JSON object (the file is damaged; "
-                          f"`guardeval verify {path.parent}` lists every problem)")
+        raise damaged(path, lineno, "not a JSON object")
     return obj
 
 
@@ -505,6 +533,25 @@ def decision_fields(line: bytes) -> tuple[str, Any, Any] | None:
         return None
     reason = tail[1].decode() if tail[1] is not None else None
     return m[1].decode(), tail[2].decode(), reason
+
+
+def parsed_decision_fields(line: bytes, path: Path, lineno: int) -> tuple[str, str, str | None]:
+    """`decision_fields` of a line not in the writer's shape: parsed, each field checked
+    (CheckFailed names the line, as a line that is not a JSON object does)."""
+    rec = parse_line(line.rstrip(b"\n"), path, lineno)
+    cid, status, reason = rec.get("call_id"), rec.get("status"), rec.get("quarantine_reason")
+    if not isinstance(cid, str):
+        raise damaged(path, lineno, "missing or malformed field 'call_id'")
+    if not isinstance(status, str):
+        raise damaged(path, lineno, "missing or malformed field 'status'")
+    if reason is not None and not isinstance(reason, str):
+        raise damaged(path, lineno, "malformed field 'quarantine_reason'")
+    return cid, status, reason
+
+
+def damaged(path: Path, lineno: int, what: str) -> CheckFailed:
+    return CheckFailed(f"{path}: line {lineno}: {what} (the file is damaged; `guardeval verify {path.parent}` "
+                       "lists every problem)")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -596,7 +643,7 @@ class RunWriter:
         path = self.run_dir / DECISIONS
         for lineno, line in iter_lines(path):
             cid = decision_call_id(line)
-            st.decided.add(cid if cid is not None else parse_line(line[:-1], path, lineno)["call_id"])
+            st.decided.add(cid if cid is not None else parsed_decision_fields(line, path, lineno)[0])
         self._scan = _RawScan(self.run_dir / RAW, st.decided)
 
     def abandon_scan(self) -> None:
@@ -738,6 +785,8 @@ def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) ->
         if f.outcome == "reply" and priced_cost(f.usage) is None:
             part.unpriced.add(f.usage)
         cid = f.call_id
+        if not isinstance(cid, str):
+            raise damaged(path, lineno, "missing or malformed field 'call_id'")
         if cid not in decided:
             part.attempts[cid] = part.attempts.get(cid, 0) + 1
             part.finals[cid] = (offset, lineno) if f.final else None

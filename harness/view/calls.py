@@ -21,6 +21,7 @@ from harness.canon import sha256_hex
 from harness.cohorts.model import load_cohort
 from harness.errors import InputError
 from harness.run.budget import reported_cost
+from harness.run.replay import generation_replays, quarantine_reason
 from harness.run.store import (
     COHORT_DIR,
     DECISIONS,
@@ -123,6 +124,7 @@ def load_calls(run_dir: str | Path) -> RunCalls:
     finally:
         cohort.close()
     decisions = _decisions(run)
+    replayed = generation_replays(run)   # quarantined as `estimate` counts them
     attempts, n_raw, first, last = scan_attempts(run)
     rows: list[dict[str, Any]] = []
     for _, _, s in iter_jsonl(run / SCHEDULE):
@@ -135,7 +137,7 @@ def load_calls(run_dir: str | Path) -> RunCalls:
             "call_id": cid, "base_id": s["base_id"], "interaction_id": s["interaction_id"], "domain": s["domain"],
             "condition": s["condition"], "repetition": s["repetition"], "label": label, "tool": tool,
             "decision": d.get("decision"), "score": d.get("score"), "status": d.get("status", "missing"),
-            "quarantine_reason": d.get("quarantine_reason"), "attempts": a.n if a else 0,
+            "quarantine_reason": quarantine_reason(d, replayed), "attempts": a.n if a else 0,
             "latency_s": final.get("latency_s"), "cost": a.cost if a else None, "provider": final.get("provider"),
             "finish_reason": final.get("finish_reason"),
             # beyond the export frame: what the call browser and `show` need
