@@ -47,9 +47,11 @@ def register(sub: Any) -> None:
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    """The result on stdout: domains, tools and provider names are the input's text, shown escaped."""
     from harness.estimators.report import dumps_json
+    from harness.terminal import safe, safe_json
 
-    print(dumps_json(obj) if as_json else text)
+    print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
 
 
 def cmd_audit_lookup(args: argparse.Namespace) -> int:
@@ -121,11 +123,5 @@ def cmd_audit_providers(args: argparse.Namespace) -> int:
     if res["generation_replays"]:
         lines.append(f"calls answered under a generation id another call also got: {res['generation_replays']}")
     lines.append(f"audit providers: {'OK' if res['ok'] else 'FAILED'}")
-    if args.json:
-        from harness.estimators.report import dumps_json
-        from harness.terminal import safe_json
-
-        print(safe_json(dumps_json(res)))     # provider names are the provider's text
-    else:
-        print("\n".join(lines))
+    _emit(res, args.json, "\n".join(lines))
     return 0 if res["ok"] else 1

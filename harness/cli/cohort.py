@@ -10,14 +10,14 @@ from pathlib import Path
 
 from harness.cli.args import row_limit_options, row_limits
 from harness.errors import CheckFailed
-from harness.terminal import safe
+from harness.terminal import safe, safe_json
 
 
 def _done(what: str, out: object, start: float, extra: dict | None = None) -> int:
     """The build's summary as JSON on stdout (the result); the message on stderr."""
     secs = time.perf_counter() - start
     print(safe(f"wrote {what} cohort to {out} in {secs:.1f} s"), file=sys.stderr)
-    print(json.dumps({"cohort": str(out), **(extra or {}), "build_seconds": round(secs, 2)}, indent=2))
+    print(safe_json(json.dumps({"cohort": str(out), **(extra or {}), "build_seconds": round(secs, 2)}, indent=2)))
     return 0
 
 
@@ -61,7 +61,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     report = inspect(load_cohort(args.dir, limits=row_limits(args)))
     if args.json:
-        print(json.dumps(report, indent=2))   # ASCII only: every control character is escaped
+        print(safe_json(json.dumps(report, indent=2)))   # ASCII, and DEL escaped too
     else:
         # Names, domains and base ids are the cohort's text: shown, never obeyed by the terminal.
         print(safe(f"cohort {report['name']}  sha256 {report['sha256']}"))
@@ -93,7 +93,7 @@ def _rows(args: argparse.Namespace) -> int:
                     for r in cohort.instances if r["condition"] == base)
     Path(args.out).write_bytes(data)
     n = data.count(b"\n")
-    print(f"wrote {n} rows to {args.out}", file=sys.stderr)
+    print(safe(f"wrote {n} rows to {args.out}"), file=sys.stderr)
     return 0
 
 
