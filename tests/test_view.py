@@ -181,6 +181,17 @@ def test_report_command_and_embedded_data(demo_run, tmp_path):
     assert len(data["bodies"]) == len({a["request_sha256"] for a in raw})   # each body stored once
 
 
+def test_report_out_is_checked_like_export_out(demo_run, tmp_path):
+    # --out names a file: a folder, or a file in a folder that does not exist, is a usage error
+    # (exit 2) and nothing is written anywhere (not beside the folder either).
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for out, words in ((folder, "is a folder"), (tmp_path / "missing" / "r.html", "no such folder")):
+        r = run_cli("report", str(demo_run.run), "--out", str(out))
+        assert r.code == 2 and words in r.err and r.out == "" and "Traceback" not in r.err, r.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"] and list(folder.iterdir()) == []
+
+
 def test_large_run_embeds_a_selection_with_every_flip(demo_run):
     calls = load_calls(demo_run.run)
     sel = select_calls(calls, full_max=100, sample_calls=60, detail_cap=50)

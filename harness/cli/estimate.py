@@ -70,13 +70,13 @@ def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
     print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
 
 
-def _say_verified(run: object, verification: dict[str, Any]) -> None:
+def _say_verified(run: object, verification: dict[str, Any], doing: str = "estimating") -> None:
     if verification["checked"]:
         skipped = verification["skipped"]
         note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
-        print(safe(f"guardeval: {run} verified before estimating{note}"), file=sys.stderr)
+        print(safe(f"guardeval: {run} verified before {doing}{note}"), file=sys.stderr)
     else:
-        print(safe(f"guardeval: warning: {run} estimated without verification (--no-verify)"), file=sys.stderr)
+        print(safe(f"guardeval: warning: {run} {doing} without verification (--no-verify)"), file=sys.stderr)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -131,10 +131,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)
     if file_sha256(run_a / "schedule.jsonl") != file_sha256(run_b / "schedule.jsonl"):
         raise InputError(f"schedule.jsonl of {run_a} and {run_b} differ: not two runs of one schedule")
+    out_dir = Path(args.out) if args.out else run_b
+    if not out_dir.is_dir():
+        raise InputError("no such folder", path=out_dir, field="out")
     checks = [verified(r, verify=not args.no_verify, allow_skipped=args.allow_skipped, row_limits=row_limits(args))
               for r in (run_a, run_b)]
     for r, c in zip((run_a, run_b), checks):
-        _say_verified(r, c)
+        _say_verified(r, c, "comparing")
     _, ta, rows_a = load_run(run_a, row_limits(args))
     _, tb, rows_b = load_run(run_b, row_limits(args))
     result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
@@ -158,9 +161,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _emit(result, args.json, text)
     from harness.view.compare import write_compare
 
-    out_dir = Path(args.out) if args.out else run_b
-    if not out_dir.is_dir():
-        raise InputError("no such folder", path=out_dir, field="out")
     written = write_compare(result, out_dir)
     print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:

@@ -30,6 +30,7 @@ from harness.errors import InputError
 from harness.run.store import STIMULI, iter_jsonl
 from harness.view import tables as T
 from harness.view.calls import RunCalls, load_calls, read_attempts
+from harness.view.files import out_file, write_atomically
 
 _SLOT = re.compile(r"@@([a-z_]+)@@")
 FULL_EMBED_MAX = 20_000     # calls; above this the report embeds a selection
@@ -339,6 +340,7 @@ def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = No
     """Write report.html for a run (into the run folder unless `out` names a file);
     `just_estimated`: `report` comes from an estimate made a moment ago (see `verify_summary`)."""
     run = Path(run_dir)
+    target = out_file(out, run / "report.html")
     calls = calls or load_calls(run)
     report = report if report is not None else read_report(run)
     src = report.get("source") or {}
@@ -346,8 +348,4 @@ def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = No
         raise InputError("report.json belongs to another run (schedule sha256 differs); re-run `guardeval estimate`",
                          path=run / "report.json")
     text = build_html(calls, report, verify_summary(run, report, just_estimated=just_estimated))
-    target = Path(out) if out is not None else run / "report.html"
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
-    return target
+    return write_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
