@@ -171,7 +171,8 @@ def main() -> int:
         setup = [timed("setup: cohort build", [*build, "cohort", str(cohort), "--bases", str(bases)])]
         plan_args = ["--cohort", str(cohort), "--guard", str(guard), "--reps", str(args.reps), "--seed", "1"]
         print(f"planning {calls} calls ...", file=sys.stderr)
-        rows.append(timed("plan (launch --dry-run)", [*ge, "launch", *plan_args, "--run-dir", str(run), "--dry-run"],
+        rows.append(timed("plan (launch --dry-run)", [*ge, "launch", *plan_args, "--run-dir", str(run), "--dry-run",
+                                                   "--no-preflight"],
                           note="plan + schedule hash, nothing written"))
         rows.append(timed("launch: plan + write folder", [*build, "materialise", str(run), *plan_args],
                           note="materialise: schedule, stimuli, cohort copy"))

@@ -219,6 +219,13 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     same = json.loads(out)
     assert all(row["difference"] == 0 and row["ci_difference"] == [0, 0] for row in same["conditions"])
     assert same["ranking_changed"] is False
+    # --out that is not a folder is refused before the runs are read: no result on stdout.
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50",
+                         "--out", str(runs["A"] / "nowhere"))
+    assert code == 2 and out == "" and "no such folder" in err and "verified" not in err
+    # Both runs are checked before comparing, and the message says so.
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50")
+    assert code == 0 and err.count("verified before comparing") == 2
 
 
 def test_missing_option_and_placebo_note(tmp_path, capsys):

@@ -139,6 +139,25 @@ def test_every_option_and_argument_has_help():
     assert missing == []
 
 
+def test_help_says_defaults_and_json_one_way():
+    # One wording across commands: "(default: X)", and `--json` as "print ... as JSON on stdout";
+    # an option that takes a value and has a default says it.
+    from harness.cli.app import _HelpFormatter
+
+    odd, silent, json_help = [], [], []
+    for path, action in _actions(build_parser()):
+        where = f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
+        text = _HelpFormatter("guardeval")._expand_help(action)     # the help as printed
+        if re.search(r"\(default [^:]|; default |default \d", text):
+            odd.append((where, text))
+        if (action.option_strings and action.nargs != 0 and action.default not in (None, False, "")
+                and "default" not in text):
+            silent.append(where)
+        if "--json" in action.option_strings and not re.fullmatch(r"print .* as JSON on stdout.*", text):
+            json_help.append((where, text))
+    assert (odd, silent, json_help) == ([], [], [])
+
+
 @pytest.mark.parametrize("argv,needles", [
     (["launch"], ["--reps REPS", "(default: 3)", "(default: 0)", "(default: rounds)"]),
     (["demo"], ["--run-dir", "default: runs/<run-id>/", "--json", "--no-progress"]),

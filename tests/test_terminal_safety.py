@@ -172,3 +172,30 @@ def test_verify_messages_quoting_a_damaged_line_are_escaped(tmp_path, small_coho
         assert r.code == 1 and "Traceback" not in r.err, r.err
         assert "pwned" in r.out + r.err
         _assert_clean(r.out, r.err)
+
+
+def test_audit_and_cohort_output_is_escaped(tmp_path, small_cohort):
+    # `audit lookup` prints the rows' domains (text and JSON), `cohort inspect --json` the
+    # cohort's domains and name: the files' text, hostile, DEL included (README: `--json`
+    # output escapes DEL, C1 and bidi characters too).
+    hostile = "D\x7f" + HOSTILE.replace("\ud800", "")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"interaction_id": f"g{i}", "domain": [hostile, "E"][i % 2],
+                                        "tool": f"t{i % 3}", "label": i % 2}) + "\n" for i in range(8)))
+    for args in (("audit", "lookup", str(rows)), ("audit", "lookup", str(rows), "--json")):
+        r = run_cli(*args)
+        assert r.code == 0 and "pwned" in r.out, r.err
+        _assert_clean(r.out, r.err)
+        assert "\x7f" not in r.out
+    assert hostile in json.loads(run_cli("audit", "lookup", str(rows), "--json").out)["lodo_by_domain"]
+
+    demo = load_cohort(small_cohort)
+    rows_out = [dict(r, domain=hostile) for r in demo.instances]
+    for r in rows_out:
+        r["instance_sha256"] = instance_hash(r)
+    odd = write_cohort(tmp_path / "odd", name="odd", version="t", description="d", conditions=demo.conditions,
+                       rows=rows_out)
+    r = run_cli("cohort", "inspect", str(odd), "--json")
+    assert r.code == 0, r.err
+    _assert_clean(r.out, r.err)
+    assert "\x7f" not in r.out and json.loads(r.out)["by_domain"] == {hostile: 16}

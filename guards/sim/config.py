@@ -138,31 +138,30 @@ class ServerConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=0, help="port (default 0: a free port, shown on the first line)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind")
+    p.add_argument("--port", type=int, default=0, help="port; 0: a free port, shown on the first line")
     p.add_argument("--latency-ms", default="0", metavar="SPEC",
-                   help="added latency in ms: N fixed, LO:HI uniform, exp:MEAN exponential (default 0)")
+                   help="added latency in ms: N fixed, LO:HI uniform, exp:MEAN exponential")
     p.add_argument("--faults", default="", metavar="SPEC",
                    help="e.g. 429=0.2,500=0.05,malformed=0.02,choice_error=0.01,moderation403=0.01 "
                         f"(kinds: an HTTP status 400-599 or {', '.join(NAMED_FAULTS)})")
     p.add_argument("--seed", type=int, default=0, help="server seed of the guard noise and the fault draws")
     p.add_argument("--retry-after", default="0.05", metavar="S",
-                   help="Retry-After value (seconds, sent as given) on --faults 429s and --max-in-flight refusals "
-                        "(default 0.05)")
-    p.add_argument("--stall-s", default="30", metavar="S", help="extra delay of a `stall` fault (default 30)")
+                   help="Retry-After value (seconds, sent as given) on --faults 429s and --max-in-flight refusals")
+    p.add_argument("--stall-s", default="30", metavar="S", help="extra delay of a `stall` fault, in seconds")
     p.add_argument("--require-key", action="store_true",
                    help="answer 401 to requests without `Authorization: Bearer ...`")
     p.add_argument("--expect-key-env", metavar="VAR",
                    help="accept only the bearer key held in environment variable VAR (others: 401)")
     p.add_argument("--price-in", default=str(DEFAULT_PRICE_IN), metavar="USD",
-                   help=f"USD per million prompt tokens in usage.cost (default {DEFAULT_PRICE_IN})")
+                   help="USD per million prompt tokens in usage.cost")
     p.add_argument("--price-out", default=str(DEFAULT_PRICE_OUT), metavar="USD",
-                   help=f"USD per million completion tokens in usage.cost (default {DEFAULT_PRICE_OUT})")
+                   help="USD per million completion tokens in usage.cost")
     p.add_argument("--rps-cap", metavar="R",
                    help="hard rate limit: admit at most R requests per second (token bucket); others get "
                         "an immediate 429 with Retry-After and retry-after-ms")
     p.add_argument("--rps-burst", metavar="B",
-                   help="token bucket size for --rps-cap (default max(1, R/10))")
+                   help="token bucket size for --rps-cap (default: max(1, R/10))")
     p.add_argument("--max-in-flight", metavar="N",
                    help="hard concurrency limit: a request arriving while N are being handled gets an "
                         "immediate 429 with Retry-After (the --retry-after value)")
@@ -174,7 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unsupported-params", metavar="NAMES", default="",
                    help="comma-separated parameters the listed endpoints do not support (e.g. seed)")
     p.add_argument("--context-length", type=int, default=200_000, metavar="N",
-                   help="context length of the listed endpoints, in tokens (default 200000)")
+                   help="context length of the listed endpoints, in tokens")
     p.add_argument("--key-limit", metavar="USD",
                    help="spending limit of the key shown by GET /key (default: none)")
 

@@ -64,9 +64,9 @@ def row_limit_options(p: argparse.ArgumentParser) -> None:
         return v
 
     p.add_argument("--max-row-bytes", type=positive_int, default=DEFAULT_ROW_LIMITS.max_bytes, metavar="N",
-                   help=f"refuse a cohort row longer than N bytes (default {DEFAULT_ROW_LIMITS.max_bytes})")
+                   help="refuse a cohort row longer than N bytes")
     p.add_argument("--max-row-depth", type=depth, default=DEFAULT_ROW_LIMITS.max_depth, metavar="N",
-                   help=f"refuse a cohort row nested deeper than N levels (default {DEFAULT_ROW_LIMITS.max_depth})")
+                   help="refuse a cohort row nested deeper than N levels")
 
 
 def row_limits(args: argparse.Namespace) -> RowLimits:

@@ -22,34 +22,44 @@ def register(sub: Any) -> None:
     asub = p.add_subparsers(dest="audit_command", metavar="AUDIT", parser_class=type(p))
     asub.required = True
     a = asub.add_parser("lookup", help="tool-name majority-label lookup: LODO and grouped k-fold F1")
-    a.add_argument("rows", help="JSONL rows: interaction_id, domain, tool, label")
-    a.add_argument("--seeds", type=_int_list, default=[42, 43, 44], help="k-fold seeds (default 42,43,44)")
-    a.add_argument("--folds", type=positive_int, default=5, help="folds of the interaction-grouped cross-validation")
+    a.add_argument("rows", metavar="ROWS", help="JSONL rows: interaction_id, domain, tool, label "
+                                                "(`guardeval cohort rows` writes them)")
+    a.add_argument("--seeds", type=_int_list, default=[42, 43, 44], metavar="N,N,...",
+                   help="k-fold seeds (default: 42,43,44)")
+    a.add_argument("--folds", type=positive_int, default=5, metavar="K",
+                   help="folds of the interaction-grouped cross-validation")
     a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_lookup)
     a = asub.add_parser("units", help="row-level vs equal-interaction F1 / balanced accuracy")
-    a.add_argument("preds", help="JSONL rows in source order: interaction_id, label_score, pred_score")
+    a.add_argument("preds", metavar="PREDS", help="JSONL rows in source order: interaction_id, label_score, "
+                                                  "pred_score (`audit import-toolsafe` writes them)")
     a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_units)
     a = asub.add_parser("import-toolsafe", help="TS-Guard published logs -> rows for `audit units`")
-    a.add_argument("--logs", required=True, help="folder holding guardian_test_logs/<bench>/TS-Guard/*.json")
-    a.add_argument("--out", required=True, help="rows file (JSONL) to write")
-    a.add_argument("--pins", help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
-    a.add_argument("--tsbench", help="TS-Bench folder: check AgentHarm labels follow harmful_steps then benign_steps")
+    a.add_argument("--logs", required=True, metavar="DIR",
+                   help="folder holding guardian_test_logs/<bench>/TS-Guard/*.json")
+    a.add_argument("--out", required=True, metavar="FILE", help="rows file (JSONL) to write")
+    a.add_argument("--pins", metavar="FILE",
+                   help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
+    a.add_argument("--tsbench", metavar="DIR",
+                   help="TS-Bench folder: check AgentHarm labels follow harmful_steps then benign_steps")
     a.set_defaults(func=cmd_import_toolsafe)
     a = asub.add_parser("providers", help="confirm which provider served each answer of an OpenRouter run, "
                                           "from its generation stats (needs the run's key)")
-    a.add_argument("run", help="run folder")
-    a.add_argument("--base-url", help="override the run's base URL (e.g. a simulated provider)")
-    a.add_argument("--concurrency", type=positive_int, default=8, help="stats requests in flight (default 8)")
+    a.add_argument("run", metavar="RUN", help="run folder (the one holding manifest.json)")
+    a.add_argument("--base-url", metavar="URL", help="ask this URL instead of the run's base URL (e.g. a simulated "
+                                                     "provider)")
+    a.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="stats requests in flight")
     a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_providers)
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    """The result on stdout: domains, tools and provider names are the input's text, shown escaped."""
     from harness.estimators.report import dumps_json
+    from harness.terminal import safe, safe_json
 
-    print(dumps_json(obj) if as_json else text)
+    print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
 
 
 def cmd_audit_lookup(args: argparse.Namespace) -> int:
@@ -121,11 +131,5 @@ def cmd_audit_providers(args: argparse.Namespace) -> int:
     if res["generation_replays"]:
         lines.append(f"calls answered under a generation id another call also got: {res['generation_replays']}")
     lines.append(f"audit providers: {'OK' if res['ok'] else 'FAILED'}")
-    if args.json:
-        from harness.estimators.report import dumps_json
-        from harness.terminal import safe_json
-
-        print(safe_json(dumps_json(res)))     # provider names are the provider's text
-    else:
-        print("\n".join(lines))
+    _emit(res, args.json, "\n".join(lines))
     return 0 if res["ok"] else 1

@@ -8,16 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cli.args import row_limit_options, row_limits
+from harness.cli.args import positive_int, row_limit_options, row_limits
 from harness.errors import CheckFailed
-from harness.terminal import safe
+from harness.terminal import safe, safe_json
 
 
 def _done(what: str, out: object, start: float, extra: dict | None = None) -> int:
     """The build's summary as JSON on stdout (the result); the message on stderr."""
     secs = time.perf_counter() - start
     print(safe(f"wrote {what} cohort to {out} in {secs:.1f} s"), file=sys.stderr)
-    print(json.dumps({"cohort": str(out), **(extra or {}), "build_seconds": round(secs, 2)}, indent=2))
+    print(safe_json(json.dumps({"cohort": str(out), **(extra or {}), "build_seconds": round(secs, 2)}, indent=2)))
     return 0
 
 
@@ -61,7 +61,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     report = inspect(load_cohort(args.dir, limits=row_limits(args)))
     if args.json:
-        print(json.dumps(report, indent=2))   # ASCII only: every control character is escaped
+        print(safe_json(json.dumps(report, indent=2)))   # ASCII, and DEL escaped too
     else:
         # Names, domains and base ids are the cohort's text: shown, never obeyed by the terminal.
         print(safe(f"cohort {report['name']}  sha256 {report['sha256']}"))
@@ -93,8 +93,17 @@ def _rows(args: argparse.Namespace) -> int:
                     for r in cohort.instances if r["condition"] == base)
     Path(args.out).write_bytes(data)
     n = data.count(b"\n")
-    print(f"wrote {n} rows to {args.out}", file=sys.stderr)
+    print(safe(f"wrote {n} rows to {args.out}"), file=sys.stderr)
     return 0
+
+
+def _subset_options(p: argparse.ArgumentParser, which: str) -> None:
+    """--conditions, --max-bases, --seed: the builders that can build a part of their source."""
+    p.add_argument("--conditions", metavar="NAMES",
+                   help=f"comma-separated subset of the {which} (default: all; the baseline is always kept)")
+    p.add_argument("--max-bases", type=positive_int, metavar="N",
+                   help="sample this many bases, stratified by domain and label (default: all)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -107,44 +116,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     builders.required = True
 
     demo = builders.add_parser("demo", help="the synthetic demo cohort (no third-party text)")
-    demo.add_argument("--out", required=True, help="output folder")
-    demo.add_argument("--conditions", help="comma-separated subset of conditions (baseline always kept; default: all)")
+    demo.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    demo.add_argument("--conditions", metavar="NAMES",
+                      help="comma-separated subset of conditions (default: all; the baseline is always kept)")
     demo.set_defaults(func=_build_demo)
 
     ad = builders.add_parser("agentdojo", help="AgentDojo ground-truth replay (needs the 'agentdojo' extra)")
-    ad.add_argument("--out", required=True, help="output folder")
-    ad.add_argument("--suites", default="banking,slack,travel,workspace", help="comma-separated AgentDojo suites")
-    ad.add_argument("--version", default="v1.2", help="AgentDojo benchmark version")
-    ad.add_argument("--attack", default="important_instructions", help="AgentDojo attack that places the injections")
-    ad.add_argument("--conditions", help="comma-separated subset (baseline always kept; default: all)")
-    ad.add_argument("--max-bases", type=int, help="sample this many bases, stratified by domain and label (default: all)")
-    ad.add_argument("--seed", type=int, default=0, help="sampling seed")
+    ad.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    ad.add_argument("--suites", default="banking,slack,travel,workspace", metavar="NAMES",
+                    help="comma-separated AgentDojo suites")
+    ad.add_argument("--version", default="v1.2", metavar="V", help="AgentDojo benchmark version")
+    ad.add_argument("--attack", default="important_instructions", metavar="NAME",
+                    help="AgentDojo attack that places the injections")
+    _subset_options(ad, "conditions")
     ad.set_defaults(func=_build_agentdojo)
 
     asb = builders.add_parser("asb", help="ASB attacker/normal tools with the A0/NULL2/A1/A1b/A3 arms")
-    asb.add_argument("--source", required=True, help="folder with ASB jsonl files and MANIFEST.txt")
-    asb.add_argument("--out", required=True, help="output folder")
-    asb.add_argument("--conditions", help="comma-separated subset of A0,NULL2,A1,A1b,A3 (default: all)")
+    asb.add_argument("--source", required=True, metavar="DIR", help="folder with ASB jsonl files and MANIFEST.txt")
+    asb.add_argument("--out", required=True, metavar="DIR", help="output folder")
     asb.add_argument("--tools", choices=("aggressive", "all"), default="aggressive",
                      help="attacker tools to use (ASB's 'Aggressive' flag)")
-    asb.add_argument("--max-bases", type=int, help="sample this many bases, stratified by domain and label (default: all)")
-    asb.add_argument("--seed", type=int, default=0, help="sampling seed")
+    _subset_options(asb, "arms: A0,NULL2,A1,A1b,A3")
     asb.set_defaults(func=_build_asb)
 
     ts = builders.add_parser("tsbench", help="ToolSafe TS-Bench files supplied by the user (pinned)")
-    ts.add_argument("--source", required=True, help="ToolSafe checkout or TS-Bench folder")
-    ts.add_argument("--out", required=True, help="output folder")
-    ts.add_argument("--pins", help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
+    ts.add_argument("--source", required=True, metavar="DIR", help="ToolSafe checkout or TS-Bench folder")
+    ts.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    ts.add_argument("--pins", metavar="FILE",
+                    help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
     ts.set_defaults(func=_build_tsbench)
 
     ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")
     ins.add_argument("dir", metavar="DIR", help="cohort folder")
-    ins.add_argument("--json", action="store_true", help="stdout carries only the JSON")
+    ins.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     row_limit_options(ins)
     ins.set_defaults(func=_inspect)
 
-    rows = sub.add_parser("rows", help="export base rows (base_id, interaction_id, domain, tool, label)")
+    rows = sub.add_parser("rows", help="export base rows (base_id, interaction_id, domain, tool, label) for "
+                                       "`guardeval audit lookup`")
     rows.add_argument("dir", metavar="DIR", help="cohort folder")
-    rows.add_argument("--out", required=True, help="JSONL file to write")
+    rows.add_argument("--out", required=True, metavar="FILE", help="JSONL file to write")
     row_limit_options(rows)
     rows.set_defaults(func=_rows)

@@ -23,44 +23,54 @@ def _name_list(text: str) -> list[str]:
     return items
 
 
-def _stats_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--baseline", help="baseline condition (default: the cohort's baseline, else 'original')")
-    p.add_argument("--family", type=_name_list, help="Holm family c1,c2,... (default: every non-baseline condition)")
-    p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="replicates (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded; default 0)")
+def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The options `estimate` and `compare` share; `what` is "estimate" or "compare" (for the help)."""
+    runs = "an incomplete run" if what == "estimate" else "incomplete runs"
+    p.add_argument("--baseline", metavar="CONDITION",
+                   help="baseline condition (default: the cohort's baseline, else original)")
+    p.add_argument("--family", type=_name_list, metavar="C1,C2,...",
+                   help="Holm family (default: every non-baseline condition)")
+    p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="bootstrap replicates")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed, recorded in the result")
     p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
     p.add_argument("--missing", choices=MISSING_MODES, default="exclude",
-                   help="a scheduled call without a decision: counts nowhere (exclude, the default) or as a failed "
-                        "call under each failure rule (as-failure); an incomplete run still needs --allow-partial")
-    p.add_argument("--allow-partial", action="store_true", help="estimate an incomplete run anyway")
-    p.add_argument("--allow-unpublishable", action="store_true", help="exit 0 even when quarantine exceeds 2%%")
-    p.add_argument("--json", action="store_true", help="stdout carries only the JSON object")
+                   help="a scheduled call without a decision counts nowhere (exclude) or as a failed call under "
+                        "each failure rule (as-failure); an incomplete run still needs --allow-partial")
+    p.add_argument("--allow-partial", action="store_true", help=f"{what} {runs} anyway")
+    p.add_argument("--allow-unpublishable", action="store_true",
+                   help="exit 0 even when more than 2%% of a run's calls are quarantined")
+    p.add_argument("--json", action="store_true",
+                   help=f"print the {'report' if what == 'estimate' else 'comparison'} as JSON on stdout")
 
 
-def _verify_options(p: argparse.ArgumentParser) -> None:
+def _verify_options(p: argparse.ArgumentParser, what: str) -> None:
+    runs = "the run" if what == "estimate" else "each run"
     p.add_argument("--no-verify", action="store_true",
-                   help="estimate without first checking the run (`guardeval verify`); the report says so")
+                   help=f"{what} without first checking {runs} as `guardeval verify` does; the result says so")
     p.add_argument("--allow-skipped", action="store_true",
-                   help="estimate a run whose check had to skip a step (e.g. an old run without its prompt copy)")
+                   help=f"{what} even when that check had to skip a step (e.g. an old run without its prompt copy)")
     row_limit_options(p)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("estimate", help="paired effects with cluster-bootstrap intervals for a run or a table")
     p.add_argument("run", nargs="?", metavar="RUN", help="run folder (the one holding manifest.json)")
-    p.add_argument("--table", help="JSONL decision table instead of a run")
-    p.add_argument("--out", help="with --table: folder for report.json, report.md, effects.png")
-    p.add_argument("--placebo", help="placebo condition (default: the placebo role, else format_placebo)")
-    _stats_options(p)
-    _verify_options(p)
+    p.add_argument("--table", metavar="FILE", help="a JSONL decision table to estimate instead of a run "
+                                                   "(docs/estimators.md, Input table)")
+    p.add_argument("--out", metavar="DIR", help="with --table: folder for report.json, report.md, effects.png "
+                                                "(default: none written)")
+    p.add_argument("--placebo", metavar="CONDITION",
+                   help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    _stats_options(p, "estimate")
+    _verify_options(p, "estimate")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
     p.add_argument("run_a", metavar="RUN_A", help="run folder A")
     p.add_argument("run_b", metavar="RUN_B", help="run folder B, of the same schedule (a replicate of A)")
-    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default RUN_B)")
-    _stats_options(p)
-    _verify_options(p)
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default: RUN_B)")
+    _stats_options(p, "compare")
+    _verify_options(p, "compare")
     p.set_defaults(func=cmd_compare)
 
 
@@ -70,13 +80,13 @@ def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
     print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
 
 
-def _say_verified(run: object, verification: dict[str, Any]) -> None:
+def _say_verified(run: object, verification: dict[str, Any], doing: str = "estimating") -> None:
     if verification["checked"]:
         skipped = verification["skipped"]
         note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
-        print(safe(f"guardeval: {run} verified before estimating{note}"), file=sys.stderr)
+        print(safe(f"guardeval: {run} verified before {doing}{note}"), file=sys.stderr)
     else:
-        print(safe(f"guardeval: warning: {run} estimated without verification (--no-verify)"), file=sys.stderr)
+        print(safe(f"guardeval: warning: {run} {doing} without verification (--no-verify)"), file=sys.stderr)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -131,10 +141,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)
     if file_sha256(run_a / "schedule.jsonl") != file_sha256(run_b / "schedule.jsonl"):
         raise InputError(f"schedule.jsonl of {run_a} and {run_b} differ: not two runs of one schedule")
+    out_dir = Path(args.out) if args.out else run_b
+    if not out_dir.is_dir():
+        raise InputError("no such folder", path=out_dir, field="out")
     checks = [verified(r, verify=not args.no_verify, allow_skipped=args.allow_skipped, row_limits=row_limits(args))
               for r in (run_a, run_b)]
     for r, c in zip((run_a, run_b), checks):
-        _say_verified(r, c)
+        _say_verified(r, c, "comparing")
     _, ta, rows_a = load_run(run_a, row_limits(args))
     _, tb, rows_b = load_run(run_b, row_limits(args))
     result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
@@ -158,9 +171,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _emit(result, args.json, text)
     from harness.view.compare import write_compare
 
-    out_dir = Path(args.out) if args.out else run_b
-    if not out_dir.is_dir():
-        raise InputError("no such folder", path=out_dir, field="out")
     written = write_compare(result, out_dir)
     print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:

@@ -46,11 +46,13 @@ def register(subparsers: Any) -> None:
                     "BPE tokenizer) into an mlx-lm model folder for `backend = \"mlx\"`: weights dequantised, "
                     "mapped to mlx-lm's names and re-quantised by mlx-lm; tokenizer and chat template from the "
                     "file's metadata; the file's SHA-256 recorded in gguf-import.json. Needs the mlx extra.")
-    imp.add_argument("file", help="the .gguf file")
-    imp.add_argument("--out", required=True, help="the model folder to create (must not exist, or be empty)")
-    imp.add_argument("--q-bits", type=positive_int, default=8, help="bits per weight (2, 3, 4, 5, 6 or 8; default 8)")
-    imp.add_argument("--group-size", type=positive_int, default=64, help="quantisation group (32, 64 or 128; default 64)")
+    imp.add_argument("file", metavar="FILE", help="the .gguf file")
+    imp.add_argument("--out", required=True, metavar="DIR",
+                     help="the model folder to create (must not exist, or be empty)")
+    imp.add_argument("--q-bits", type=positive_int, default=8, metavar="N", help="bits per weight: 2, 3, 4, 5, 6 or 8")
+    imp.add_argument("--group-size", type=positive_int, default=64, metavar="N",
+                     help="quantisation group: 32, 64 or 128")
     imp.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                     help="dtype of scales and norms (default float32: mlx's CPU back-end is much slower in float16)")
+                     help="dtype of scales and norms (mlx's CPU back-end is much slower in float16)")
     imp.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     imp.set_defaults(func=_cmd_import_gguf)

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
                                          "(pinned provider, parameters, context, prices, credit)")
     p.add_argument("--guard", required=True, help="guard config (TOML), backend openrouter")
     p.add_argument("--cohort", help="cohort folder: also check the longest prompt and project the cost")
-    p.add_argument("--reps", type=positive_int, default=3, help="repetitions, for the projection (default 3)")
+    p.add_argument("--reps", type=positive_int, default=3, help="repetitions, for the projection")
     p.add_argument("--base-url", help="override the guard's base URL")
     p.add_argument("--max-calls", type=positive_int, help="project the cost of at most N calls (default: all)")
     p.add_argument("--max-cost", type=nonneg_float, help="USD: the credit needed is at most this (default: no limit)")

@@ -118,6 +118,6 @@ def register(subparsers: Any) -> None:
                                      f"v2 template, verified against SHA-256 {TS_GUARD_SHA256}, installed as "
                                      f"prompt id '{TS_GUARD_ID}' under $GUARDEVAL_PROMPTS or prompts/.")
     imp.add_argument("kind", choices=["ts-guard"], help="which prompt the file is")
-    imp.add_argument("file", help="the template file (byte-exact copy)")
+    imp.add_argument("file", metavar="FILE", help="the template file (byte-exact copy)")
     imp.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     imp.set_defaults(func=_cmd_import)

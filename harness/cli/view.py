@@ -14,19 +14,20 @@ def register(sub: Any) -> None:
                        description="Write report.html (needs the run's report.json: run `guardeval estimate RUN` "
                                    "first; `estimate` writes report.html too).")
     p.add_argument("run", metavar="RUN", help="run folder")
-    p.add_argument("--out", metavar="FILE", help="file to write (default RUN/report.html)")
+    p.add_argument("--out", metavar="FILE", help="file to write (default: RUN/report.html)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("show", help="one call's story: schedule row, messages, every attempt, decision, hashes")
     p.add_argument("run", metavar="RUN", help="run folder")
     p.add_argument("call_id", metavar="CALL_ID", help="the call's id (32 hex digits, as in schedule.jsonl)")
-    p.add_argument("--json", action="store_true", help="stdout carries only the story as JSON")
+    p.add_argument("--json", action="store_true", help="print the story as JSON on stdout")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("export", help="one row per scheduled call, joined across the run's files (csv, jsonl, parquet)")
     p.add_argument("run", metavar="RUN", help="run folder")
-    p.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv", help="default csv")
-    p.add_argument("--out", metavar="FILE", help="file to write (default RUN/calls.FORMAT; - for stdout)")
+    p.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv",
+                   help="file format (parquet needs the parquet extra)")
+    p.add_argument("--out", metavar="FILE", help="file to write, - for stdout (default: RUN/calls.FORMAT)")
     p.set_defaults(func=cmd_export)
 
 

@@ -215,18 +215,12 @@ def markdown(report: Mapping[str, Any]) -> str:
                                               for c in conds)]
                   for name, s in report["strata"][kind].items()]
         out += [f"## Strata by {title}", "", md_table(s_head, s_rows), ""]
-    if report.get("accuracy"):
-        a_head = ["condition", "row F1", "interaction F1", "row bal. acc.", "interaction bal. acc.", "rows",
-                  "interactions"]
-        a_rows = [[c, num(a["row_f1"], sign=False), num(a["interaction_f1"], sign=False),
-                   num(a["row_balanced_accuracy"], sign=False), num(a["interaction_balanced_accuracy"], sign=False),
-                   str(a["n_rows"]), str(a["n_interactions"])] for c, a in report["accuracy"].items()]
-        out += ["## Against labels (unsafe = positive)", "", md_table(a_head, a_rows), ""]
+    out += sections.markdown_lines(sections.labels(report))
     if report.get("components"):
         c_rows = [[c, name, num(v["rate"], sign=False), str(v["n"])]
                   for c, comps in report["components"].items() for name, v in comps.items()]
         out += ["## Component rates", "", md_table(["condition", "component", "mean", "calls"], c_rows), ""]
-    out += sections.family_sections(report)
+    out += sections.markdown_lines(sections.family_sections(report))
     bs = report["bootstrap"]
     out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
             f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}", ""]

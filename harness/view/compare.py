@@ -12,6 +12,7 @@ from harness.estimators.compare import ranking_lines
 from harness.estimators.plot import figure_bytes, paired_figure, save
 from harness.estimators.report import interval, md_table, num, pval
 from harness.view import tables as T
+from harness.view.files import write_atomically
 
 HEAD = ["condition", "A Δ", "A 95% CI", "B Δ", "B 95% CI", "B − A", "95% CI", "p", "p_Holm"]
 
@@ -73,8 +74,7 @@ def _css() -> str:
 
 def write_compare(result: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
-    paths = [out / "compare.md", out / "compare.html", out / "compare.png"]
-    paths[0].write_text(markdown(result), encoding="utf-8")
-    paths[1].write_text(html(result), encoding="utf-8")
-    save(paired_figure(result, _title(result)), paths[2])
-    return paths
+    md, page = markdown(result), html(result)
+    return [write_atomically(out / "compare.md", lambda tmp: tmp.write_text(md, encoding="utf-8")),
+            write_atomically(out / "compare.html", lambda tmp: tmp.write_text(page, encoding="utf-8")),
+            write_atomically(out / "compare.png", lambda tmp: save(paired_figure(result, _title(result)), tmp, "png"))]

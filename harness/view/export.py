@@ -8,7 +8,6 @@ in a spreadsheet shows cohort strings as they are.
 from __future__ import annotations
 
 import csv
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ import orjson
 
 from harness.errors import InputError
 from harness.view.calls import EXPORT_COLUMNS, RunCalls
+from harness.view.files import out_file, write_atomically
 
 FORMATS = ("csv", "jsonl", "parquet")
 _INTS = ("repetition", "label", "decision", "attempts")
@@ -58,8 +58,7 @@ def parquet_table(rows: list[dict[str, Any]]) -> Any:
 
 def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
     """Write the frame to `out` (default `<run>/calls.<fmt>`; "-" is stdout for csv and jsonl).
-    Returns the file written (None for stdout). A file is written beside and renamed: a reader
-    never sees half a frame."""
+    Returns the file written (None for stdout)."""
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})", field="format")
     rows = export_rows(calls)
@@ -73,14 +72,10 @@ def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
             write_jsonl(rows, sys.stdout.buffer)
             sys.stdout.buffer.flush()
         return None
-    target = Path(out) if out is not None else calls.run / f"calls.{fmt}"
-    if target.is_dir():
-        raise InputError("is a folder; --out names the file to write", path=target)
-    if not target.parent.is_dir():
-        raise InputError("no such folder for the output file", path=target.parent)
+    target = out_file(out, calls.run / f"calls.{fmt}")
     table = parquet_table(rows) if fmt == "parquet" else None
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    try:
+
+    def write(tmp: Path) -> None:
         if fmt == "csv":
             with open(tmp, "w", encoding="utf-8", newline="") as fh:
                 write_csv(rows, fh)
@@ -91,8 +86,5 @@ def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
             import pyarrow.parquet as pq
 
             pq.write_table(table, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return target
+
+    return write_atomically(target, write)

@@ -27,9 +27,11 @@ import orjson
 
 from harness.canon import canonical_bytes
 from harness.errors import InputError
+from harness.estimators import sections as S
 from harness.run.store import STIMULI, iter_jsonl
 from harness.view import tables as T
 from harness.view.calls import RunCalls, load_calls, read_attempts
+from harness.view.files import out_file, write_atomically
 
 _SLOT = re.compile(r"@@([a-z_]+)@@")
 FULL_EMBED_MAX = 20_000     # calls; above this the report embeds a selection
@@ -296,18 +298,30 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         f"baseline {report.get('baseline')}, placebo {report.get('placebo') or 'none'}; headline failure rule "
         f"{report.get('failure_rule')}" + ("" if report.get("complete", True) else "; INCOMPLETE run")))
     accuracy, components, more = report.get("accuracy"), report.get("components"), T.more_sections(report)
+    # The families report.md shows, as the same tables (harness/estimators/sections.py).
+    def shown(sections: list[S.Section], *groups: str, heading: str = "") -> str:
+        if not sections:    # a report.json from an earlier version lacks this family
+            return ""
+        return heading + "".join(map(T.section, sections)) + T.definitions(*groups)
+
     summary_tab = "".join([
         f"<h2>Run</h2>{_header(calls, report, verify)}",
         "<h2>Effects</h2><p class=\"lead\">The headline is the placebo-corrected effect (Δ − placebo); rows marked * "
-        "are Holm-significant at 0.05.</p>",
+        "are Holm-significant at 0.05.</p>", T.notes(report),
         f'<img class="plot" alt="forest plot of the effects" src="{_svg_data_uri(report, title)}">',
         T.contrasts_table(report), T.definitions("effects", "rules"),
         "<h2>Diagnostics</h2>", T.diagnostics(report), T.definitions("diagnostics"),
-        "<h2>Strata</h2>", T.strata_tables(report), T.definitions("strata"),
+        shown(S.contrast_diagnostics(report), "contrast diagnostics"),
+        shown(S.block_rates(report) + S.stability(report), "block rates", "stability",
+              heading="<h2>Block rates and stability</h2>"),
+        "<h2>Strata</h2>", T.strata_tables(report), T.definitions("strata"), shown(S.strata_corrected(report)),
+        shown(S.order(report), "order", heading="<h2>Dispatch order</h2>"),
         "<h2>Coverage</h2>", T.coverage_table(report), T.definitions("coverage"),
         "<h2>Quarantine</h2>", T.quarantine_table(report), T.definitions("quarantine"),
-        "<h2>Against labels</h2>" + T.generic(accuracy, row_name="condition") + T.definitions("accuracy")
-        if accuracy else "",
+        "<h2>Against labels</h2>" + shown(S.labels(report) + S.accuracy(report))
+        + "<details><summary>every field of report.json's accuracy</summary>"
+        + T.generic(accuracy, row_name="condition") + "</details>" + T.definitions("accuracy") if accuracy else "",
+        shown(S.worst_case(report), "worst case"),
         "<h2>Component rates</h2>" + T.generic(components, row_name="condition") if components else "",
         "<h2>More in report.json</h2>" + more if more else "",
     ])
@@ -339,6 +353,7 @@ def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = No
     """Write report.html for a run (into the run folder unless `out` names a file);
     `just_estimated`: `report` comes from an estimate made a moment ago (see `verify_summary`)."""
     run = Path(run_dir)
+    target = out_file(out, run / "report.html")
     calls = calls or load_calls(run)
     report = report if report is not None else read_report(run)
     src = report.get("source") or {}
@@ -346,8 +361,4 @@ def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = No
         raise InputError("report.json belongs to another run (schedule sha256 differs); re-run `guardeval estimate`",
                          path=run / "report.json")
     text = build_html(calls, report, verify_summary(run, report, just_estimated=just_estimated))
-    target = Path(out) if out is not None else run / "report.html"
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
-    return target
+    return write_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -14,6 +14,7 @@ import orjson
 
 from harness.estimators.definitions import DEFINITIONS
 from harness.estimators.report import rules_differ, significant
+from harness.estimators.sections import Section
 
 
 def esc(value: Any) -> str:
@@ -80,6 +81,8 @@ class Raw:
 
 
 def definitions(*groups: str) -> str:
+    if not groups:
+        return ""
     items = []
     for g in groups:
         section, terms = DEFINITIONS[g]
@@ -126,10 +129,22 @@ def generic(value: Any, *, row_name: str = "") -> str:
 
 # -- the tables of today's report.json -----------------------------------------------------------
 
+def section(sec: Section) -> str:
+    """A family of report.md (`harness.estimators.sections`) as HTML: the same rows."""
+    return (f"<h3>{esc(sec.title)}</h3><p class=\"note\">{esc(sec.intro)}</p>"
+            + (table(sec.head, sec.rows) if sec.head else ""))
+
+
+# Per-contrast keys shown by the contrasts table and the contrast-diagnostics section; any other
+# goes to "More per-contrast quantities".
 CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm", "delta_minus_placebo",
                  "ci_minus_placebo", "p_minus_placebo", "n_bases_minus_placebo", "increase", "decrease", "tie",
                  "n_bases", "n_clusters", "by_rule", "by_rule_ci", "by_rule_minus_placebo", "block_rate",
-                 "same_round_flip_rate", "n_undefined_replicates"}
+                 "same_round_flip_rate", "n_undefined_replicates", "sign_test", "sign_test_minus_placebo",
+                 "by_repetition", "by_repetition_minus_placebo", "flip_counts", "unanimous_shift", "accuracy_delta",
+                 "accuracy_delta_ci", "leave_one_tool_out", "increase_minus_placebo", "decrease_minus_placebo",
+                 "tie_minus_placebo", "accuracy_delta_minus_placebo", "accuracy_delta_ci_minus_placebo",
+                 "leave_one_tool_out_minus_placebo"}
 
 
 def contrasts_table(report: Mapping[str, Any]) -> str:
@@ -219,15 +234,24 @@ def diagnostics(report: Mapping[str, Any]) -> str:
         ("interval / p-value", f"{fmt(bs.get('interval'))}; {fmt(bs.get('p_value'))}"),
         ("Holm family", ", ".join(map(str, report.get("family") or []))),
         ("failure rules", f"headline {report.get('failure_rule')}; all of {', '.join(report.get('failure_rules') or [])}"),
+        ("calls without a decision", {"exclude": "counted nowhere (--missing exclude)",
+                                      "as-failure": "counted as failed calls (--missing as-failure)"}
+         .get(str(report.get("missing")), fmt(report.get("missing")))),
     ]
     return "<dl class=\"facts\">" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
+
+
+def notes(report: Mapping[str, Any]) -> str:
+    return "".join(f'<p class="note">Note: {esc(n)}</p>' for n in report.get("notes") or [])
 
 
 # Top-level keys that the sections above render; anything else goes to "More in report.json".
 HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "placebo", "failure_rule",
            "failure_rules", "family", "complete", "publishable", "allow_partial", "allow_unpublishable",
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
-           "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source"}
+           "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
+           "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
+           "worst_case", "order"}
 
 
 def more_sections(report: Mapping[str, Any]) -> str:
