@@ -123,6 +123,10 @@ def test_partial_folders_of_dead_launches_are_removed(tmp_path, small_cohort, gu
     not_ours = runs / f".e.partial-{_dead_pid()}"        # the right name, but someone else's files
     not_ours.mkdir()
     (not_ours / "thesis.tex").write_text("keep me")
+    # A launch between creating its lock file and locking it: the lock is free, its process lives.
+    starting = runs / f".s.partial-{os.getpid()}"
+    starting.mkdir()
+    (starting / PARTIAL_LOCK).write_text("")
     try:
         # Another process (as another launch would be) sweeps the folder.
         code = ("import sys; from pathlib import Path; from harness.run.store import remove_stale_partials; "
@@ -130,14 +134,16 @@ def test_partial_folders_of_dead_launches_are_removed(tmp_path, small_cohort, gu
         out = subprocess.run([sys.executable, "-c", code, str(runs)], capture_output=True, text=True, env=cli_env(),
                              cwd=REPO, check=True).stdout
         assert out.strip() == str(sorted([dead_locked.name, dead_unlocked.name]))
-        assert live.exists() and unrelated.exists() and (not_ours / "thesis.tex").exists()
+        assert live.exists() and starting.exists() and unrelated.exists() and (not_ours / "thesis.tex").exists()
         # A real launch sweeps too (and builds its own folder beside).
         dead_again = runs / f".d.partial-{_dead_pid()}"
         dead_again.mkdir()
         r = run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
                     "--run-dir", str(runs / "new"), "--max-calls", "1", "--no-progress")
         assert "Traceback" not in r.err
-        assert not dead_again.exists() and live.exists()
+        assert not dead_again.exists() and live.exists() and starting.exists()
     finally:
         os.close(fd)
-    assert [p.name for p in remove_stale_partials(runs)] == [live.name]
+    # Its lock released, the folder still belongs to a living process: kept until that process is gone.
+    assert remove_stale_partials(runs) == []
+    assert live.exists() and starting.exists()

@@ -184,8 +184,8 @@ _PARTIAL_CONTENT = frozenset((PARTIAL_LOCK, COHORT_DIR, PROMPT_DIR, MANIFEST, SC
 
 
 def remove_stale_partials(folder: Path) -> list[Path]:
-    """Remove `.<name>.partial-<pid>` folders whose launch is gone (killed mid-way): its lock
-    can be taken, or, without a lock file, its process no longer exists. A folder holding
+    """Remove `.<name>.partial-<pid>` folders whose launch is gone (killed mid-way): nobody holds
+    its lock and its process no longer exists. A folder holding
     anything a launch does not write is left alone, whatever its name."""
     removed: list[Path] = []
     try:
@@ -220,7 +220,9 @@ def _partial_is_live(path: Path, pid: int) -> bool:
         return True              # its launch holds the lock
     finally:
         os.close(fd)             # (closing also releases a lock taken here)
-    return False
+    # The lock was free: its launch died, or it is alive between creating the lock file and
+    # locking it. Only the process table tells these apart.
+    return _pid_alive(pid)
 
 
 def _pid_alive(pid: int) -> bool:
