@@ -21,9 +21,10 @@ def _t(stamp: str) -> float:
 
 
 def test_rpm_spaces_attempt_starts(tmp_path, small_cohort, sim):
-    # 60 per minute: one slot a second. An attempt starts no earlier than its slot and, however
-    # loaded the machine, well within it; so consecutive starts are over half a slot apart (at
-    # 600 per minute a busy event loop once recorded two starts 61 ms apart, a slot of 100 ms).
+    # 60 per minute: one slot a second. The k-th attempt starts no earlier than its slot, k seconds
+    # after the first slot. A loaded machine can start any attempt late, so two consecutive starts
+    # may be close together (one late, the next on time); what the cap guarantees is measured
+    # from the first start, which had nothing ahead of it to delay it.
     guard = write_guard(tmp_path / "g.toml", sim.base_url)
     run = tmp_path / "run"
     r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
@@ -32,7 +33,7 @@ def test_rpm_spaces_attempt_starts(tmp_path, small_cohort, sim):
     starts = sorted(_t(rec["started"]) for rec in _jsonl(run / "raw.jsonl"))
     assert len(starts) == 4
     gaps = [b - a for a, b in zip(starts, starts[1:])]
-    assert min(gaps) >= 0.5, gaps
+    assert all(s - starts[0] >= k - 0.5 for k, s in enumerate(starts)), gaps
     assert 2.5 <= starts[-1] - starts[0] < 3 * 1.8, gaps  # the cap's rate, and not half of it
 
 
