@@ -374,3 +374,52 @@ def test_row_size_limit_can_be_raised(tmp_path, small_cohort, guard):
     _assert_refused(r, run, "line 2", "longer than")
     r = run_cli("launch", "--cohort", str(c), "--guard", str(guard), "--dry-run", "--max-row-bytes", "2000000", "--no-preflight")
     assert r.code == 0, r.err
+
+
+def test_a_run_launched_with_a_raised_row_limit_is_read_without_the_flag(tmp_path, small_cohort, sim):
+    """The launch records the limits it read the cohort under; every later reader of the run
+    (verify, estimate, status, report, show, export, replicate, resume) reads its cohort copy
+    under them, so the flag is given once."""
+    c = _with_row(tmp_path, small_cohort, "large", 2, lambda r: r.__setitem__("user_request", "y" * 1_500_000))
+    g = write_guard(tmp_path / "sim.toml", sim.base_url)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(c), "--guard", str(g), "--reps", "1", "--run-dir", str(run),
+                "--max-row-bytes", "2000000", "--no-progress", "--max-calls", "8", "--no-preflight")
+    assert r.code == 0, r.err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["row_limits"] == {"max_bytes": 2_000_000, "max_depth": 64}
+    assert run_cli("resume", str(run), "--no-progress").code == 0
+    for argv in (["verify", str(run)], ["estimate", str(run)], ["status", str(run)], ["report", str(run)],
+                 ["export", str(run), "--format", "jsonl", "--out", str(tmp_path / "calls.jsonl")]):
+        r = run_cli(*argv)
+        assert r.code == 0 and "longer than" not in r.err, (argv, r.err)
+    call_id = json.loads((run / "schedule.jsonl").read_text().splitlines()[0])["call_id"]
+    assert run_cli("show", str(run), call_id).code == 0
+    child = tmp_path / "child"
+    r = run_cli("replicate", str(run), "--guard", str(g), "--run-dir", str(child), "--no-progress",
+                "--no-preflight")
+    assert r.code == 0, r.err
+    assert json.loads((child / "manifest.json").read_text())["row_limits"]["max_bytes"] == 2_000_000
+    # A run launched under the defaults records nothing.
+    plain = tmp_path / "plain"
+    assert run_cli("launch", "--cohort", str(small_cohort), "--guard", str(g), "--reps", "1", "--run-dir", str(plain),
+                   "--dry-run", "--no-preflight").code == 0
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(g), "--reps", "1", "--run-dir", str(plain),
+                "--no-progress", "--max-calls", "1", "--no-preflight")
+    assert r.code == 0 and "row_limits" not in json.loads((plain / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("value, field", [("x", "row_limits"), ({"max_bytes": 0, "max_depth": 64}, "row_limits.max_bytes"),
+                                          ({"max_bytes": 10, "max_depth": 10_000}, "row_limits.max_depth"),
+                                          ({"max_bytes": True, "max_depth": 64}, "row_limits.max_bytes")])
+def test_a_manifest_row_limit_out_of_range_is_named(tmp_path, value, field):
+    from harness.cohorts.limits import DEFAULT_ROW_LIMITS
+    from harness.errors import InputError
+    from harness.run.store import run_row_limits
+
+    with pytest.raises(InputError) as exc:
+        run_row_limits(tmp_path, {"row_limits": value})
+    assert exc.value.field == field
+    assert run_row_limits(tmp_path, {}) == DEFAULT_ROW_LIMITS
+    wide = run_row_limits(tmp_path, {"row_limits": {"max_bytes": 5 << 20, "max_depth": 10}})
+    assert (wide.max_bytes, wide.max_depth) == (5 << 20, DEFAULT_ROW_LIMITS.max_depth)

@@ -179,6 +179,10 @@ def test_a_mistyped_flag_prints_that_subcommands_usage(capsys):
     with pytest.raises(SystemExit):
         main(["cohort", "build", "demo", "--out", "x", "--conditons", "a"])
     assert capsys.readouterr().err.startswith("usage: guardeval cohort build demo ")
+    # A prefix of a real option is refused too (argparse would take `--rep` for `--reps`).
+    with pytest.raises(SystemExit) as exc:
+        main(["launch", "--cohort", "c", "--guard", "g", "--rep", "3"])
+    assert exc.value.code == 2 and "unrecognized arguments: --rep 3" in capsys.readouterr().err
 
 
 def test_cohort_build_prints_its_summary_on_stdout(tmp_path, capsys):

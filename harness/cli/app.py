@@ -57,6 +57,8 @@ class _Version(argparse.Action):
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
+        # A prefix of an option is a typo, not a request: `--rep 3` must not quietly mean `--reps 3`.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:

@@ -22,3 +22,8 @@ class RowLimits:
 
 
 DEFAULT_ROW_LIMITS = RowLimits()
+
+
+def widest(a: RowLimits, b: RowLimits) -> RowLimits:
+    """Each bound at the larger of the two."""
+    return RowLimits(max_bytes=max(a.max_bytes, b.max_bytes), max_depth=max(a.max_depth, b.max_depth))

@@ -46,7 +46,9 @@ from harness.run.store import (
     new_run_id,
     parse_line,
     read_manifest,
+    row_limits_record,
     run_config,
+    run_row_limits,
     utcnow,
 )
 from harness.terminal import safe
@@ -184,8 +186,9 @@ def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple
 
 
 def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, n_calls: int, *, seed: int,
-              order: str, reps: int, parent: dict[str, Any] | None) -> dict[str, Any]:
+              order: str, reps: int, parent: dict[str, Any] | None, row_limits: RowLimits) -> dict[str, Any]:
     """The manifest, less the schedule and stimuli hashes (known once the files are written)."""
+    limits = row_limits_record(row_limits)
     return {
         "run_id": run_id, "created": utcnow(), "guardeval_version": __version__,
         "cohort": {"name": cohort.name, "sha256": cohort.sha256,
@@ -196,6 +199,7 @@ def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, 
         "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser, "copy": PROMPT_DIR},
         "guard": config.to_manifest(), "guard_sha256": config.sha256,
         "parent_run": parent,
+        **({"row_limits": limits} if limits is not None else {}),
     }
 
 
@@ -215,7 +219,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
 
     run_id = run_id or new_run_id(config.name)
     plan = Plan(cohort, config, prompt, _manifest(run_id, cohort, config, prompt, n_calls, seed=seed, order=order,
-                                                  reps=reps, parent=None), n_calls, lines)
+                                                  reps=reps, parent=None, row_limits=row_limits), n_calls, lines)
     # Every instance is scheduled `reps` times: render each once (one sequential read).
     plan.render_instances()
     return plan
@@ -224,6 +228,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
 def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | None,
                    row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     parent = read_manifest(parent_dir)
+    row_limits = run_row_limits(parent_dir, parent, row_limits)
     cohort = load_run_cohort(parent_dir, parent, row_limits)
     config, prompt = load_guard_and_prompt(guard_path, base_url)
     sched_path = parent_dir / SCHEDULE
@@ -240,7 +245,7 @@ def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | 
     parent_ref = {"run_id": parent["run_id"], "path": str(parent_dir), "manifest_sha256": parent["sha256"],
                   "schedule_sha256": parent["schedule_sha256"]}
     manifest = _manifest(new_run_id(config.name), cohort, config, prompt, n_calls, seed=parent["seed"],
-                         order=parent["order"], reps=parent["reps"], parent=parent_ref)
+                         order=parent["order"], reps=parent["reps"], parent=parent_ref, row_limits=row_limits)
     return Plan(cohort, config, prompt, manifest, n_calls, lines, parent_schedule_sha256=parent["schedule_sha256"])
 
 
@@ -255,7 +260,8 @@ def _sha256_and_lines(path: Path) -> tuple[str, int]:
 
 def load_run_cohort(run_dir: Path, manifest: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Cohort:
     # Pinned by the manifest and validated when the run was launched: see `load_cohort`.
-    cohort = load_cohort(run_dir / COHORT_DIR, pinned_sha256=manifest["cohort"]["sha256"], limits=row_limits)
+    cohort = load_cohort(run_dir / COHORT_DIR, pinned_sha256=manifest["cohort"]["sha256"],
+                         limits=run_row_limits(run_dir, manifest, row_limits))
     if cohort.sha256 != manifest["cohort"]["sha256"]:
         raise InputError("cohort copy does not match the manifest", path=run_dir / COHORT_DIR / "cohort.json")
     return cohort

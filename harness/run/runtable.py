@@ -20,7 +20,15 @@ import orjson
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
 from harness.errors import CheckFailed
 from harness.run.replay import generation_replays, quarantine_reason
-from harness.run.store import DECISIONS, RAW, SCHEDULE, iter_jsonl, iter_mapped_lines, read_manifest
+from harness.run.store import (
+    DECISIONS,
+    RAW,
+    SCHEDULE,
+    iter_jsonl,
+    iter_mapped_lines,
+    read_manifest,
+    run_row_limits,
+)
 
 # The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
 _SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {"call_id": (str,), "base_id": (str,), "interaction_id": (str,), "domain": (str,),
@@ -103,7 +111,7 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
     run = Path(run_dir)
     manifest = read_manifest(run)
     pin = manifest.get("cohort", {}).get("sha256") if isinstance(manifest.get("cohort"), dict) else None
-    cohort = load_cohort(run / "cohort", pinned_sha256=pin, limits=row_limits)
+    cohort = load_cohort(run / "cohort", pinned_sha256=pin, limits=run_row_limits(run, manifest, row_limits))
     baseline = cohort.baseline()
     labels: dict[str, Any] = {}
     tools: dict[str, str] = {}

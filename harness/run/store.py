@@ -30,6 +30,7 @@ from guards.base import valid_cost
 from guards.config import GuardConfig, config_from_manifest
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
+from harness.cohorts.limits import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING, RowLimits, widest
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
 from harness.run.budget import Unpriced, priced_cost, reported_cost
 from harness.run.records import Attempt, Decision
@@ -309,6 +310,35 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     if not isinstance(manifest.get("parent_run"), (dict, type(None))):
         raise InputError(f"not {_KINDS[dict]}", path=path, field="parent_run")
     return manifest
+
+
+def row_limits_record(limits: RowLimits) -> dict[str, int] | None:
+    """The manifest's `row_limits`: the bounds a launch read its cohort under, recorded only when
+    raised past the defaults (absent means the defaults)."""
+    if widest(limits, DEFAULT_ROW_LIMITS) == DEFAULT_ROW_LIMITS:
+        return None
+    wide = widest(limits, DEFAULT_ROW_LIMITS)
+    return {"max_bytes": wide.max_bytes, "max_depth": wide.max_depth}
+
+
+def run_row_limits(run_dir: Path, manifest: dict[str, Any], given: RowLimits = DEFAULT_ROW_LIMITS) -> RowLimits:
+    """The bounds a run's own cohort copy is read under: those its launch recorded, or `given`
+    (the command's flags), whichever is wider, so that a run launched with `--max-row-bytes` can
+    be verified, estimated and viewed without repeating the flag."""
+    rec = manifest.get("row_limits")
+    if rec is None:
+        return given
+    path = run_dir / MANIFEST
+    if not isinstance(rec, dict):
+        raise InputError(f"not {_KINDS[dict]}", path=path, field="row_limits")
+    values: dict[str, int] = {}
+    for name, ceiling in (("max_bytes", None), ("max_depth", MAX_DEPTH_CEILING)):
+        v = rec.get(name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1 or (ceiling is not None and v > ceiling):
+            bound = f" <= {ceiling}" if ceiling is not None else ""
+            raise InputError(f"missing, or not a whole number >= 1{bound}", path=path, field=f"row_limits.{name}")
+        values[name] = v
+    return widest(given, RowLimits(**values))
 
 
 def run_config(run_dir: Path, manifest: dict[str, Any]) -> GuardConfig:

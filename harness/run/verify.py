@@ -56,6 +56,7 @@ from harness.run.store import (
     STIMULI,
     STIMULUS_LINE,
     load_run_prompt,
+    run_row_limits,
 )
 from harness.run.verify_raw import MISSING
 from harness.run.workers import Worker, render_pays
@@ -409,7 +410,8 @@ class _Verifier:
         from harness.cohorts.model import load_cohort
 
         try:
-            self.cohort = load_cohort(self.run_dir / "cohort", limits=self.row_limits)
+            limits = run_row_limits(self.run_dir, self.manifest, self.row_limits)
+            self.cohort = load_cohort(self.run_dir / "cohort", limits=limits)
         except GuardevalError as exc:
             rep.add("cohort", None, str(exc))
 

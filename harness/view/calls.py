@@ -33,6 +33,7 @@ from harness.run.store import (
     parse_line,
     raw_head,
     read_manifest,
+    run_row_limits,
 )
 
 # The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
@@ -118,7 +119,7 @@ def load_calls(run_dir: str | Path) -> RunCalls:
     if not (run / SCHEDULE).is_file():
         raise InputError("not a run folder (no schedule.jsonl)", path=run)
     manifest = read_manifest(run)
-    cohort = load_cohort(run / COHORT_DIR)
+    cohort = load_cohort(run / COHORT_DIR, limits=run_row_limits(run, manifest))
     try:
         cells = {(r["base_id"], r["condition"]): (r.get("label"), r.get("tool")) for r in cohort.iter_instances()}
     finally:
@@ -242,7 +243,7 @@ def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
         rec = parse_line(body, run / DECISIONS, lineno)
         if rec.get("call_id") == call_id:
             decision = rec
-    cohort = load_cohort(run / COHORT_DIR)
+    cohort = load_cohort(run / COHORT_DIR, limits=run_row_limits(run, read_manifest(run)))
     try:
         instance = cohort.instance(schedule["base_id"], schedule["condition"])
     except KeyError:
