@@ -122,3 +122,38 @@ def test_non_finite_score_is_refused():
     with pytest.raises(InputError) as ei:
         validate_rows([{**GOOD, "score": float("inf")}])
     assert ei.value.field == "score" and ei.value.line == 1
+
+
+def test_table_lines_are_bounded_before_they_are_parsed(tmp_path):
+    from harness.cohorts.limits import RowLimits
+    from harness.estimators.audits import lookup_audit_file
+
+    big = {**GOOD, "base_id": "b2", "note": "x" * 2_000_000}
+    p = write(tmp_path, [GOOD, big])
+    with pytest.raises(InputError) as exc:
+        load_table(p)
+    assert exc.value.line == 2 and "longer than 1048576 bytes" in str(exc.value) and "--max-row-bytes" in str(exc.value)
+    # Raised, the row is read (its extra field is allowed).
+    assert len(load_table(p, RowLimits(max_bytes=3_000_000))) == 2
+    deep = write(tmp_path, [GOOD], raw_extra='{"base_id": ' + "[" * 100 + "]" * 100 + "}\n")
+    with pytest.raises(InputError) as exc:
+        load_table(deep)
+    assert exc.value.line == 2 and "nested more than 64" in str(exc.value)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"interaction_id": "i", "domain": "d", "tool": "t", "label": 1}) + "\n"
+                    + "[" * 70 + "]" * 70 + "\n")
+    with pytest.raises(InputError) as exc:
+        lookup_audit_file(rows)
+    assert exc.value.line == 2
+
+
+def test_estimate_table_cli_names_the_long_line(tmp_path):
+    from conftest import run_cli
+
+    p = write(tmp_path, [GOOD, {**GOOD, "base_id": "b2", "note": "x" * 300}])
+    r = run_cli("estimate", "--table", str(p), "--max-row-bytes", "200", "--out", str(tmp_path / "out"))
+    assert r.code == 2 and "line 2" in r.err and "longer than 200 bytes" in r.err and "Traceback" not in r.err
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text('{"interaction_id": {"deeper": 1}}\n')
+    r = run_cli("audit", "lookup", str(nested), "--max-row-depth", "1")
+    assert r.code == 2 and "line 1" in r.err and "nested more than 1 levels" in r.err

@@ -54,7 +54,7 @@ def base_url(text: str) -> str:
 
 
 def row_limit_options(p: argparse.ArgumentParser) -> None:
-    """`--max-row-bytes`, `--max-row-depth`: for the commands that load a cohort."""
+    """`--max-row-bytes`, `--max-row-depth`: for the commands that read a cohort or a JSONL table."""
     from harness.cohorts.limits import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING
 
     def depth(text: str) -> int:
@@ -64,9 +64,9 @@ def row_limit_options(p: argparse.ArgumentParser) -> None:
         return v
 
     p.add_argument("--max-row-bytes", type=positive_int, default=DEFAULT_ROW_LIMITS.max_bytes, metavar="N",
-                   help="refuse a cohort row longer than N bytes")
+                   help="refuse an input row (a line of a cohort, a table or rows file) longer than N bytes")
     p.add_argument("--max-row-depth", type=depth, default=DEFAULT_ROW_LIMITS.max_depth, metavar="N",
-                   help="refuse a cohort row nested deeper than N levels")
+                   help="refuse an input row nested deeper than N levels")
 
 
 def row_limits(args: argparse.Namespace) -> RowLimits:

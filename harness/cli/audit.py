@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from harness.cli.args import positive_int
+from harness.cli.args import positive_int, row_limit_options, row_limits
 
 
 def _int_list(text: str) -> list[int]:
@@ -28,11 +28,13 @@ def register(sub: Any) -> None:
                    help="k-fold seeds (default: 42,43,44)")
     a.add_argument("--folds", type=positive_int, default=5, metavar="K",
                    help="folds of the interaction-grouped cross-validation")
+    row_limit_options(a)
     a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_lookup)
     a = asub.add_parser("units", help="row-level vs equal-interaction F1 / balanced accuracy")
     a.add_argument("preds", metavar="PREDS", help="JSONL rows in source order: interaction_id, label_score, "
                                                   "pred_score (`audit import-toolsafe` writes them)")
+    row_limit_options(a)
     a.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     a.set_defaults(func=cmd_audit_units)
     a = asub.add_parser("import-toolsafe", help="TS-Guard published logs -> rows for `audit units`")
@@ -66,7 +68,7 @@ def cmd_audit_lookup(args: argparse.Namespace) -> int:
     from harness.estimators.audits import lookup_audit_file
     from harness.estimators.report import num
 
-    res = lookup_audit_file(args.rows, seeds=args.seeds, folds=args.folds)
+    res = lookup_audit_file(args.rows, seeds=args.seeds, folds=args.folds, limits=row_limits(args))
     lines = [f"{res['n_rows']} rows, {res['n_domains']} domains, {res['n_interactions']} interactions "
              "(unsafe = positive)",
              f"leave-one-domain-out F1: {num(res['lodo_f1'], sign=False)}; held-out tools seen in other domains: "
@@ -83,7 +85,7 @@ def cmd_audit_units(args: argparse.Namespace) -> int:
     from harness.estimators.audits import units_audit_file
     from harness.estimators.report import num
 
-    res = units_audit_file(args.preds)
+    res = units_audit_file(args.preds, row_limits(args))
     text = "\n".join([
         f"{res['n_rows']} rows, {res['n_interactions']} interactions ({res['mapping']})",
         f"row-level:          F1 {num(res['row_f1'], sign=False)}, balanced accuracy "

@@ -105,7 +105,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                   allow_unpublishable=args.allow_unpublishable)
     if args.table is not None:
         path = Path(args.table)
-        report = estimate(load_table(path), baseline=args.baseline or "original", source=path, **common)
+        report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
         report["source"] = {"table": str(path), "sha256": file_sha256(path)}
         if args.out:
             written = write_reports(report, args.out)

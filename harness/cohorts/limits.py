@@ -1,9 +1,16 @@
-"""Bounds on a cohort row (`--max-row-bytes`, `--max-row-depth`), kept apart from the cohort
-model so that the command line can state its defaults without importing jsonschema."""
+"""Bounds on a JSONL row (`--max-row-bytes`, `--max-row-depth`): cohort rows, decision tables
+and audit inputs. Kept apart from the cohort model so that the command line can state its
+defaults without importing jsonschema."""
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import InputError
 
 # orjson (canonical JSON, every hash) serialises at most 254 levels of nesting: a deeper row
 # could never be hashed, so no limit may go past this.
@@ -27,3 +34,41 @@ DEFAULT_ROW_LIMITS = RowLimits()
 def widest(a: RowLimits, b: RowLimits) -> RowLimits:
     """Each bound at the larger of the two."""
     return RowLimits(max_bytes=max(a.max_bytes, b.max_bytes), max_depth=max(a.max_depth, b.max_depth))
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
+def deeper_than(raw: bytes, limit: int) -> bool:
+    """Is the JSON text `raw` nested more than `limit` levels deep? Strings are cut out (a
+    bracket inside one is text), then innermost bracket pairs are removed one level per pass:
+    C-speed passes, at most `limit` of them, and none for a row with few brackets."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    rest = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not rest:
+            return False
+        rest = _INNERMOST.sub(b"", rest)
+    return bool(rest)
+
+
+def bounded_lines(path: Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without its newline) of a JSONL file, each line checked against
+    `limits` before anyone parses it: a line is never read past the size limit, and one nested
+    too deep is refused (InputError naming the line and the flag that raises the limit)."""
+    try:
+        fh = open(path, "rb", buffering=1 << 20)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    with fh:
+        for lineno, raw in enumerate(iter(functools.partial(fh.readline, limits.max_bytes + 2), b""), start=1):
+            if len(raw) > limits.max_bytes + (raw[-1:] == b"\n"):
+                raise InputError(f"line is longer than {limits.max_bytes} bytes (raise the limit with "
+                                 "--max-row-bytes)", path=path, line=lineno)
+            if deeper_than(raw, limits.max_depth):
+                raise InputError(f"line is nested more than {limits.max_depth} levels deep (raise the limit with "
+                                 "--max-row-depth)", path=path, line=lineno)
+            yield lineno, raw.rstrip(b"\n")

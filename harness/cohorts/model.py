@@ -26,32 +26,13 @@ import jsonschema
 import orjson
 
 from harness.canon import canonical_sha256, sha256_hex
-from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits
+from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits, deeper_than
 from harness.errors import InputError
 from harness.lru import LRU
 
 CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
 ROLES = ("baseline", "placebo", "intervention")
 MAX_COHORT_JSON_BYTES = 16 << 20
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_INNERMOST = re.compile(rb"\[\]|\{\}")
-
-
-def deeper_than(raw: bytes, limit: int) -> bool:
-    """Is the JSON text `raw` nested more than `limit` levels deep? Strings are cut out (a
-    bracket inside one is text), then innermost bracket pairs are removed one level per pass:
-    C-speed passes, at most `limit` of them, and none for a row with few brackets."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    rest = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
-    for _ in range(limit):
-        if not rest:
-            return False
-        rest = _INNERMOST.sub(b"", rest)
-    return bool(rest)
-
-
 @functools.cache
 def _validator(name: str) -> jsonschema.protocols.Validator:
     text = resources.files("harness").joinpath("schemas", name).read_text("utf-8")

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits
 from harness.errors import InputError
 from harness.estimators.accuracy import confusion, evaluation_units, metrics
 from harness.estimators.table import read_jsonl
@@ -140,8 +141,9 @@ def lookup_audit(rows: list[dict[str, Any]], *, seeds: Sequence[int] = (42, 43, 
     }
 
 
-def lookup_audit_file(path: str | Path, *, seeds: Sequence[int] = (42, 43, 44), folds: int = 5) -> dict[str, Any]:
-    objs, lines = read_jsonl(path)
+def lookup_audit_file(path: str | Path, *, seeds: Sequence[int] = (42, 43, 44), folds: int = 5,
+                      limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+    objs, lines = read_jsonl(path, limits)
     return lookup_audit(validate_lookup_rows(objs, lines, Path(path)), seeds=seeds, folds=folds)
 
 
@@ -182,6 +184,6 @@ def units_audit_rows(objs: Sequence[Any], lines: Sequence[int], path: object) ->
     return out
 
 
-def units_audit_file(path: str | Path) -> dict[str, Any]:
-    objs, lines = read_jsonl(path)
+def units_audit_file(path: str | Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+    objs, lines = read_jsonl(path, limits)
     return units_audit_rows(objs, lines, Path(path))

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits, bounded_lines
 from harness.errors import InputError
 from harness.estimators.quarantine import QUARANTINE_CODES
 
@@ -157,16 +158,13 @@ def validate_rows(rows: Iterable[Any], *, path: object = None,
     return ValidatedRows(out)
 
 
-def read_jsonl(path: str | Path) -> tuple[list[Any], list[int]]:
-    """Parsed objects and their 1-based line numbers; blank lines skipped, bad JSON refused."""
+def read_jsonl(path: str | Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[list[Any], list[int]]:
+    """Parsed objects and their 1-based line numbers; blank lines skipped, bad JSON refused, each
+    line bounded by `limits` before it is parsed."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", path=p) from None
     objs: list[Any] = []
     lines: list[int] = []
-    for n, raw in enumerate(data.split(b"\n"), start=1):
+    for n, raw in bounded_lines(p, limits):
         if not raw.strip():
             continue
         try:
@@ -177,7 +175,7 @@ def read_jsonl(path: str | Path) -> tuple[list[Any], list[int]]:
     return objs, lines
 
 
-def load_table(path: str | Path) -> ValidatedRows:
+def load_table(path: str | Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> ValidatedRows:
     """Read and validate a JSONL decision table (line numbers are the file's)."""
-    rows, lines = read_jsonl(path)
+    rows, lines = read_jsonl(path, limits)
     return validate_rows(rows, path=Path(path), lines=lines)
