@@ -257,8 +257,26 @@ def plain_http_remote(url: str | None) -> bool:
 
 # -- loading -------------------------------------------------------------------------------------
 
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+
+
+def presets() -> dict[str, Path]:
+    """The guard configs shipped with the package, by name (the file name less `.toml`)."""
+    return {f.stem: f for f in sorted(PRESETS_DIR.glob("*.toml"))}
+
+
+def resolve_guard(value: str | Path) -> Path:
+    """A `--guard` value: a file, or, when no file of that name exists, the name of a preset
+    shipped with the package (`haiku-4.5`, `sim`), so that an installed package needs no
+    checkout. The name is looked up among the presets, never joined into a path."""
+    p = Path(value)
+    if isinstance(value, Path) or p.exists():
+        return p
+    return presets().get(value, p)
+
+
 def load_guard_config(path: str | Path) -> GuardConfig:
-    p = Path(path)
+    p = resolve_guard(path)
     text = _read_config(p)
     try:
         data = tomllib.loads(text)
@@ -322,7 +340,8 @@ def _floats(data: dict[str, Any]) -> dict[str, Any]:
 
 def _read_config(p: Path) -> str:
     if not p.is_file():
-        raise InputError("guard config not found", path=p)
+        names = ", ".join(presets())
+        raise InputError(f"guard config not found (give a file, or a preset name: {names})", path=p)
     try:
         with open(p, "rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)

@@ -20,6 +20,23 @@ def test_the_installed_package_is_the_wheel(installed) -> None:
     assert r.code == 0 and r.out.startswith("guardeval ")
 
 
+def test_the_installed_package_names_its_presets_and_demo_cohort(installed) -> None:
+    """Outside a checkout there is no guards/presets/ or cohorts/demo/ to point at: the shipped
+    ones answer to their names when no file of that name exists."""
+    r = installed.run("launch", "--cohort", "demo", "--guard", "haiku-4.5", "--reps", "3", "--dry-run",
+                      "--no-preflight", "--json")
+    assert r.code == 0, r.err
+    plan = json.loads(r.out)
+    assert plan["n_calls"] == 960 and plan["guard"]["name"] == "haiku-4.5", plan
+    r = installed.run("launch", "--cohort", "demo", "--guard", "haiku", "--dry-run")
+    assert r.code == 2 and "preset name: haiku-4.5, sim" in r.err
+    # A file of that name wins over the preset.
+    (installed.outside / "sim").write_text("not toml [")
+    r = installed.run("launch", "--cohort", "demo", "--guard", "sim", "--dry-run")
+    (installed.outside / "sim").unlink()
+    assert r.code == 2 and "not valid TOML" in r.err
+
+
 def test_demo_json(demo_run, installed):
     run, r = demo_run.run, demo_run.result
     assert r.code == 0, r.err

@@ -248,6 +248,19 @@ def _row_error(path: Path, lineno: int, row: Any) -> InputError | None:
     return schema_error(path, lineno, row, "instance.schema.json")
 
 
+# Cohorts shipped inside the package (in the repository, links to cohorts/<name>).
+BUNDLED_COHORTS = {"demo": Path(__file__).resolve().parent / "bundled" / "demo"}
+
+
+def resolve_cohort(value: str | Path) -> Path:
+    """A `--cohort` value: a folder, or, when nothing of that name exists, the name of a cohort
+    shipped with the package (`demo`); looked up by name, never joined into a path."""
+    p = Path(value)
+    if isinstance(value, Path) or p.exists():
+        return p
+    return BUNDLED_COHORTS.get(value, p)
+
+
 def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
                 limits: RowLimits = DEFAULT_ROW_LIMITS) -> Cohort:
     """Load and fully validate a cohort folder; raise InputError naming file/line/field.
@@ -259,7 +272,7 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
     every row: a third of the load time of a large cohort). The schema and the structure (one
     row per base x condition) are always checked.
     """
-    root = Path(path)
+    root = resolve_cohort(path)
     meta_path, inst_path = root / "cohort.json", root / "instances.jsonl"
     for p in (meta_path, inst_path):
         if p.is_symlink():

@@ -11,12 +11,12 @@ from typing import Any
 
 from harness.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
 from harness.cohorts.builders.demo_data import ALIASES, EPISODES, TOOLS, Episode, Tool
-from harness.cohorts.model import write_cohort
+from harness.cohorts.model import BUNDLED_COHORTS, write_cohort
 from harness.cohorts.transforms import combined, format_placebo, identity, make_marker_rewrite, make_tool_alias
 
 NAME, VERSION = "demo", "1"
 # The built demo cohort, shipped inside the package (in the repository, a link to cohorts/demo).
-BUNDLED_DEMO = Path(__file__).resolve().parents[1] / "bundled" / "demo"
+BUNDLED_DEMO = BUNDLED_COHORTS["demo"]
 
 
 def conditions() -> list[ConditionSpec]:
