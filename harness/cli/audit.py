@@ -101,7 +101,6 @@ def cmd_audit_units(args: argparse.Namespace) -> int:
 
 def cmd_import_toolsafe(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.toolsafe_logs import import_toolsafe
-
     from harness.terminal import safe_json
 
     summary = import_toolsafe(args.logs, args.out, args.pins, args.tsbench)

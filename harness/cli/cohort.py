@@ -94,7 +94,6 @@ def _rows(args: argparse.Namespace) -> int:
     """One line per base (baseline condition): base_id, interaction_id, domain, tool, label."""
     from harness.canon import dumps_line
     from harness.cohorts.model import load_cohort
-
     from harness.view.files import out_file, write_atomically
 
     out = out_file(args.out, Path(args.out))   # a folder or a missing parent: exit 2, before reading
