@@ -10,11 +10,14 @@ from typing import Any
 from harness.cli.args import positive_int, row_limit_options, row_limits
 
 
-def _int_list(text: str) -> list[int]:
+def _seed_list(text: str) -> list[int]:
     try:
-        return [int(t) for t in text.split(",")]
+        seeds = [int(t) for t in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if any(s < 0 for s in seeds):  # numpy's generator takes no negative seed
+        raise argparse.ArgumentTypeError("seeds must be >= 0")
+    return seeds
 
 
 def register(sub: Any) -> None:
@@ -24,7 +27,7 @@ def register(sub: Any) -> None:
     a = asub.add_parser("lookup", help="tool-name majority-label lookup: LODO and grouped k-fold F1")
     a.add_argument("rows", metavar="ROWS", help="JSONL rows: interaction_id, domain, tool, label "
                                                 "(`guardeval cohort rows` writes them)")
-    a.add_argument("--seeds", type=_int_list, default=[42, 43, 44], metavar="N,N,...",
+    a.add_argument("--seeds", type=_seed_list, default=[42, 43, 44], metavar="N,N,...",
                    help="k-fold seeds (default: 42,43,44)")
     a.add_argument("--folds", type=positive_int, default=5, metavar="K",
                    help="folds of the interaction-grouped cross-validation")
@@ -98,9 +101,10 @@ def cmd_audit_units(args: argparse.Namespace) -> int:
 
 def cmd_import_toolsafe(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.toolsafe_logs import import_toolsafe
+    from harness.terminal import safe_json
 
     summary = import_toolsafe(args.logs, args.out, args.pins, args.tsbench)
-    print(json.dumps(summary, indent=2))
+    print(safe_json(json.dumps(summary, indent=2)))   # the --out path is shown escaped
     return 0
 
 

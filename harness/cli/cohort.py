@@ -21,17 +21,25 @@ def _done(what: str, out: object, start: float, extra: dict | None = None) -> in
     return 0
 
 
+def _start(args: argparse.Namespace) -> float:
+    """Check --out before any source is read (an AgentDojo build takes minutes)."""
+    from harness.cohorts.model import check_out_dir
+
+    check_out_dir(args.out)
+    return time.perf_counter()
+
+
 def _build_demo(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.demo import build_demo
 
-    start = time.perf_counter()
+    start = _start(args)
     return _done("demo", build_demo(args.out, args.conditions), start)
 
 
 def _build_agentdojo(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.agentdojo import build_agentdojo
 
-    start = time.perf_counter()
+    start = _start(args)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()] if args.suites else None
     out, stats = build_agentdojo(args.out, suites=suites, version=args.version, attack=args.attack,
                                  condition_names=args.conditions, max_bases=args.max_bases, seed=args.seed)
@@ -41,7 +49,7 @@ def _build_agentdojo(args: argparse.Namespace) -> int:
 def _build_asb(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.asb import build_asb
 
-    start = time.perf_counter()
+    start = _start(args)
     out, stats = build_asb(args.source, args.out, condition_names=args.conditions, tools=args.tools,
                            max_bases=args.max_bases, seed=args.seed)
     return _done("asb", out, start, stats)
@@ -50,7 +58,7 @@ def _build_asb(args: argparse.Namespace) -> int:
 def _build_tsbench(args: argparse.Namespace) -> int:
     from harness.cohorts.builders.tsbench import build_tsbench
 
-    start = time.perf_counter()
+    start = _start(args)
     out, stats = build_tsbench(args.source, args.out, args.pins)
     return _done("tsbench", out, start, stats)
 
@@ -86,12 +94,14 @@ def _rows(args: argparse.Namespace) -> int:
     """One line per base (baseline condition): base_id, interaction_id, domain, tool, label."""
     from harness.canon import dumps_line
     from harness.cohorts.model import load_cohort
+    from harness.view.files import out_file, write_atomically
 
+    out = out_file(args.out, Path(args.out))   # a folder or a missing parent: exit 2, before reading
     cohort = load_cohort(args.dir, limits=row_limits(args))
     base = cohort.baseline()
     data = b"".join(dumps_line({k: r[k] for k in ("base_id", "interaction_id", "domain", "tool", "label")})
-                    for r in cohort.instances if r["condition"] == base)
-    Path(args.out).write_bytes(data)
+                    for r in cohort.iter_instances() if r["condition"] == base)
+    write_atomically(out, lambda tmp: tmp.write_bytes(data))
     n = data.count(b"\n")
     print(safe(f"wrote {n} rows to {args.out}"), file=sys.stderr)
     return 0

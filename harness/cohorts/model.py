@@ -423,6 +423,14 @@ def build_row(base: Mapping[str, Any], condition: str, role: str, content: Mappi
     return row
 
 
+def check_out_dir(out: str | Path) -> Path:
+    """A builder's `--out`: a folder, or nothing yet (created); anything else is a usage error."""
+    root = Path(out)
+    if root.exists() and not root.is_dir():
+        raise InputError("is not a folder; --out names the cohort folder to write", path=root)
+    return root
+
+
 def write_cohort(out: str | Path, *, name: str, version: str, description: str,
                  conditions: list[Condition], rows: Iterable[dict[str, Any]],
                  sources: list[dict[str, Any]] | None = None, builder: dict[str, Any] | None = None) -> Path:
@@ -431,7 +439,7 @@ def write_cohort(out: str | Path, *, name: str, version: str, description: str,
     `rows` may be any iterable (a generator for a large cohort): it is written as it comes,
     hashed on the way.
     """
-    root = Path(out)
+    root = check_out_dir(out)
     root.mkdir(parents=True, exist_ok=True)
     h, size = hashlib.sha256(), 0
     # Rows keep their content's key order (a repr-rendering prompt such as TS-Guard's shows it);

@@ -91,6 +91,8 @@ def lookup_audit(rows: list[dict[str, Any]], *, seeds: Sequence[int] = (42, 43, 
     interactions = sorted({r["interaction_id"] for r in rows})
     if folds < 2:
         raise InputError("need at least 2 folds", field="folds")
+    if any(s < 0 for s in seeds):
+        raise InputError("seeds must be >= 0", field="seeds")
     if folds > len(interactions):
         raise InputError(f"{folds} folds but only {len(interactions)} interactions", field="folds")
     dom_arr = np.array([r["domain"] for r in rows], dtype=object)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from harness.canon import file_sha256
+from harness.cohorts.limits import MAX_DEPTH_CEILING, deeper_than
 from harness.errors import InputError
+
+# A pin file lists a few dozen files; anything near this is not one.
+MAX_PIN_FILE_BYTES = 1 << 20
+_PIN_LINE = re.compile(r"([0-9]{1,15}) ([0-9a-fA-F]{64}) (\S+)")
+# A pinned name is joined under the source folder: plain relative parts only (no `..`, `.`,
+# empty part, backslash, control or non-ASCII character), so no pin can name a file outside it.
+_NAME_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 
 
 def parse_pin_lines(path: Path) -> dict[str, tuple[int, str]]:
@@ -17,15 +26,25 @@ def parse_pin_lines(path: Path) -> dict[str, tuple[int, str]]:
         raise InputError("symbolic links are refused", path=path)
     if not path.is_file():
         raise InputError("pin file not found", path=path)
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_PIN_FILE_BYTES + 1)
+    if len(data) > MAX_PIN_FILE_BYTES:
+        raise InputError(f"larger than {MAX_PIN_FILE_BYTES} bytes: not a pin file", path=path)
     pins: dict[str, tuple[int, str]] = {}
-    for lineno, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
-        text = line.strip()
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise InputError("not UTF-8 text", path=path, line=lineno) from None
         if not text or text.startswith("#"):
             continue
-        parts = text.split()
-        if len(parts) != 3 or not parts[0].isdigit() or len(parts[1]) != 64:
-            raise InputError("expected 'BYTES SHA256 NAME'", path=path, line=lineno)
-        pins[parts[2]] = (int(parts[0]), parts[1].lower())
+        m = _PIN_LINE.fullmatch(" ".join(text.split()))
+        if m is None:
+            raise InputError("expected 'BYTES SHA256 NAME' (decimal bytes, 64 hex digits)", path=path, line=lineno)
+        if not all(_NAME_PART.fullmatch(part) for part in m.group(3).split("/")):
+            raise InputError("the name must be a relative path of plain parts (letters, digits, '_.+-'; "
+                             "no '..', '.' or empty part)", path=path, line=lineno, field="NAME")
+        pins[m.group(3)] = (int(m.group(1)), m.group(2).lower())
     return pins
 
 
@@ -46,8 +65,12 @@ def verify_file(path: Path, size: int, sha256: str) -> dict[str, object]:
 
 def read_json_array(path: Path) -> list[Any]:
     """A source file that must hold one JSON array (TS-Bench records, ToolSafe logs)."""
+    raw = path.read_bytes()
+    # Every row built from it is hashed as canonical JSON, which goes no deeper than this.
+    if deeper_than(raw, MAX_DEPTH_CEILING):
+        raise InputError(f"nested more than {MAX_DEPTH_CEILING} levels deep", path=path)
     try:
-        data = orjson.loads(path.read_bytes())
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
     if not isinstance(data, list):

@@ -38,7 +38,11 @@ def import_toolsafe(logs: str | Path, out: str | Path, pins_file: str | Path | N
     root = Path(logs)
     if root.is_symlink() or not root.is_dir():
         raise InputError("logs folder not found (symbolic links are refused)", path=root)
-    pins = parse_pin_lines(Path(pins_file) if pins_file else DEFAULT_PINS)
+    out_path = Path(out)
+    if out_path.is_dir():
+        raise InputError("is a folder; --out names the file to write", path=out_path)
+    pins_path = Path(pins_file) if pins_file else DEFAULT_PINS
+    pins = parse_pin_lines(pins_path)
     benches: dict[str, dict[str, str]] = {}
     for pinned in pins:
         parts = pinned.split("/")
@@ -67,7 +71,7 @@ def import_toolsafe(logs: str | Path, out: str | Path, pins_file: str | Path | N
             raise InputError(f"lengths differ: preds {len(preds)}, labels {len(labels)}, meta_data {len(meta)}",
                              path=paths["preds.json"].parent)
         if tsbench is not None and bench == "agentharm":
-            ref = agentharm_scores(Path(tsbench), pins)
+            ref = agentharm_scores(Path(tsbench), pins, pins_path)
             got = [float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in labels]
             if got != ref:
                 first = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
@@ -89,7 +93,6 @@ def import_toolsafe(logs: str | Path, out: str | Path, pins_file: str | Path | N
                                     "interaction_id": f"{bench}/{m[key]}", "domain": str(m.get("domain", bench)),
                                     "label_score": label_score, "label": label, "pred_score": pred_score, "pred": pred}))
         summary[bench] = {"rows": len(preds), "null_predictions": nulls}
-    out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_bytes(b"".join(rows))
     return {"out": str(out_path), "benches": summary}

@@ -110,8 +110,11 @@ def check_agentharm_order(bases: list[dict[str, Any]]) -> None:
         raise InputError("agentharm rows must be harmful_steps then benign_steps", field="order")
 
 
-def agentharm_scores(source: Path, pins: dict[str, tuple[int, str]]) -> list[float]:
+def agentharm_scores(source: Path, pins: dict[str, tuple[int, str]], pins_path: Path) -> list[float]:
     """Ordinal scores of harmful_steps then benign_steps (verified first), for label alignment."""
+    missing = [p for p in AGENTHARM_ORDER if p not in pins]
+    if missing:
+        raise InputError(f"no pin for {', '.join(missing)} (needed to check the AgentHarm labels)", path=pins_path)
     out: list[float] = []
     for p in AGENTHARM_ORDER:
         path = resolve(source, p)
