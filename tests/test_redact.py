@@ -57,7 +57,11 @@ def test_any_run_of_twelve_in_any_form_is_gone(key, start, length, form, before,
     # The spelled run is gone; what the surrounding text might happen to share with the key
     # (hypothesis draws both from one alphabet) may go too, but never more than runs of the key.
     assert leaked(out, key) is None, (text, out)
-    assert MARK in out
+    # Something was there to redact, except when `before` ends in a backslash that turns the
+    # run's first character into an escape (`\` + `n...` reads as a newline, leaving 11).
+    assert MARK in out or leaked(text, key) is None, (text, out)
+    if not before.endswith("\\"):
+        assert MARK in out, (text, out)
 
 
 def test_a_run_after_a_backslash_is_redacted_in_both_readings():
@@ -65,3 +69,16 @@ def test_a_run_after_a_backslash_is_redacted_in_both_readings():
     r = Redactor("00000000r00000000000")
     out = r("\\r00000000000")
     assert leaked(out, "00000000r00000000000") is None and MARK in out
+
+
+def test_a_backslash_before_the_run_can_take_its_first_character():
+    # `\` + `n00000000000` (as JSON-mixed escapes): a decoder reads a newline and 11 zeros, a
+    # reader sees `n` then escapes; neither holds 12 key characters, so there is nothing to remove.
+    key = "n" + "0" * 11 + "abcdefgh"
+    text = "\\" + key_form(key[:12], "json-mixed")
+    assert leaked(text, key) is None and Redactor(key)(text) == text
+    # One more key character after it and the run is there again: redacted.
+    text = "\\" + key_form(key[:13], "json-mixed")
+    assert leaked(text, key) is not None
+    out = Redactor(key)(text)
+    assert leaked(out, key) is None and MARK in out
