@@ -117,8 +117,12 @@ def read_shape(gguf: GgufFile) -> LlamaShape:
         raise InputError(f"tensor 'token_embd.weight' has shape {embd.shape}, expected (vocab, {hidden})",
                          path=gguf.path)
     vocab = embd.shape[0]
+    layers = _int(gguf, p + "block_count")
+    if layers > len(gguf.tensors) // len(_BLOCK):  # checked before anything is built per layer
+        raise InputError(f"{layers} blocks, but the file holds only {len(gguf.tensors)} tensors "
+                         f"({len(_BLOCK)} per block)", path=gguf.path, field=p + "block_count")
     shape = LlamaShape(
-        layers=_int(gguf, p + "block_count"), hidden=hidden, ffn=_int(gguf, p + "feed_forward_length"),
+        layers=layers, hidden=hidden, ffn=_int(gguf, p + "feed_forward_length"),
         heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
         context=_int(gguf, p + "context_length"),
         rms_eps=_float(gguf, p + "attention.layer_norm_rms_epsilon"),

@@ -95,6 +95,11 @@ def read_vocabulary(gguf: GgufFile, vocab_size: int) -> Vocabulary:
             raise InputError(f"token {shown(tok)} appears twice (ids {seen[tok]} and {i})", path=path,
                              field="tokenizer.ggml.tokens")
         seen[tok] = i
+    for i, (a, b) in enumerate(merges):
+        missing = next((t for t in (a, b, a + b) if t not in seen), None)
+        if missing is not None:  # tokenizers would refuse it only after the weights were converted
+            raise InputError(f"merge {i} ({shown(a)}, {shown(b)}) needs the token {shown(missing)}, which is not "
+                             "in the vocabulary", path=path, field="tokenizer.ggml.merges")
     n = len(tokens)
     template = md.get("tokenizer.chat_template")
     if template is not None and not isinstance(template, str):
