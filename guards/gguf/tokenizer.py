@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from guards.gguf.reader import GgufFile, shown
+from guards.gguf.reader import GgufFile, shown, shown_value
 from harness.errors import InputError
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -61,7 +61,7 @@ def _opt_id(gguf: GgufFile, key: str, n: int) -> int | None:
     if isinstance(value, np.integer):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
-        raise InputError(f"must be a token id below {n}, got {value!r}", path=gguf.path, field=key)
+        raise InputError(f"must be a token id below {n}, got {shown_value(value)}", path=gguf.path, field=key)
     return value
 
 
