@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -61,7 +62,7 @@ def answer_set(output_schema: Any) -> list[str] | None:
     choices = [_choices(props[n]) for n in names]
     if any(c is None for c in choices):
         return None
-    count = int(np.prod([len(c) for c in choices if c is not None]))
+    count = math.prod(len(c) for c in choices if c is not None)  # Python ints: numpy's int64 would wrap
     if count > MAX_ANSWERS:
         return None
     return [json.dumps(dict(zip(names, combo)), ensure_ascii=False)

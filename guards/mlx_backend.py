@@ -123,7 +123,9 @@ def context_tokens(model_cfg: Mapping[str, Any], config: GuardConfig, folder: Pa
     if config.context_tokens:
         return config.context_tokens
     # Multimodal configs nest the language model's settings under text_config.
-    n = model_cfg.get("max_position_embeddings") or (model_cfg.get("text_config") or {}).get("max_position_embeddings")
+    nested = model_cfg.get("text_config")
+    n = model_cfg.get("max_position_embeddings") or (
+        nested.get("max_position_embeddings") if isinstance(nested, dict) else None)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InputError("no max_position_embeddings in the model config: set context_tokens in "
                          "the guard config", path=folder / "config.json")

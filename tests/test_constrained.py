@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,16 @@ def test_the_project_verdict_has_twelve_answers_all_strictly_parseable() -> None
 ])
 def test_open_or_huge_schemas_have_no_answer_set(schema: object) -> None:
     assert answer_set(schema) is None
+
+
+def test_a_count_past_int64_is_huge_not_small() -> None:
+    # 64 booleans: 2**64 answers, which numpy's int64 product wrapped to 0 (under the cap), and
+    # the enumeration then ran without end. A child process, so that failure is a timeout.
+    code = ("from guards.constrained import answer_set; k = [f'k{i}' for i in range(64)]; "
+            "print(answer_set({'type': 'object', 'additionalProperties': False, 'required': k, "
+            "'properties': {n: {'type': 'boolean'} for n in k}}))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == "None\n", r.stderr[-2000:]
 
 
 def test_enum_const_and_null() -> None:

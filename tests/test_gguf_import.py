@@ -184,6 +184,25 @@ def test_refusals_name_the_field(tmp_path: Path, overrides: dict, match: str) ->
         import_gguf(path, tmp_path / "out", q_bits=7)
 
 
+@pytest.mark.parametrize(("overrides", "match"), [
+    # A hostile count: the converter used to build a table entry per claimed block (a hang, then
+    # memory without bound) before any tensor was compared.
+    ({"llama.block_count": 10**12}, "field 'llama.block_count': 1000000000000 blocks, but the file holds only"),
+    # tokenizers refused these only after the weights were converted: a traceback, exit 1.
+    ({"tokenizer.ggml.merges": ["Ġ t", "zz qq"]}, "merge 1 ('zz', 'qq') needs the token 'zz'"),
+    ({"tokenizer.ggml.merges": ["t h"]}, "merge 0 ('t', 'h') needs the token 'th'"),
+    # A value from the file is cut in the message (it used to be repeated whole).
+    ({"llama.context_length": "x" * 100_000}, "field 'llama.context_length': must be a positive integer, got 'xxx"),
+])
+def test_hostile_header_exits_2_through_the_cli(tmp_path: Path, overrides: dict, match: str) -> None:
+    path, out = tmp_path / "bad.gguf", tmp_path / "out"
+    gf.tiny_llama(path, overrides={k: (gf.U64, v) if isinstance(v, int) else v for k, v in overrides.items()})
+    r = run_cli("models", "import-gguf", str(path), "--out", str(out), timeout=120)
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert match in r.err and str(path) in r.err and len(r.err) < 1000
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.gguf"]  # nothing written
+
+
 def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
     path = tmp_path / "k.gguf"
     gf.tiny_llama(path)

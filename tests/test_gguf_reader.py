@@ -175,6 +175,14 @@ def test_names_from_the_file_are_escaped_in_messages(tmp_path: Path) -> None:
     assert "\x1b" not in str(err) and "\\x1b[2J\\x07name" in str(err)
 
 
+def test_a_long_key_is_cut_in_messages(tmp_path: Path) -> None:
+    path = tmp_path / "long.gguf"
+    key = b"k" * 100_000
+    path.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, len(key)) + key + struct.pack("<I", 99))  # type 99: unknown
+    err = fails(path, "unknown metadata value type 99")
+    assert len(str(err)) < 400 and "k" * 80 + "…" in str(err)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_corrupted_files_fail_only_with_input_errors(tmp_path: Path, data: st.DataObject) -> None:

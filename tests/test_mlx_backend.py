@@ -157,6 +157,10 @@ def test_bad_folders_and_settings(tmp_path: Path, tiny_dir: Path, prompt: Prompt
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(InputError, match="model_type"):
         MlxGuard(config(tmp_path), prompt)
+    for nested in ('"x"', "5", '{"max_position_embeddings": "8192"}'):  # not a dict used to be an AttributeError
+        (tmp_path / "config.json").write_text(f'{{"model_type": "llama", "text_config": {nested}}}')
+        with pytest.raises(InputError, match="no max_position_embeddings"):
+            MlxGuard(config(tmp_path), prompt)
     with pytest.raises(InputError, match="temperature"):
         MlxGuard(config(tiny_dir, temperature=0.7), prompt)
 

@@ -343,6 +343,14 @@ def test_bad_options_exit_2_without_traceback(argv: list[str]) -> None:
     assert b"Traceback" not in r.stderr and b"--faults" in r.stderr
 
 
+def test_an_unknown_unsupported_param_exits_2() -> None:
+    # A misspelt name used to be dropped in silence: the listed endpoints then supported everything.
+    r = subprocess.run([sys.executable, "-m", "guards.sim", "--unsupported-params", "seed,structured_output"],
+                       cwd=ROOT, capture_output=True, timeout=30)
+    assert r.returncode == 2 and r.stdout == b"" and b"Traceback" not in r.stderr
+    assert b"--unsupported-params" in r.stderr and b"'structured_output'" in r.stderr
+
+
 @pytest.mark.parametrize("kind", ["transient", "fatal"])
 def test_status_faults(kind: str, servers: dict[str, SimServerProcess]) -> None:
     codes = {"transient": {200, 429, 500, 502, 503}, "fatal": {200, 400, 401, 403}}[kind]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from guards.gguf import quants
-from guards.gguf.reader import GgufFile, shown
+from guards.gguf.reader import GgufFile, shown, shown_value
 from harness.errors import InputError
 
 ARCHITECTURE = "llama"
@@ -61,7 +61,7 @@ def _int(gguf: GgufFile, key: str, default: int | None = None) -> int:
     if isinstance(value, np.integer):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        what = "missing" if value is None else f"must be a positive integer, got {value!r}"
+        what = "missing" if value is None else f"must be a positive integer, got {shown_value(value)}"
         raise InputError(what, path=gguf.path, field=key)
     return value
 
@@ -69,7 +69,7 @@ def _int(gguf: GgufFile, key: str, default: int | None = None) -> int:
 def _float(gguf: GgufFile, key: str, default: float | None = None) -> float:
     value = gguf.metadata.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value <= 0:
-        what = "missing" if value is None else f"must be a positive number, got {value!r}"
+        what = "missing" if value is None else f"must be a positive number, got {shown_value(value)}"
         raise InputError(what, path=gguf.path, field=key)
     # GGUF stores float32: keep the shortest decimal that reads back as that float32 (1e-05, not 9.99…e-06).
     return float(str(np.float32(value)))
@@ -117,8 +117,12 @@ def read_shape(gguf: GgufFile) -> LlamaShape:
         raise InputError(f"tensor 'token_embd.weight' has shape {embd.shape}, expected (vocab, {hidden})",
                          path=gguf.path)
     vocab = embd.shape[0]
+    layers = _int(gguf, p + "block_count")
+    if layers > len(gguf.tensors):  # before anything is built per block (a near miss names the missing tensor)
+        raise InputError(f"{layers} blocks, but the file holds only {len(gguf.tensors)} tensors "
+                         f"({len(_BLOCK)} per block)", path=gguf.path, field=p + "block_count")
     shape = LlamaShape(
-        layers=_int(gguf, p + "block_count"), hidden=hidden, ffn=_int(gguf, p + "feed_forward_length"),
+        layers=layers, hidden=hidden, ffn=_int(gguf, p + "feed_forward_length"),
         heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
         context=_int(gguf, p + "context_length"),
         rms_eps=_float(gguf, p + "attention.layer_norm_rms_epsilon"),

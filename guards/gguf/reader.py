@@ -50,6 +50,12 @@ def shown(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
+def shown_value(value: object, limit: int = 80) -> str:
+    """A metadata value from the file as it may appear in a message: its repr, bounded."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -78,6 +84,8 @@ class _Cursor:
         self.buf, self.path, self.pos, self.end = buf, path, 0, len(buf)
 
     def fail(self, message: str, field: str | None = None) -> InputError:
+        if field is not None and len(field) > 80:  # a key or name from the file: bound what a message repeats
+            field = field[:80] + "…"
         return InputError(f"not a valid GGUF file: {message} (at byte {self.pos})", path=self.path, field=field)
 
     def take(self, n: int, what: str, field: str | None = None) -> bytes:

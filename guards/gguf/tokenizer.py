@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from guards.gguf.reader import GgufFile, shown
+from guards.gguf.reader import GgufFile, shown, shown_value
 from harness.errors import InputError
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -61,7 +61,7 @@ def _opt_id(gguf: GgufFile, key: str, n: int) -> int | None:
     if isinstance(value, np.integer):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
-        raise InputError(f"must be a token id below {n}, got {value!r}", path=gguf.path, field=key)
+        raise InputError(f"must be a token id below {n}, got {shown_value(value)}", path=gguf.path, field=key)
     return value
 
 
@@ -95,6 +95,11 @@ def read_vocabulary(gguf: GgufFile, vocab_size: int) -> Vocabulary:
             raise InputError(f"token {shown(tok)} appears twice (ids {seen[tok]} and {i})", path=path,
                              field="tokenizer.ggml.tokens")
         seen[tok] = i
+    for i, (a, b) in enumerate(merges):
+        missing = next((t for t in (a, b, a + b) if t not in seen), None)
+        if missing is not None:  # tokenizers would refuse it only after the weights were converted
+            raise InputError(f"merge {i} ({shown(a)}, {shown(b)}) needs the token {shown(missing)}, which is not "
+                             "in the vocabulary", path=path, field="tokenizer.ggml.merges")
     n = len(tokens)
     template = md.get("tokenizer.chat_template")
     if template is not None and not isinstance(template, str):

@@ -171,7 +171,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated provider slugs the model-endpoints route lists (default: sim and "
                         "every provider of guardeval's display-name table)")
     p.add_argument("--unsupported-params", metavar="NAMES", default="",
-                   help="comma-separated parameters the listed endpoints do not support (e.g. seed)")
+                   help="comma-separated parameters the listed endpoints do not support, among "
+                        f"{', '.join(SUPPORTED_PARAMETERS)} (e.g. seed)")
     p.add_argument("--context-length", type=int, default=200_000, metavar="N",
                    help="context length of the listed endpoints, in tokens")
     p.add_argument("--key-limit", metavar="USD",
@@ -202,6 +203,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.context_length < 1:
         raise InputError("--context-length must be at least 1")
     unsupported = {x.strip() for x in args.unsupported_params.split(",") if x.strip()}
+    unknown = sorted(unsupported - set(SUPPORTED_PARAMETERS))
+    if unknown:  # a misspelt name would otherwise leave every parameter supported
+        raise InputError(f"--unsupported-params: {', '.join(map(repr, unknown))} is not one of "
+                         f"{', '.join(SUPPORTED_PARAMETERS)}")
     listed = tuple(x.strip() for x in args.endpoint_providers.split(",") if x.strip()) \
         if args.endpoint_providers is not None else None
     return ServerConfig(
