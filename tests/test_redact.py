@@ -12,7 +12,8 @@ from guards.redact import MARK, Redactor
 
 from hostile_server import key_form, leaked
 
-KEY = "sk-or-v1-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+# Shaped like an OpenRouter key, built here so that no tracked file holds a key-like literal.
+KEY = "sk-or-v1-" + "0123456789abcdef" * 4
 
 
 def test_forms_are_replaced_and_json_stays_json():
