@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from harness.bounded import read_bounded
 from harness.canon import canonical_sha256
 from harness.errors import InputError
 
@@ -342,13 +343,7 @@ def _read_config(p: Path) -> str:
     if not p.is_file():
         names = ", ".join(presets())
         raise InputError(f"guard config not found (give a file, or a preset name: {names})", path=p)
-    try:
-        with open(p, "rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror or exc})", path=p) from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise InputError(f"larger than {MAX_CONFIG_BYTES} bytes: not a guard config", path=p)
+    data = read_bounded(p, MAX_CONFIG_BYTES, what="a guard config")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

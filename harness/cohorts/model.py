@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import jsonschema
 import orjson
 
+from harness.bounded import read_bounded
 from harness.canon import canonical_sha256, sha256_hex
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits, deeper_than
 from harness.errors import InputError
@@ -279,10 +280,7 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
             raise InputError("symbolic links are refused", path=p)
         if not p.is_file():
             raise InputError("file not found", path=p)
-    with open(meta_path, "rb") as fh:
-        meta_bytes = fh.read(MAX_COHORT_JSON_BYTES + 1)
-    if len(meta_bytes) > MAX_COHORT_JSON_BYTES:
-        raise InputError(f"larger than {MAX_COHORT_JSON_BYTES} bytes", path=meta_path)
+    meta_bytes = read_bounded(meta_path, MAX_COHORT_JSON_BYTES, what="a cohort.json")
     if deeper_than(meta_bytes, DEFAULT_ROW_LIMITS.max_depth):
         raise InputError(f"nested more than {DEFAULT_ROW_LIMITS.max_depth} levels deep", path=meta_path)
     try:

@@ -29,6 +29,7 @@ import orjson
 from guards.base import valid_cost
 from guards.config import GuardConfig, config_from_manifest
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
+from harness.bounded import read_bounded
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING, RowLimits, widest
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
@@ -288,6 +289,8 @@ _MANIFEST_FIELDS: dict[str, type] = {"run_id": str, "n_calls": int, "seed": int,
                                      "prompt": dict, "prompt.id": str, "prompt.sha256": str, "prompt.parser": str,
                                      "sha256": str}
 _KINDS = {str: "a string", int: "a whole number", dict: "an object"}
+# A manifest is a few KiB (the guard config in it is at most 1 MiB); far past that it is not one.
+MAX_MANIFEST_BYTES = 16 << 20
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -296,7 +299,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError("not a run folder (no manifest.json)", path=run_dir)
     try:
-        manifest = orjson.loads(path.read_bytes())
+        manifest = orjson.loads(read_bounded(path, MAX_MANIFEST_BYTES, what="a run manifest"))
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
     if not isinstance(manifest, dict):

@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.bounded import read_bounded
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
-from harness.errors import GuardevalError
+from harness.errors import GuardevalError, InputError
 from harness.run import verify_raw
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
 from harness.run.store import (
@@ -50,6 +51,7 @@ from harness.run.store import (
     EVENTS,
     GENESIS,
     MANIFEST,
+    MAX_MANIFEST_BYTES,
     PROMPT_DIR,
     RAW,
     SCHEDULE,
@@ -319,7 +321,9 @@ def verify_run(run_dir: Path, *, allow_skipped: bool = False,
     mpath = run_dir / MANIFEST
     rep = _Report()
     try:
-        manifest = orjson.loads(mpath.read_bytes())
+        manifest = orjson.loads(read_bounded(mpath, MAX_MANIFEST_BYTES, what="a run manifest"))
+    except InputError as exc:
+        rep.add(MANIFEST, None, str(exc))
     except orjson.JSONDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         rep.add(MANIFEST, int(m.group(1)) if m else None, f"not valid JSON ({exc})")

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from harness.bounded import read_bounded
 from harness.canon import canonical_bytes
 from harness.errors import InputError
 from harness.estimators import sections as S
@@ -335,12 +336,16 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
     return _SLOT.sub(lambda m: slots[m[1]], asset("report.html"))
 
 
+# report.json summarises; it does not grow with the calls (48 KiB for the demo run).
+MAX_REPORT_BYTES = 64 << 20
+
+
 def read_report(run: Path) -> dict[str, Any]:
     path = run / "report.json"
     if not path.is_file():
         raise InputError("no report.json: run `guardeval estimate RUN` first", path=run)
     try:
-        report = orjson.loads(path.read_bytes())
+        report = orjson.loads(read_bounded(path, MAX_REPORT_BYTES, what="a guardeval report"))
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
     if not isinstance(report, dict) or not isinstance(report.get("contrasts"), list):

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from harness.bounded import read_bounded
 from harness.canon import file_sha256
 from harness.cohorts.limits import MAX_DEPTH_CEILING, deeper_than
 from harness.errors import InputError
@@ -26,10 +27,7 @@ def parse_pin_lines(path: Path) -> dict[str, tuple[int, str]]:
         raise InputError("symbolic links are refused", path=path)
     if not path.is_file():
         raise InputError("pin file not found", path=path)
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_PIN_FILE_BYTES + 1)
-    if len(data) > MAX_PIN_FILE_BYTES:
-        raise InputError(f"larger than {MAX_PIN_FILE_BYTES} bytes: not a pin file", path=path)
+    data = read_bounded(path, MAX_PIN_FILE_BYTES, what="a pin file")
     pins: dict[str, tuple[int, str]] = {}
     for lineno, raw in enumerate(data.splitlines(), start=1):
         try:
