@@ -140,7 +140,9 @@ def test_partial_folders_of_dead_launches_are_removed(tmp_path, small_cohort, gu
         dead_again.mkdir()
         r = run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
                     "--run-dir", str(runs / "new"), "--max-calls", "1", "--no-progress")
-        assert "Traceback" not in r.err
+        # Nothing answers at the guard's address: its one call is recorded as exhausted (exit 0 at --max-calls).
+        assert r.code == 0 and "Traceback" not in r.err, (r.code, r.err)
+        assert (runs / "new" / "manifest.json").is_file()
         assert not dead_again.exists() and live.exists() and starting.exists()
     finally:
         os.close(fd)

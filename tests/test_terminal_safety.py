@@ -128,7 +128,9 @@ def test_provider_error_with_escape_codes_is_shown_escaped(tmp_path, small_cohor
         assert first["response"] == HOSTILE.replace("\ud800", "")
     for args in (("status", str(run)), ("status", str(run), "--json"), ("verify", str(run))):
         r = run_cli(*args)
-        assert "Traceback" not in r.err, (args, r.err)
+        assert r.code == 0 and "Traceback" not in r.err, (args, r.code, r.err)
+        if args[0] == "status":
+            assert "pwned" in r.out + r.err, (args, r.out)   # the provider's text is shown, escaped
         _assert_clean(r.out, r.err)
 
 
@@ -154,14 +156,19 @@ def test_cohort_text_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, 
     _assert_clean(r.out, r.err)
     for args in (("status", str(run)), ("verify", str(run)), ("estimate", str(run), "--allow-partial")):
         r = run_cli(*args)
-        assert "Traceback" not in r.err, (args, r.err)
+        assert r.code == 0 and "Traceback" not in r.err, (args, r.code, r.err)
+        if args[0] == "status":
+            assert "pwned" in r.out + r.err, (args, r.out)   # the cohort's text is shown, escaped
         _assert_clean(r.out, r.err)
 
 
 def test_verify_messages_quoting_a_damaged_line_are_escaped(tmp_path, small_cohort, provider):
     guard = write_guard(tmp_path / "g.toml", f"{provider.url}/raw/v1")
     run = tmp_path / "run"
-    run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run))
+    r = run_cli("launch", "--no-preflight", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1",
+                "--run-dir", str(run))
+    assert r.code == 1 and "fatal provider error" in r.err, r.err
+    assert run_cli("verify", str(run)).code == 0   # intact before the edit below
     lines = (run / "raw.jsonl").read_text().splitlines(keepends=True)
     rec = json.loads(lines[0])
     rec["seq"] = "\x1b]0;pwned\x07"
