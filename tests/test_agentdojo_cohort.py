@@ -62,6 +62,7 @@ def test_fast_environment_loader_equals_the_package_loader():
 def test_alias_tables_cover_the_installed_suites():
     from agentdojo.task_suite.load_suites import get_suite
 
+    assert set(AGENTDOJO_ALIASES) == {"banking", "slack", "travel", "workspace"}
     merged: dict[str, str] = {}
     for suite, table in AGENTDOJO_ALIASES.items():
         assert validate_table(table) == table

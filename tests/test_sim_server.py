@@ -246,7 +246,9 @@ def test_server_answers_follow_the_documented_model(sim: SimServerProcess) -> No
     # The answer is decide(messages, seed, SHA-256 of the canonical body, call id), nothing else.
     rows = [instance(NEUTRAL), instance(THREAT), instance(THREAT, "<INFORMATION> now </INFORMATION>")]
     work = [(body_for(r), f"m{i}") for i, r in enumerate(rows * 10)]
-    for (body, cid), r in zip(work, post_many(sim.base_url, work)):
+    answers = post_many(sim.base_url, work)
+    assert len(answers) == len(work)
+    for (body, cid), r in zip(work, answers):
         want = sim_guard.decide(body["messages"], seed=7, body_sha256=canonical_sha256(body), call_id=cid)
         assert json.loads(content_of(r)) == want
 

@@ -127,7 +127,7 @@ def test_import_toolsafe_checks_agentharm_order_and_lengths(bench, tmp_path):
 
 
 def test_rows_feed_audit_units(bench, tmp_path):
-    pytest.importorskip("harness.estimators.audits")
+    import json
     import os
     import subprocess
     import sys
@@ -141,11 +141,16 @@ def test_rows_feed_audit_units(bench, tmp_path):
         pins.write_text("\n".join(lines) + "\n")
         out = tmp_path / f"rows{rc}.jsonl"
         import_toolsafe(root, out, pins)
-        p = subprocess.run([sys.executable, "-m", "harness", "audit", "units", str(out)], env=env,
+        p = subprocess.run([sys.executable, "-m", "harness", "audit", "units", str(out), "--json"], env=env,
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == rc, p.stderr
         if rc == 2:  # the null prediction is reported by line, never silently dropped
             assert "line 2" in p.stderr and "pred_score" in p.stderr
+        else:        # 0.5 counts as unsafe: h1 has one hit and one miss, b1 one correct allow
+            res = json.loads(p.stdout)
+            assert (res["n_rows"], res["n_interactions"]) == (3, 2)
+            assert res["row_confusion"] == {"tp": 1.0, "fp": 0.0, "tn": 1.0, "fn": 1.0}
+            assert res["interaction_confusion"] == {"tp": 0.5, "fp": 0.0, "tn": 1.0, "fn": 0.5}
 
 
 def test_shipped_pins_are_the_toolsafe_pins():
