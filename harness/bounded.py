@@ -5,6 +5,9 @@ loaded."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from harness.errors import InputError
 
@@ -20,3 +23,11 @@ def read_bounded(path: Path, limit: int, *, what: str) -> bytes:
     if len(data) > limit:
         raise InputError(f"larger than {limit} bytes: not {what}", path=path)
     return data
+
+
+def read_json(path: Path, limit: int, *, what: str) -> Any:
+    """`read_bounded`, parsed as JSON; InputError naming the path when it is not valid JSON."""
+    try:
+        return orjson.loads(read_bounded(path, limit, what=what))
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None

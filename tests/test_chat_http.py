@@ -10,6 +10,8 @@ from guards.config import GuardConfig
 from guards.errors import CallFailed, FatalError, TransientError
 from guards.prompts import load_prompt
 
+from app_server import start
+
 
 async def _serve(status: int, body: str, headers: dict[str, str] | None = None) -> tuple[web.AppRunner, str]:
     async def handler(request: web.Request) -> web.Response:
@@ -17,12 +19,8 @@ async def _serve(status: int, body: str, headers: dict[str, str] | None = None) 
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}/v1"
+    runner, url = await start(app)
+    return runner, f"{url}/v1"
 
 
 @pytest.mark.parametrize("status, body, error", [

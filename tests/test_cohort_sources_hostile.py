@@ -21,6 +21,17 @@ def _pin(root: Path, rel: str, data: object) -> str:
     return f"{len(b)} {hashlib.sha256(b).hexdigest()} {rel}"
 
 
+def _agentharm_logs(tmp_path: Path) -> tuple[Path, Path]:
+    """One AgentHarm TS-Guard log (a single prediction) and a pin file for it."""
+    logs = tmp_path / "logs"
+    base = "guardian_test_logs/agentharm/TS-Guard"
+    lines = [_pin(logs, f"{base}/preds.json", [1]), _pin(logs, f"{base}/labels.json", [1]),
+             _pin(logs, f"{base}/meta_data.json", [{"id-interaction": "h"}])]
+    pins = tmp_path / "pins.txt"
+    pins.write_text("\n".join(lines) + "\n")
+    return logs, pins
+
+
 def _rec(i: int, score: float = 0, **extra: object) -> dict[str, object]:
     return {"instruction": "task", "history": "h", "current_action": {"name": "send_money", "arguments": {}},
             "env_info": "tools", "score": score, "id-interaction": "1", "id-segment": i, **extra}
@@ -83,12 +94,7 @@ def test_tsbench_record_nested_too_deep_is_refused(tmp_path):
 
 def test_import_toolsafe_tsbench_check_without_its_pins_is_refused(tmp_path):
     """--tsbench needs the AgentHarm TS-Bench pins; a pin file without them is named (was KeyError)."""
-    logs = tmp_path / "logs"
-    base = "guardian_test_logs/agentharm/TS-Guard"
-    lines = [_pin(logs, f"{base}/preds.json", [1]), _pin(logs, f"{base}/labels.json", [1]),
-             _pin(logs, f"{base}/meta_data.json", [{"id-interaction": "h"}])]
-    pins = tmp_path / "pins.txt"
-    pins.write_text("\n".join(lines) + "\n")
+    logs, pins = _agentharm_logs(tmp_path)
     (tmp_path / "ts").mkdir()
     out = tmp_path / "rows.jsonl"
     r = run_cli("audit", "import-toolsafe", "--logs", str(logs), "--out", str(out), "--pins", str(pins),
@@ -100,12 +106,7 @@ def test_import_toolsafe_tsbench_check_without_its_pins_is_refused(tmp_path):
 def test_import_toolsafe_summary_is_escaped_and_out_folder_refused(tmp_path):
     """The summary names the --out file: DEL and C1 controls in it reach stdout escaped. An --out
     that is a folder is a usage error (exit 2), found before anything is read."""
-    logs = tmp_path / "logs"
-    base = "guardian_test_logs/agentharm/TS-Guard"
-    lines = [_pin(logs, f"{base}/preds.json", [1]), _pin(logs, f"{base}/labels.json", [1]),
-             _pin(logs, f"{base}/meta_data.json", [{"id-interaction": "h"}])]
-    pins = tmp_path / "pins.txt"
-    pins.write_text("\n".join(lines) + "\n")
+    logs, pins = _agentharm_logs(tmp_path)
     out = tmp_path / "rows\x7f\x9b.jsonl"
     r = run_cli("audit", "import-toolsafe", "--logs", str(logs), "--out", str(out), "--pins", str(pins))
     assert r.code == 0, r.err

@@ -22,6 +22,8 @@ from guards.prompts import load_prompt
 from harness.run.budget import reported_cost
 from harness.run.decide import decide
 
+from app_server import start
+
 CASES: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "fixtures" / "openrouter" / "conformance.json").read_text("utf-8"))["cases"]
 PROMPT = load_prompt("guardeval-json-v1")
@@ -42,13 +44,9 @@ async def replay() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/{case}/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await start(app)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         await runner.cleanup()
 

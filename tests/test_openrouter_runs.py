@@ -8,10 +8,10 @@ the simulator's generation-stats endpoint."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from guards.sim import SimServerProcess
 from harness.run.runner import plan_launch
 from harness.run.runtable import load_run_table
 
+from app_server import in_thread
 from conftest import DEMO_COHORT, REPO, cli_env, run_cli, write_guard
 
 KEY_ENV = {"GUARDEVAL_TEST_KEY": "sk-or-v1-test-key-for-the-simulator"}
@@ -210,53 +211,21 @@ def test_launch_runs_the_preflight_and_dry_run_reports_it(tmp_path, small_cohort
 
 
 class _Server:
-    """A plain aiohttp server of our own on 127.0.0.1 in a thread; `answer(request body)` is the reply."""
+    """A plain aiohttp server of our own on 127.0.0.1 (in a thread); `routes` maps a path to its handler."""
 
-    def __init__(self, routes: dict[str, Any]) -> None:
-        import asyncio
-
-        self.routes, self.url = routes, ""
-        self._loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        async def start() -> None:
-            app = web.Application()
-            for path, fn in routes.items():
-                app.router.add_route("*", path, fn)
-            self._runner = web.AppRunner(app)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-            ready.set()
-
-        def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(start())
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        assert ready.wait(10)
-
-    def close(self) -> None:
-        import asyncio
-
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+    def __init__(self, url: str) -> None:
+        self.url = url
 
 
 @pytest.fixture
 def plain_server() -> Iterator[Any]:
-    made: list[_Server] = []
-
-    def make(routes: dict[str, Any]) -> _Server:
-        made.append(_Server(routes))
-        return made[-1]
-    yield make
-    for s in made:
-        s.close()
+    with ExitStack() as stack:
+        def make(routes: dict[str, Any]) -> _Server:
+            app = web.Application()
+            for path, fn in routes.items():
+                app.router.add_route("*", path, fn)
+            return _Server(stack.enter_context(in_thread(app)))
+        yield make
 
 
 def test_preflight_refuses_a_provider_name_it_cannot_match(plain_server):

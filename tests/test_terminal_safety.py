@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from aiohttp import web
 from harness.cohorts.model import instance_hash, load_cohort, write_cohort
 from harness.terminal import safe, safe_json
 
+from app_server import in_thread
 from conftest import run_cli, write_guard
 
 # Clear screen, set the window title, write the clipboard (OSC 52), return to column 0 and
@@ -46,48 +45,28 @@ class _Provider:
     `HOSTILE` (a fatal error: the run stops and prints the message): under `/json/v1` as a JSON
     error message (escaped on the wire), under `/raw/v1` as raw bytes in a plain-text body."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.url = ""
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+    def __init__(self, url: str) -> None:
+        self.url = url
 
-    async def _json(self, request: web.Request) -> web.Response:
-        body = json.dumps({"error": {"message": HOSTILE, "code": 401}})
-        return web.Response(status=401, text=body, content_type="application/json")
+    @staticmethod
+    def app() -> web.Application:
+        async def as_json(request: web.Request) -> web.Response:
+            body = json.dumps({"error": {"message": HOSTILE, "code": 401}})
+            return web.Response(status=401, text=body, content_type="application/json")
 
-    async def _raw(self, request: web.Request) -> web.Response:
-        return web.Response(status=401, body=HOSTILE.replace("\ud800", "").encode(), content_type="text/plain")
+        async def as_raw(request: web.Request) -> web.Response:
+            return web.Response(status=401, body=HOSTILE.replace("\ud800", "").encode(), content_type="text/plain")
 
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
         app = web.Application()
-        app.router.add_post("/json/v1/chat/completions", self._json)
-        app.router.add_post("/raw/v1/chat/completions", self._raw)
-        self._runner = web.AppRunner(app)
-        self.loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
-        self._ready.set()
-        self.loop.run_forever()
-
-    def __enter__(self) -> _Provider:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
+        app.router.add_post("/json/v1/chat/completions", as_json)
+        app.router.add_post("/raw/v1/chat/completions", as_raw)
+        return app
 
 
 @pytest.fixture
 def provider() -> Iterator[_Provider]:
-    with _Provider() as p:
-        yield p
+    with in_thread(_Provider.app()) as url:
+        yield _Provider(url)
 
 
 def _hostile_cohort(src: Path, out: Path, *, drop_one: bool = False, break_invariance: bool = False) -> Path:

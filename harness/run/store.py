@@ -29,7 +29,7 @@ import orjson
 from guards.base import valid_cost
 from guards.config import GuardConfig, config_from_manifest
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
-from harness.bounded import read_bounded
+from harness.bounded import read_json
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING, RowLimits, widest
 from harness.errors import CheckFailed, InputError, RunLocked, WriteFailed
@@ -298,10 +298,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / MANIFEST
     if not path.is_file():
         raise InputError("not a run folder (no manifest.json)", path=run_dir)
-    try:
-        manifest = orjson.loads(read_bounded(path, MAX_MANIFEST_BYTES, what="a run manifest"))
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    manifest = read_json(path, MAX_MANIFEST_BYTES, what="a run manifest")
     if not isinstance(manifest, dict):
         raise InputError("not a JSON object", path=path)
     for name, kind in _MANIFEST_FIELDS.items():

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from harness.bounded import read_bounded
+from harness.bounded import read_json
 from harness.canon import canonical_bytes
 from harness.errors import InputError
 from harness.estimators import sections as S
@@ -344,10 +344,7 @@ def read_report(run: Path) -> dict[str, Any]:
     path = run / "report.json"
     if not path.is_file():
         raise InputError("no report.json: run `guardeval estimate RUN` first", path=run)
-    try:
-        report = orjson.loads(read_bounded(path, MAX_REPORT_BYTES, what="a guardeval report"))
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    report = read_json(path, MAX_REPORT_BYTES, what="a guardeval report")
     if not isinstance(report, dict) or not isinstance(report.get("contrasts"), list):
         raise InputError("not a guardeval report (no contrasts)", path=path)
     return report
