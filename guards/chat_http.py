@@ -28,6 +28,7 @@ from guards.body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_capp
 from guards.chat_body import chat_body
 from guards.config import GuardConfig
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.invalid_request import invalid_request
 from guards.openrouter import errors as openrouter_errors
 from guards.openrouter.errors import CONTEXT_RE, TRANSIENT_STATUS, message_of
 from guards.prompts import Prompt
@@ -186,12 +187,20 @@ class ChatCompletionsGuard(Guard):
         message = f"HTTP {status}: {message_of(text)}"
         if status == 413:
             return CallFailed("request_too_large", message, reply)
-        if status in TRANSIENT_STATUS or status >= 500:
-            return TransientError(f"http_{status}", message, reply, retry_after=retry_after)
         if status == 400 and CONTEXT_RE.search(text[:4096]):
             # vLLM and llama.cpp answer 400 for a prompt longer than the context: a failure of
             # this call (as with the mlx back-end), not a configuration error.
             return CallFailed("context_overflow", message, reply)
+        if status not in (408, 409, 425, 429) and (reason := invalid_request(text, server_error=status >= 500)):
+            # The server read the request and says it is invalid: the same body gets the same
+            # answer, so this is a configuration error, not an outage (stop, resumable).
+            hint = (" (the server does not take this structured-output shape: `guardeval preflight --guard FILE` "
+                    "names one it does; structured_output = \"auto\" lets the preflight choose)"
+                    if "response_format" in reason else "")
+            return FatalError("invalid_request", f"the server rejected the request as invalid (HTTP {status}): "
+                              f"{reason}{hint}", reply)
+        if status in TRANSIENT_STATUS or status >= 500:
+            return TransientError(f"http_{status}", message, reply, retry_after=retry_after)
         return FatalError(f"http_{status}", message, reply)
 
     def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:

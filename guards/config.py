@@ -28,6 +28,12 @@ PRESETS = Path(__file__).resolve().parent / "presets"
 # (docs/design.md §7). 16 calls in flight then hold at most 64 MiB of bodies.
 DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
 DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compatible": "http://127.0.0.1:8000/v1"}
+# How a chat back-end asks for the prompt's output schema (`structured_output`):
+#   json_schema  {"type": "json_schema", "json_schema": SCHEMA}  (OpenAI, OpenRouter, vLLM)
+#   json_object  {"type": "json_object", "schema": SCHEMA}       (llama-cpp-python's server: a grammar)
+#   none         no response_format: free decoding
+#   auto         openai-compatible only: the preflight probes the server and records what it accepts
+DIALECTS = ("json_schema", "json_object", "none", "auto")
 
 # field -> (accepted python types, required)
 _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -45,7 +51,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "concurrency": ((int,), False),
     "price_in_per_mtok": ((int, float), False),
     "price_out_per_mtok": ((int, float), False),
-    "structured_output": ((bool,), False),
+    "structured_output": ((bool, str), False),
     "retry_initial_s": ((int, float), False),
     "retry_max_s": ((int, float), False),
     "context_tokens": ((int,), False),
@@ -74,13 +80,29 @@ class GuardConfig:
     concurrency: int | None = None
     price_in_per_mtok: float | None = None
     price_out_per_mtok: float | None = None
-    structured_output: bool = True
+    # A dialect (DIALECTS); true/false in a file or a constructor mean the back-end's default / "none".
+    structured_output: str | bool = True
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
     context_tokens: int | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
     source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        # One spelling on the object (and in the manifest): the dialect's name.
+        if isinstance(self.structured_output, bool):
+            object.__setattr__(self, "structured_output", default_dialect(self.backend, self.structured_output))
+
+    @property
+    def dialect(self) -> str:
+        """The structured-output dialect sent; `auto` (not yet probed) sends the OpenAI shape."""
+        value = str(self.structured_output)
+        return "json_schema" if value == "auto" else value
+
+    def with_dialect(self, dialect: str) -> GuardConfig:
+        """The config with `structured_output` resolved (the preflight's finding)."""
+        return GuardConfig(**{**self.to_manifest(), "structured_output": dialect, "source": self.source})
 
     def to_manifest(self) -> dict[str, Any]:
         """The config as recorded in a run manifest: no secrets (only the variable's name)."""
@@ -150,6 +172,14 @@ class GuardConfig:
         """The first allowed provider (for display)."""
         allowed = self.allowed_providers
         return allowed[0] if allowed else None
+
+
+def default_dialect(backend: str, on: bool) -> str:
+    """`structured_output = true` (the default) / `false` as a dialect: found out by the
+    preflight for an OpenAI-compatible server (they differ), OpenAI's shape elsewhere."""
+    if not on:
+        return "none"
+    return "auto" if backend == "openai-compatible" else "json_schema"
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -314,6 +344,9 @@ def config_from_manifest(data: Any, path: Path) -> GuardConfig:
     # Unset optional fields are recorded as null.
     data = {k: v for k, v in data.items() if v is not None}
     _check_config(data, path, fail)
+    if data.get("structured_output") is True:
+        # Recorded before dialects existed: what was sent then was OpenAI's json_schema shape.
+        data["structured_output"] = "json_schema"
     return GuardConfig(**_floats(data))
 
 
@@ -378,11 +411,24 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
             # (An int is compared exactly: no float conversion, which overflows past 1e308.)
             if (isinstance(v, float) and not math.isfinite(v)) or not lo <= v <= hi:
                 raise fail(f"must be a finite number from {_num(lo)} to {_num(hi)}", key)
+    if isinstance(data.get("structured_output"), str):
+        _check_dialect(data, fail)
     if "base_url" in data and (problem := base_url_problem(data["base_url"])) is not None:
         raise fail(problem, "base_url")
     if "api_key_env" in data and looks_like_token(data["api_key_env"]):
         # Probably a pasted key: refuse without echoing it.
         raise fail("must be the NAME of an environment variable (is a key pasted here?)", "api_key_env")
+
+
+def _check_dialect(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
+    value, backend = data["structured_output"], data["backend"]
+    if value not in DIALECTS:
+        raise fail(f"expected true, false or one of {', '.join(DIALECTS)}", "structured_output")
+    if value == "auto" and backend != "openai-compatible":
+        raise fail("'auto' (probed by the preflight) applies to the openai-compatible backend only",
+                   "structured_output")
+    if value == "json_object" and backend == "mlx":
+        raise fail("the mlx backend constrains decoding itself: use true (json_schema) or false", "structured_output")
 
 
 def _num(x: float) -> str:

@@ -249,3 +249,47 @@ def test_ctrl_c_on_an_mlx_run_stops_promptly_and_leaves_it_resumable(
     assert run_cli("verify", str(run)).code == 0
     decided = jsonl(run / "decisions.jsonl") if (run / "decisions.jsonl").stat().st_size else []
     assert len(decided) < 10                  # the cancelled call is left for `resume`
+
+
+def test_ctrl_c_during_a_long_prefill_returns_within_seconds(
+        tmp_path: Path, prompts_root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # mlx's CPU path prefills a long prompt for many seconds before the first token (SmolLM2 on
+    # a demo prompt: minutes); a stop checked only between generated tokens waited for all of it.
+    from harness.cohorts.model import Condition, instance_hash, write_cohort
+
+    chatty = tiny_model_dir(tmp_path_factory.mktemp("tiny-models"), "chatty")
+    words = "user request agent tool call history send email transfer money file read write delete".split()
+    rows = []
+    for cond, role in (("original", "baseline"), ("placebo", "intervention")):
+        row = {"base_id": "long", "interaction_id": "long", "domain": "d", "label": 0, "label_score": 0.0,
+               "tool": "t", "condition": cond, "role": role,
+               "user_request": " ".join(words[(i * 7) % len(words)] for i in range(6000)),  # ~6,000 tokens
+               "history": [], "current_action": {"name": "t", "arguments": {}}, "tool_descriptions": []}
+        row["instance_sha256"] = instance_hash(row)
+        rows.append(row)
+    cohort = write_cohort(tmp_path / "cohort", name="long", version="1", description="one long step",
+                          conditions=[Condition("original", "baseline", "as written", ("content",)),
+                                      Condition("placebo", "intervention", "same", ("content",))], rows=rows)
+    guard = mlx_guard(tmp_path / "long.toml", chatty, "short-v1", 4)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", str(cohort), "--guard",
+                             str(guard), "--reps", "1", "--run-dir", str(run), "--no-progress"],
+                            cwd=REPO, env=cli_env({"GUARDEVAL_PROMPTS": str(prompts_root)}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().startswith("run: ")
+        time.sleep(4.0)  # model loaded, the first call's prompt prefilling (~13 s in mlx-lm's 2048-token steps)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "interrupted" in err and "resume" in err, err
+    assert elapsed < 3, elapsed     # one prefill step, not the rest of the prompt
+    assert run_cli("verify", str(run)).code == 0
+    decided = jsonl(run / "decisions.jsonl") if (run / "decisions.jsonl").exists() else []
+    assert len(decided) < 2         # the interrupted call is not decided: `resume` sends it
+    r = run_cli("status", str(run), "--json")
+    assert json.loads(r.out)["pending"] >= 1

@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
     p.add_argument("run", metavar="RUN", help=RUN_HELP + " whose schedule to replicate")
     p.add_argument("--guard", required=True, help="guard config (TOML) of the other guard")
     p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
-    _dispatch_options(p, max_calls=False)
+    _dispatch_options(p)
     preflight.add_option(p)
     row_limit_options(p)
     p.set_defaults(func=cmd_replicate)
@@ -215,11 +215,11 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     _warn_if_plain_http(plan.config.effective_base_url)
     check_new_run_dir(run_dir)
     require_key(plan.config, plan.config.source)   # before the preflight, which would send it
-    if not preflight.check_plan(plan, args, max_calls=None, out=sys.stderr):
+    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
         raise preflight.refuse(plan)
     materialise(plan, run_dir)
     print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url)
+    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 STATE_TEXT = {

@@ -124,6 +124,10 @@ class _Wait:
         return self.delay(state.attempt_number + self.offset, exc)
 
 
+# Stop reasons of the circuit breaker: calls in flight and pending stay pending for `resume`.
+CIRCUIT_OPEN = frozenset({"unreachable", "server_errors"})
+
+
 class _CircuitOpen(Exception):
     """Raised inside a call when the breaker has opened: end the call without a decision."""
 
@@ -148,6 +152,7 @@ class Dispatcher:
         self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._unreachable_streak = 0
+        self._streak_answered = 0   # attempts of the streak that got an HTTP answer (a 5xx)
         self._unreachable_limit = max(10, 2 * options.concurrency)
         # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
         self._control = RateController(max(1, options.concurrency))
@@ -300,7 +305,7 @@ class Dispatcher:
                 self.result.fatal_message = str(exc)
 
     async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
-        if self._stop == "unreachable":
+        if self._stop in CIRCUIT_OPEN:
             raise _CircuitOpen()
         await self._spacer.wait()
         await self._pass_gate()
@@ -316,12 +321,12 @@ class Dispatcher:
                 self._on_rate_limited(t0, exc.retry_after)
             # While the provider looks down, a call's last failure is not final: it stays pending
             # for `resume` instead of being written off as `exhausted`.
-            final = last and self._stop != "unreachable"
+            final = last and self._stop not in CIRCUIT_OPEN
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient",
                                final=final, exc=exc)
             if final:
                 self._finish(rec)
-            elif self._stop == "unreachable":
+            elif self._stop in CIRCUIT_OPEN:
                 raise _CircuitOpen() from None
             elif self.progress is not None:
                 self.progress.retry()
@@ -335,7 +340,7 @@ class Dispatcher:
                                final=True, exc=exc)
             self._finish(rec)
             return
-        self._unreachable_streak = 0
+        self._unreachable_streak = self._streak_answered = 0
         self._answered(t0)
         if not last and _empty_answer(reply) and call_id not in self._empty_retried:
             # Documented: a provider warming up may answer with no content. Retried once; a
@@ -391,15 +396,24 @@ class Dispatcher:
         self.result.background_429 = control.background
 
     def _note_unreachable(self, exc: TransientError) -> None:
-        """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""
-        if exc.error_class in ("connection", "timeout") or exc.error_class.startswith("http_5"):
+        """Circuit breaker: many failed attempts in a row, no usable answer between, means an
+        outage. It is called `unreachable` only when none of them got an HTTP answer; a streak
+        with server errors in it (5xx answers) is `server_errors`, and the message says so."""
+        answered = exc.error_class.startswith("http_5")
+        if exc.error_class in ("connection", "timeout") or answered:
             self._unreachable_streak += 1
-            if self._unreachable_streak >= self._unreachable_limit and self._stop != "unreachable":
-                self._stop = self.result.stop_reason = "unreachable"
-                self.result.fatal_message = (f"{self._unreachable_streak} attempts in a row failed with no answer "
-                                             f"in between; last: {exc}")
+            self._streak_answered += answered
+            if self._unreachable_streak >= self._unreachable_limit and self._stop not in CIRCUIT_OPEN:
+                n, k = self._unreachable_streak, self._streak_answered
+                if k:
+                    self._stop = self.result.stop_reason = "server_errors"
+                    self.result.fatal_message = (f"{n} attempts in a row failed, {k} of them answered with a server "
+                                                 f"error; last: {exc}")
+                else:
+                    self._stop = self.result.stop_reason = "unreachable"
+                    self.result.fatal_message = (f"{n} attempts in a row got no answer; last: {exc}")
         else:
-            self._unreachable_streak = 0
+            self._unreachable_streak = self._streak_answered = 0
 
     def _record(self, call_id: str, body: dict[str, Any], request_sha: str, *, started: str, t0: float,
                 outcome: str, final: bool, reply: Reply | None = None, exc: AttemptError | None = None,

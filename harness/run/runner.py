@@ -103,6 +103,18 @@ class Plan:
         share = self.prompt_tokens_est * calls // self.n_calls if self.n_calls else 0
         return Workload(body=body, calls=calls, prompt_tokens=share, longest_prompt_tokens=longest, max_cost=max_cost)
 
+    def use_config(self, config: GuardConfig) -> None:
+        """Adopt the guard config the preflight settled (`structured_output = "auto"` resolved):
+        the manifest records it, and every instance is rendered again with it."""
+        rendered = bool(self.requests)
+        self.config = config
+        self.manifest.update(guard=config.to_manifest(), guard_sha256=config.sha256)
+        self.requests.clear()
+        self.prompt_tokens_est = 0
+        self.__dict__.pop("_render", None)   # the cached renderer of the old config
+        if rendered:
+            self.render_instances()
+
     def render_instances(self) -> None:
         """Render every instance once (repetitions share a body), in file order, keeping each
         one's request hash and rough size; a no-op once done."""
@@ -562,6 +574,9 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "unreachable":
         raise RunStopped(f"stopped: the provider looks unreachable ({said}); calls left pending. "
                          f"When it is back, {hint}")
+    if r.stop_reason == "server_errors":
+        raise RunStopped(f"stopped: the server kept answering with errors ({said}); calls left pending. "
+                         f"Check the server (its log says why), then {hint}")
     if r.stop_reason == "budget":
         raise RunStopped(f"stopped: --max-cost reached. {hint}")
     if r.stop_reason and r.stop_reason.startswith("signal"):
