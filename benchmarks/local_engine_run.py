@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,10 @@ def summarise(run: Path, wall_s: float) -> dict[str, Any]:
     prompt = sum(u.get("prompt_tokens", 0) for u in usage)
     gen = sum(u.get("completion_tokens", 0) for u in usage)
     in_attempts = sum(a["latency_s"] for a in raw)
+    # Between one attempt's end and the next one's start (one call in flight): the harness's own
+    # time per call once the session runs (writing the log, parsing, scheduling).
+    stamps = [(_t(a["started"]), _t(a["finished"])) for a in raw]
+    gaps = [b[0] - a[1] for a, b in zip(stamps, stamps[1:])]
     return {"calls": len(decisions), "attempts": len(raw), "wall_s": round(wall_s, 1),
             "calls_per_s": round(len(decisions) / wall_s, 4) if wall_s else None,
             "statuses": dict(statuses),
@@ -84,7 +89,13 @@ def summarise(run: Path, wall_s: float) -> dict[str, Any]:
             "completion_tokens_per_call": round(gen / len(final), 1) if final else None,
             "latency_s_median": round(statistics.median(a["latency_s"] for a in final), 3) if final else None,
             "attempts_s": round(in_attempts, 3),
+            "between_attempts_ms_median": round(statistics.median(gaps) * 1000, 1) if gaps else None,
+            "between_attempts_ms_mean": round(statistics.fmean(gaps) * 1000, 1) if gaps else None,
             "answers": dict(Counter(a.get("content") for a in final).most_common(3))}
+
+
+def _t(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def engine_overhead(run: Path, log: Path, start: int) -> dict[str, Any]:
@@ -157,7 +168,8 @@ def main() -> int:
     llama["outside_attempts_ms_per_call"] = round((wall - llama["attempts_s"]) / max(1, llama["calls"]) * 1000, 1)
     llama["dialect"] = json.loads((run / "manifest.json").read_text())["guard"]["structured_output"]
     llama["verify_exit"] = cli("verify", str(run), env=env).returncode
-    est = cli("estimate", str(run), "--allow-unpublishable", env=env)
+    partial = ["--allow-partial"] if args.calls < 960 else []
+    est = cli("estimate", str(run), "--allow-unpublishable", *partial, env=env)
     llama["estimate_exit"] = est.returncode
     out["llamacpp"] = llama
     out["estimate_table"] = est.stdout if est.returncode == 0 else est.stderr[-2000:]

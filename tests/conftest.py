@@ -254,8 +254,9 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with serving() as (base_url, _):
         guard = write_guard(root / "guard.toml", f"{base_url}/markup/v1", backend="openai-compatible", provider=None,
                             api_key_env=None, name="hostile-guard", model="hostile/model")
+        # --no-preflight: this server speaks markup, not an OpenAI-compatible model listing.
         r = run_cli("launch", "--cohort", str(cohort), "--guard", str(guard), "--reps", "2", "--seed", "5",
-                    "--run-dir", str(run), "--no-progress")
+                    "--run-dir", str(run), "--no-progress", "--no-preflight")
         assert r.code == 0, r.err
     r = run_cli("estimate", str(run), "--bootstrap", "200")
     assert r.code == 0, r.err
