@@ -16,13 +16,13 @@ from aiohttp import web
 
 from guards.chat_http import OpenAICompatibleGuard
 from guards.config import GuardConfig
-from guards.errors import FatalError, TransientError
+from guards.errors import FatalError
 from guards.invalid_request import MAX_REASON, invalid_request
 from guards.prompts import load_prompt
+from tests.short_cohort import write_short_cohort
 
 from app_server import in_thread, start
 from conftest import run_cli
-from short_cohort import write_short_cohort
 
 # llama-cpp-python's answer to `response_format: {type: json_schema}`: HTTP 500, pydantic's
 # validation error, then a traceback after a blank line.
