@@ -267,3 +267,19 @@ def test_server_errors_are_not_called_unreachable(tmp_path: Path, cohort: Path) 
     assert r.code == 1, r.err
     assert "kept answering with errors" in r.err and "HTTP 503" in r.err and "unreachable" not in r.err
     assert json.loads(run_cli("status", str(run), "--json").out)["decided"] == 0   # left pending
+
+
+def test_a_quoted_reason_is_redacted_and_escaped(tmp_path: Path, cohort: Path) -> None:
+    key = "local-secret-key-0123456789abcdef"
+    hostile = json.dumps({"error": {"message": f"1 validation error: response_format \x1b[2J\x1b]0;pwned\x07 {key}",
+                                    "type": "internal_server_error"}})
+    server = FakeLlama(always=(500, hostile))
+    with in_thread(server.app()) as url:
+        run = tmp_path / "run"
+        g = guard_file(tmp_path / "g.toml", f"{url}/v1", structured_output="json_object", api_key_env="LOCAL_KEY")
+        r = run_cli("launch", "--cohort", str(cohort), "--guard", str(g), "--reps", "1", "--run-dir", str(run),
+                    "--no-progress", "--no-preflight", "--concurrency", "1", env={"LOCAL_KEY": key})
+    assert r.code == 1 and "rejected the request as invalid" in r.err, r.err
+    assert "\x1b" not in r.err and "\x07" not in r.err and key not in r.err
+    assert key not in (run / "raw.jsonl").read_text()
+    assert len(server.bodies) == 1
