@@ -31,7 +31,12 @@ _PERF = re.compile(r"llama_perf_context_print:\s+(prompt eval|eval|total) time =
 
 
 def llama_cpp_available() -> bool:
-    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+    """llama_cpp imports (its native library loads) and the server's dependencies are there."""
+    try:
+        import llama_cpp  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return all(importlib.util.find_spec(m) is not None for m in ("uvicorn", "fastapi", "sse_starlette"))
 
 
 def skip_reason() -> str:
