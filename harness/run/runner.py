@@ -27,7 +27,7 @@ from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
-from harness.run.budget import Prices, Unpriced
+from harness.run.budget import Prices, Unpriced, projected_cost
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
@@ -88,7 +88,7 @@ class Plan:
         tout = calls * cfg.max_tokens
         cost = None
         if cfg.price_in_per_mtok is not None and cfg.price_out_per_mtok is not None:
-            cost = tin / 1e6 * cfg.price_in_per_mtok + tout / 1e6 * cfg.price_out_per_mtok
+            cost = projected_cost(tin, tout, cfg.price_in_per_mtok, cfg.price_out_per_mtok)
         return {"calls": calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
                 "cost_usd_upper_est": cost}
 
@@ -265,6 +265,18 @@ def load_run_cohort(run_dir: Path, manifest: dict[str, Any], row_limits: RowLimi
     if cohort.sha256 != manifest["cohort"]["sha256"]:
         raise InputError("cohort copy does not match the manifest", path=run_dir / COHORT_DIR / "cohort.json")
     return cohort
+
+
+def run_prompt_tokens(run_dir: Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[GuardConfig, int, int]:
+    """(guard config, rough prompt tokens of one call of every instance summed, bases) of a run,
+    rendered from its cohort copy with its config and prompt as `launch --dry-run` counts them."""
+    manifest = read_manifest(run_dir)
+    config = run_config(run_dir, manifest)
+    prompt = load_run_prompt(run_dir, manifest)
+    cohort = load_run_cohort(run_dir, manifest, row_limits)
+    render = make_renderer(config, prompt)
+    total = sum(_render_request(render, inst)[1] for inst in cohort.iter_instances())
+    return config, total, len(cohort.base_ids)
 
 
 def require_key(config: GuardConfig, where: str | Path | None = None) -> None:
