@@ -19,6 +19,7 @@ from harness.estimators.power import mde
 from conftest import cli_env, run_cli, write_guard
 
 MODEL = TwoPoint(q=0.4, theta=0.1, a=0.1, b=0.15)
+WIDE = TwoPoint(q=0.4, theta=0.1, a=0.15, b=0.2)   # between-base variance half the pilot's total
 
 
 def _sizes(per_domain: int, pattern: tuple[int, ...] = (1, 2, 3, 2), domains: int = 4) -> list[list[int]]:
@@ -100,8 +101,8 @@ def test_predicted_se_of_the_pilot_design_is_the_bootstrap_se_of_estimate() -> N
     effect over estimate's bootstrap replicates (20,000: Monte-Carlo error of an SD ≈ 0.5%)
     within 3%, and the half-width of estimate's 95% interval / 1.96 within 10% (a percentile
     interval of a near-normal replicate distribution)."""
-    sizes = _sizes(30)
-    rows = synthetic_rows(MODEL, sizes, 3, seed=2)
+    sizes = _sizes(12)   # 12 interactions per domain, about the demo's 11: the rescaling matters (√(12/11))
+    rows = synthetic_rows(WIDE, sizes, 3, seed=2)
     plan = plan_rows(rows, bases=[sum(sum(s) for s in sizes)], reps=[3])
     comp = next(c for c in plan["components"] if c["quantity"] == "corrected")
     assert "between" not in comp["truncated"]   # (a cap on the split would not change the sum)
@@ -274,3 +275,12 @@ def test_cli_run_that_does_not_verify_exit_2(pilot_run: tuple[Path, Path], tmp_p
 def test_cli_needs_exactly_one_input(tmp_path: Path) -> None:
     r = run_cli("plan")
     assert r.code == 2 and "either a pilot run folder or --table" in r.err
+
+
+def test_without_a_placebo_the_target_uses_delta() -> None:
+    rows = [r for r in synthetic_rows(MODEL, _sizes(10), 2, seed=6) if r["condition"] != "format_placebo"]
+    plan = plan_rows(rows, bases=[40], reps=[2], target_mde=0.5)
+    assert plan["placebo"] is None and plan["headline"] == "delta"
+    assert {c["quantity"] for c in plan["components"]} == {"delta"}
+    assert plan["target"]["quantity"] == "delta" and plan["target"]["reached"]
+    assert any("no placebo" in n for n in plan["notes"])
