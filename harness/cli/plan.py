@@ -47,8 +47,8 @@ def register(sub: Any) -> None:
                        description="From a pilot's decisions, the variance components of each effect (between "
                                    "interactions, between bases within one, between repetitions of a base) and, "
                                    "for each design of bases x repetitions, the predicted standard error, minimum "
-                                   "detectable effect (80%% power, two-sided 0.05 and the Holm first-step level), "
-                                   "calls and projected cost (docs/estimators.md, Planning a design).")
+                                   "detectable effect (80% power, two-sided 0.05 and the Holm first-step level), "
+                                   "calls and projected cost (docs/estimators.md, plan).")
     p.add_argument("run", nargs="?", metavar="RUN", help="pilot run folder (the one holding manifest.json)")
     p.add_argument("--table", metavar="FILE", help="a JSONL decision table instead of a run (no cost: a table "
                                                    "carries no guard config)")
