@@ -133,19 +133,97 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
     return result
 
 
-def _g(x: float | None, digits: int = 3) -> str:
-    return "—" if x is None else f"{x:.{digits}f}"
+def _table(title: str | None = None) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False, title=title)
 
 
-def _var(x: float | None) -> str:
-    return "—" if x is None else f"{x:.5f}"
+def _numbers(table: Any, names: list[str], cells: list[list[str]]) -> None:
+    """Right-aligned columns as wide as their widest cell (numbers never wrap; headers fold)."""
+    for j, name in enumerate(names):
+        w = max([len(name), *(len(r[j]) for r in cells)])
+        table.add_column(name, justify="right", no_wrap=True, min_width=w, max_width=max(w, 1))
+
+
+def _components_tables(result: Mapping[str, Any], quantity: str, width: int) -> list[Any]:
+    """One table of components per kind of effect; split by columns when it is wider than `width`."""
+    from rich.text import Text
+
+    comps = [c for c in result["components"] if c["quantity"] == quantity]
+    rows = []
+    for c in comps:
+        between = c["cluster_factor"] * c["between_interactions"] + (c["between_bases"] or 0.0)
+        noise = c["within_base"] / result["pilot"]["reps"]
+        share = noise / (between + noise) if between + noise > 0 else None
+        rows.append([f"{c['estimate']:+.3f}", f"{c['pilot_se']:.3f}", f"{c['between_interactions']:.4f}",
+                     "—" if c["between_bases"] is None else f"{c['between_bases']:.4f}", f"{c['within_base']:.4f}",
+                     f"{c['cluster_factor']:.2f}", "—" if share is None else f"{share:.0%}"])
+    names = [safe(c["condition"]) for c in comps]
+    numbers = ["est.", "SE", "σ²_G", "σ²_B", "σ²_W", "κ", "reps"]
+    widths = [max([len(h), *(len(r[j]) for r in rows)]) + 2 for j, h in enumerate(numbers)]
+    name_w = min(max(map(len, names), default=9), max(9, width // 4))
+    chunks: list[list[int]] = [[]]
+    used = name_w + 2
+    for j, w in enumerate(widths):
+        if chunks[-1] and used + w > width:
+            chunks.append([])
+            used = name_w + 2
+        chunks[-1].append(j)
+        used += w
+    ref = "placebo" if quantity == "corrected" else "baseline"
+    title = f"{'corrected effects' if quantity == 'corrected' else 'Δ'} (vs the {ref}): variance components"
+    tables = []
+    for k, cols in enumerate(chunks):
+        table = _table(title if k == 0 else None)
+        table.add_column("condition", overflow="fold", width=name_w)
+        _numbers(table, [numbers[j] for j in cols], [[r[j] for j in cols] for r in rows])
+        for name, r in zip(names, rows):
+            table.add_row(Text(name), *(Text(r[j]) for j in cols))
+        tables.append(table)
+    return tables
+
+
+def _design_tables(result: Mapping[str, Any], width: int) -> list[Any]:
+    """The grid; with many effects, several tables of as many effect columns as fit."""
+    from rich.text import Text
+
+    head = result["headline"]
+    chosen = (result.get("target") or {}).get("design")
+    base_rows, effect_cells = [], []
+    for d in result["designs"]:
+        mark = ""
+        if chosen and (d["bases"], d["reps"]) == (chosen["bases"], chosen["reps"]):
+            mark = "←"
+        elif d["pilot"]:
+            mark = "*"
+        cost = d["cost_usd_upper_est"]
+        base_rows.append([str(d["bases"]), str(d["reps"]), str(d["calls"]), "—" if cost is None else f"${cost:.2f}",
+                          mark])
+        effect_cells.append([f"{e['mde']:.3f}/{e['mde_holm']:.3f}" for e in d["effects"] if e["quantity"] == head])
+    names = [safe(e["condition"]) for e in (result["designs"][0]["effects"] if result["designs"] else [])
+             if e["quantity"] == head]
+    fixed = sum(max([len(h), *(len(r[j]) for r in base_rows)]) + 2 for j, h in enumerate(("bases", "reps", "calls", "cost"))) + 3
+    per = 13   # "0.232/0.268" and its padding
+    fit = max(1, (width - fixed) // per)
+    tables = []
+    for start in range(0, max(1, len(names)), fit):
+        table = _table()
+        _numbers(table, ["bases", "reps", "calls", "cost"], [r[:4] for r in base_rows])
+        table.add_column("", no_wrap=True, width=1)
+        for name in names[start:start + fit]:
+            table.add_column(name, justify="right", overflow="fold", min_width=11)
+        for r, cells in zip(base_rows, effect_cells):
+            table.add_row(*(Text(x) for x in r), *(Text(x) for x in cells[start:start + fit]))
+        tables.append(table)
+    return tables
 
 
 def plan_text(result: Mapping[str, Any], width: int | None = None) -> str:
-    """The components and the design grid for a terminal, fitted to `width` columns."""
-    from rich import box
+    """The components and the design grid for a terminal, fitted to `width` columns (as the
+    effects table of `estimate` is); `--json` has every number."""
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     from harness.estimators.report import terminal_width
@@ -153,58 +231,30 @@ def plan_text(result: Mapping[str, Any], width: int | None = None) -> str:
     width = width or terminal_width()
     pilot = result["pilot"]
     head = result["headline"]
-    lines = [f"pilot: {pilot['bases']} bases in {pilot['interactions']} interactions, {pilot['domains']} domains; "
-             f"{len(result['conditions'])} conditions; {pilot['reps']} repetitions; baseline "
-             f"{safe(result['baseline'])}, placebo {safe(result['placebo'] or 'none')}; "
-             f"failure rule {result['failure_rule']}"]
-
-    comp = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
-                 title="variance components (proportions squared; σ²_W per call)")
-    for name, just in (("condition", "left"), ("vs", "left"), ("estimate", "right"), ("pilot SE", "right"), ("σ²_G", "right"),
-                       ("σ²_B", "right"), ("σ²_W", "right"), ("κ", "right"), ("reps share", "right")):
-        comp.add_column(name, justify=just, overflow="fold")  # type: ignore[arg-type]
-    for c in result["components"]:
-        between = c["cluster_factor"] * c["between_interactions"] + (c["between_bases"] or 0.0)
-        noise = c["within_base"] / pilot["reps"]
-        share = noise / (between + noise) if between + noise > 0 else None
-        vs = "placebo" if c["quantity"] == "corrected" else "baseline"
-        comp.add_row(Text(safe(c["condition"])), Text(vs), Text(f"{c['estimate']:+.3f}"), Text(_g(c["pilot_se"])),
-                     Text(_var(c["between_interactions"])), Text(_var(c["between_bases"])),
-                     Text(_var(c["within_base"])), Text(f"{c['cluster_factor']:.2f}"),
-                     Text("—" if share is None else f"{share:.0%}"))
-
     m = result["holm_m"][head]
-    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
-                 title=f"designs: MDE at 80% power, two-sided α = 0.05 · Holm first step α/{m}")
-    for name in ("bases", "reps", "calls", "cost"):
-        grid.add_column(name, justify="right", overflow="fold")
-    effects = [e for e in result["designs"][0]["effects"] if e["quantity"] == head] if result["designs"] else []
-    for e in effects:
-        grid.add_column(safe(e["condition"]), justify="right", overflow="fold")
-    chosen = (result.get("target") or {}).get("design")
-    for d in result["designs"]:
-        cost = d["cost_usd_upper_est"]
-        mark = ""
-        if chosen and (d["bases"], d["reps"]) == (chosen["bases"], chosen["reps"]):
-            mark = " ←target"
-        elif d["pilot"]:
-            mark = " (pilot)"
-        cells = [Text(str(d["bases"])), Text(str(d["reps"]) + mark), Text(str(d["calls"])),
-                 Text("—" if cost is None else f"${cost:.2f}")]
-        cells += [Text(f"{e['mde']:.3f} · {e['mde_holm']:.3f}") for e in d["effects"] if e["quantity"] == head]
-        grid.add_row(*cells)
-
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
-    for line in lines:
-        console.print(Text(line))
-    console.print(comp)
-    console.print(grid)
-    what = "corrected effect (condition − placebo)" if head == "corrected" else "Δ against the baseline"
-    foot = [f"columns: the MDE of each {what}, predicted SE² = (κ·σ²_G + σ²_B + σ²_W/reps)/bases; "
-            "reps share: the part of the pilot design's predicted variance that more repetitions average away; "
-            "--json has every effect's SE and the Δ rows; method: docs/estimators.md"]
+    console.print(Text(f"pilot: {pilot['bases']} bases in {pilot['interactions']} interactions, {pilot['domains']} "
+                       f"domains; {len(result['conditions'])} conditions; {pilot['reps']} repetitions; baseline "
+                       f"{safe(result['baseline'])}, placebo {safe(result['placebo'] or 'none')}; failure rule "
+                       f"{result['failure_rule']}"))
+    for quantity in ("corrected", "delta"):
+        if any(c["quantity"] == quantity for c in result["components"]):
+            for table in _components_tables(result, quantity, width):
+                console.print(table)
+    console.print(Text("est.: the pilot's estimate; SE: the pilot's cluster standard error; σ²_G between "
+                       "interactions, σ²_B between bases within one, σ²_W between repetitions (per call; "
+                       "proportions squared); κ: bases per "
+                       "interaction, weighted; reps: the share of the pilot design's predicted variance that "
+                       "repetitions average away"))
+    what = "corrected effect" if head == "corrected" else "Δ"
+    console.print(Text(f"\ndesigns: MDE of each {what} at 80% power, two-sided α = 0.05 / Holm first step "
+                       f"α/{m}; * the pilot's design, ← the target"))
+    for table in _design_tables(result, width):
+        console.print(table)
+    foot = ["predicted SE² = (κ·σ²_G + σ²_B + σ²_W/reps)/bases; --json has each effect's SE; "
+            "method: docs/estimators.md (plan)"]
     if not result["cost_known"]:
         foot.append("cost: " + next((n.split(": ", 1)[1] for n in result["notes"] if n.startswith("cost omitted")),
                                     "unknown"))

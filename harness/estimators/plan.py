@@ -37,6 +37,7 @@ from harness.run.budget import projected_cost
 
 TARGET_LEVELS = ("nominal", "holm")
 MAX_DESIGN = 10_000_000   # bases or repetitions beyond this are a typo, not a design
+MAX_GRID = 10_000         # designs in one plan: more is a typo, and an unreadable table
 
 
 @dataclass
@@ -235,6 +236,8 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
     pilot_bases = design.n_bases
     grid_b = check_sizes(bases, "bases") if bases is not None else default_bases(pilot_bases)
     grid_r = check_sizes(reps, "reps") if reps is not None else default_reps(pilot_reps)
+    if len(grid_b) * len(grid_r) > MAX_GRID:
+        raise InputError(f"{len(grid_b)} x {len(grid_r)} designs: at most {MAX_GRID} in one plan", field="bases")
     n_cond = len(design.conditions)
     m = {"corrected": max(1, len(corrected)), "delta": max(1, len(deltas))}
     priced = prompt_tokens is not None and prices is not None and all(
