@@ -289,3 +289,14 @@ def test_without_a_placebo_the_target_uses_delta() -> None:
     assert {c["quantity"] for c in plan["components"]} == {"delta"}
     assert plan["target"]["quantity"] == "delta" and plan["target"]["reached"]
     assert any("no placebo" in n for n in plan["notes"])
+
+
+def test_cli_escapes_names_from_the_table(tmp_path: Path) -> None:
+    hostile = "alias\x1b]0;pwned\x07"
+    rows = [{**r, "condition": hostile} if r["condition"] == "alias" else r
+            for r in synthetic_rows(MODEL, _sizes(6), 2, seed=9)]
+    table = _write_table(tmp_path / "t.jsonl", rows)
+    for extra in ([], ["--json"]):
+        r = run_cli("plan", "--table", str(table), *extra)
+        assert r.code == 0, r.err
+        assert "\x1b" not in r.out + r.err and "\x07" not in r.out + r.err and "pwned" in r.out
