@@ -237,12 +237,22 @@ def test_cli_plans_a_table_without_cost(tmp_path: Path) -> None:
     (["--placebo", "nosuch"], "placebo condition 'nosuch' has no rows"),
     (["--bases", ",".join(map(str, range(1, 202))), "--reps", ",".join(map(str, range(1, 51)))], "at most 10000"),
 ])
-def test_cli_bad_options_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+def test_cli_bad_options_exit_2(tmp_path: Path, args: list[str], needle: str,
+                                capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (`app.main`, the same entry point as `python -m harness`): the parser's and the
+    planner's refusals, each exit 2 with the reason, no traceback, nothing on stdout or disk."""
+    from harness.cli.app import main
+
     table = _write_table(tmp_path / "t.jsonl", synthetic_rows(MODEL, _sizes(6), 2, seed=1))
+    monkeypatch.chdir(tmp_path)
     before = _listing(tmp_path)
-    r = run_cli("plan", "--table", str(table), *args, cwd=tmp_path)
-    assert r.code == 2 and needle in r.err and "Traceback" not in r.err, r.err
-    assert r.out == "" and _listing(tmp_path) == before
+    try:
+        code = main(["plan", "--table", str(table), *args])
+    except SystemExit as exc:   # a usage error, from argparse
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert code == 2 and needle in err and "Traceback" not in err, err
+    assert out == "" and _listing(tmp_path) == before
 
 
 def test_cli_too_few_repetitions_or_interactions_exit_2(tmp_path: Path, finished_run: Path) -> None:

@@ -123,6 +123,8 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
               "max_tokens": config.max_tokens}
     result = plan_rows(rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
                        prompt_tokens=(tokens, n_bases), prices=prices, source=run / "schedule.jsonl", **common)
+    if config.is_simulated and result["cost_known"]:
+        result["notes"].append("cost at the guard config's prices: the simulated provider does not bill")
     if not table.complete:
         result["notes"].append("the pilot is incomplete: its calls without a decision are "
                                + ("counted as failures" if args.missing == "as-failure" else "left out"))
