@@ -16,7 +16,7 @@ from harness.estimators.plan import decompose, plan_rows
 from harness.estimators.plan_sim import TwoPoint, simulate, structure
 from harness.estimators.power import mde
 
-from conftest import cli_env, run_cli, write_guard
+from conftest import DEMO_COHORT, cli_env, run_cli, write_guard
 
 MODEL = TwoPoint(q=0.4, theta=0.1, a=0.1, b=0.15)
 WIDE = TwoPoint(q=0.4, theta=0.1, a=0.15, b=0.2)   # between-base variance half the pilot's total
@@ -158,17 +158,17 @@ def test_target_picks_the_cheapest_design_that_reaches_it() -> None:
 # ----------------------------------------------------------------------------- the CLI
 
 @pytest.fixture(scope="module")
-def pilot_run(tmp_path_factory: pytest.TempPathFactory, small_cohort: Path) -> tuple[Path, Path]:
-    """A finished two-repetition run of the 16-base cohort against the simulated provider
-    (160 calls), and its guard config."""
+def pilot_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A finished two-repetition run of the demo cohort (64 bases, 44 interactions, 4 domains)
+    against the simulated provider (640 calls), and its guard config."""
     from guards.sim import SimServerProcess
 
     base = tmp_path_factory.mktemp("pilot")
     with SimServerProcess(["--seed", "5"], env=cli_env()) as sim:
         guard = write_guard(base / "g.toml", sim.base_url)
         run = base / "run"
-        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "2",
-                    "--run-dir", str(run), "--no-progress")
+        r = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--reps", "2",
+                    "--run-dir", str(run), "--no-progress", "--no-preflight")
         assert r.code == 0, r.err
     return run, guard
 
@@ -177,33 +177,46 @@ def _listing(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_cli_plans_a_simulated_run_with_the_dry_run_cost(pilot_run: tuple[Path, Path], small_cohort: Path) -> None:
+def test_cli_plans_a_simulated_run_with_the_dry_run_cost(pilot_run: tuple[Path, Path]) -> None:
     run, guard = pilot_run
     before = _listing(run)
-    r = run_cli("plan", str(run), "--bases", "16,32", "--reps", "1,2", "--json")
+    r = run_cli("plan", str(run), "--bases", "64,128", "--reps", "1,2", "--json")
     assert r.code == 0, r.err
     assert "verified before planning" in r.err
     plan = json.loads(r.out)
-    assert plan["pilot"] == {"bases": 16, "interactions": plan["pilot"]["interactions"], "domains": 1, "reps": 2,
-                             "calls": 160}
+    assert plan["pilot"] == {"bases": 64, "interactions": 44, "domains": 4, "reps": 2, "calls": 640}
     assert plan["placebo"] == "format_placebo" and plan["headline"] == "corrected"
     assert [(d["bases"], d["reps"], d["calls"]) for d in plan["designs"]] == [
-        (16, 1, 80), (16, 2, 160), (32, 1, 160), (32, 2, 320)]
+        (64, 1, 320), (64, 2, 640), (128, 1, 640), (128, 2, 1280)]
     assert plan["source"]["verified"] and plan["cost_known"]
     # the pilot's own design costs what `launch --dry-run` projects for it
-    dry = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "2", "--dry-run",
+    dry = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--reps", "2", "--dry-run",
                   "--json", "--no-preflight")
     assert dry.code == 0, dry.err
     projected = json.loads(dry.out)["projection"]["cost_usd_upper_est"]
     pilot = next(d for d in plan["designs"] if d["pilot"])
-    assert (pilot["bases"], pilot["reps"]) == (16, 2)
+    assert (pilot["bases"], pilot["reps"]) == (64, 2)
     assert pilot["cost_usd_upper_est"] == pytest.approx(projected, rel=1e-12)
-    doubled = next(d for d in plan["designs"] if (d["bases"], d["reps"]) == (32, 2))
+    doubled = next(d for d in plan["designs"] if (d["bases"], d["reps"]) == (128, 2))
     assert doubled["cost_usd_upper_est"] == pytest.approx(2 * projected, rel=1e-6)
     corrected = {c["condition"] for c in plan["components"] if c["quantity"] == "corrected"}
     assert corrected == set(plan["interventions"]) and "format_placebo" not in corrected
     assert _listing(run) == before   # nothing written into the run
+    # the pilot's own design: `pilot_se` (the cluster variance the planner reads) is the
+    # bootstrap SE of estimate's corrected effect (its 95% interval / 3.92), and the predicted SE
+    # is that, or the repetition-noise floor when the pilot's cluster variance falls below it
+    from harness.estimators.runs import estimate_run
 
+    report = estimate_run(run, write=False)
+    for c in report["contrasts"]:
+        if c["ci_minus_placebo"] is None:
+            continue
+        lo, hi = c["ci_minus_placebo"]
+        comp = next(x for x in plan["components"] if x["quantity"] == "corrected" and x["condition"] == c["condition"])
+        se = next(e["se"] for e in pilot["effects"] if e["quantity"] == "corrected" and e["condition"] == c["condition"])
+        assert comp["pilot_se"] == pytest.approx((hi - lo) / 3.92, rel=0.10), c["condition"]
+        floor = math.sqrt(comp["within_base"] / 2 / comp["n_bases"])
+        assert se == pytest.approx(floor if "between" in comp["truncated"] else comp["pilot_se"], rel=1e-12)
     for width in (100, 80, 50):   # fitted to the terminal, every column kept (split, not dropped)
         text = run_cli("plan", str(run), "--target-mde", "0.3", env={"COLUMNS": str(width)})
         assert text.code == 0, text.err

@@ -231,6 +231,11 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
                      "(pass --placebo to choose one)")
     deltas = [decompose(effect_arrays(f, f.idx(c), f.b, f.paired(f.idx(c))), quantity="delta", condition=c,
                         reference=baseline) for c in contrasts]
+    floor = [f"{c.condition}" for c in corrected or deltas if "between" in c.truncated]
+    if floor:
+        notes.append(f"{', '.join(floor)}: the pilot's cluster variance is below its own repetition noise, so the "
+                     "between-base components are set to 0 and designs are predicted from that noise alone "
+                     "(above the pilot's cluster SE: conservative)")
     headline = corrected or deltas
     pilot_reps = len(f.rounds.rounds)
     pilot_bases = design.n_bases
