@@ -293,10 +293,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report["skipped"]:
             note = (f"; {len(report['skipped'])} check(s) skipped"
                     + (" (allowed)" if args.allow_skipped else ", pass --allow-skipped to accept that"))
-        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}{note}")
         fp = report.get("fingerprint")
         if fp:
-            print(f"fingerprint {fp['token']}" + (" (as expected)" if expect is not None and report["ok"] else ""))
+            note += f"; fingerprint {fp['token']}" + (" (as expected)" if expect is not None and report["ok"] else "")
+        print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}{note}")
     return 0 if report["ok"] else 1
 
 
