@@ -31,6 +31,7 @@ from harness.run.budget import Prices, Unpriced, projected_cost
 from harness.run.create import create_run_dir
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
+from harness.run.fingerprint import run_fingerprint
 from harness.run.layout import COHORT_DIR, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
 from harness.run.lines import STIMULUS_LINE, iter_jsonl, parse_line
 from harness.run.lock import RunLock
@@ -295,6 +296,7 @@ class RunOutcome:
     recovered: int   # decisions re-derived from raw lines on open
     torn: list[Path]
     statuses: dict[str, int] = field(default_factory=dict)   # decisions of the whole run, by status
+    fingerprint: str | None = None   # harness.run.fingerprint, taken when the session ended
 
     @property
     def complete(self) -> bool:
@@ -366,7 +368,8 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
     statuses = decision_counts(run_dir)[1]
-    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses)
+    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses,
+                      run_fingerprint(run_dir, manifest).token)
 
 
 def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -546,7 +549,7 @@ def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
             "complete": outcome.complete, "statuses": outcome.statuses,
             "session": {"dispatched": r.dispatched, "decided": r.decided, "statuses": r.statuses,
                         "recovered": outcome.recovered, "torn": [str(p) for p in outcome.torn]},
-            "stop_reason": r.stop_reason, "fatal_message": r.fatal_message}
+            "stop_reason": r.stop_reason, "fatal_message": r.fatal_message, "fingerprint": outcome.fingerprint}
 
 
 def raise_if_stopped(outcome: RunOutcome) -> None:
