@@ -281,7 +281,7 @@ def test_cli_too_few_repetitions_or_interactions_exit_2(tmp_path: Path, finished
     assert "Traceback" not in r.err
 
 
-def test_cli_run_that_does_not_verify_exit_2(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
+def test_cli_run_that_does_not_verify_exit_1(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
     import shutil
 
     run = tmp_path / "broken"
@@ -293,7 +293,7 @@ def test_cli_run_that_does_not_verify_exit_2(pilot_run: tuple[Path, Path], tmp_p
     raw.write_bytes(bytes(data))
     before = _listing(run)
     r = run_cli("plan", str(run))
-    assert r.code == 2 and "does not verify" in r.err and "--no-verify" in r.err and "Traceback" not in r.err, r.err
+    assert r.code == 1 and "does not verify" in r.err and "--no-verify" in r.err and "Traceback" not in r.err, r.err
     assert r.out == "" and _listing(run) == before
     skipped = run_cli("plan", str(run), "--no-verify", "--json")
     assert skipped.code == 0 and "without verification" in skipped.err, skipped.err

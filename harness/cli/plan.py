@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.args import row_limit_options, row_limits
-from harness.errors import CheckFailed, InputError
+from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
 RULES = ("drop", "fail-closed", "fail-open")
@@ -105,12 +105,9 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
     from harness.run.runner import run_prompt_tokens
 
     run = run_dir(args.run)
-    try:
-        check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped,
-                         row_limits=row_limits(args))
-    except CheckFailed as exc:
-        # A pilot that does not verify is bad input to a plan: nothing is planned from it.
-        raise InputError(str(exc)) from None
+    # A pilot that does not verify is refused as `estimate` refuses it (exit 1): nothing is planned from it.
+    check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped,
+                     row_limits=row_limits(args), doing="plan from")
     if check["checked"]:
         skipped = check["skipped"]
         note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""

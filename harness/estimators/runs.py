@@ -4,7 +4,7 @@ reader, estimate, write the report files into the run folder. Used by `guardeval
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "seed": (int,), "failure_rule": (str,), "missing": (str,), "allow_partial": (bool,), "allow_unpublishable": (bool,)}
 
 
-def recheck_report(path: str | Path, report: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
+def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
     """Is `report` (a run's report.json, as read) the estimate of this run as it is now? Its
     recorded fingerprint must be the run's, and the estimate made again under its recorded
     options must give the same numbers; CheckFailed otherwise. A report.json is a file anyone
