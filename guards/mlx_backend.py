@@ -147,9 +147,11 @@ def _messages_and_max_tokens(body: Mapping[str, Any]) -> tuple[list[dict[str, st
 
 CONSTRAINED = "token-trie"
 # Prompt tokens per prefill step (mlx-lm's default is 2048, with no way to stop inside one). On
-# the CPU a small step costs nothing (measured: a 2,000-token prompt on the tiny test model
-# 5.3 s in one step, 0.7 s in steps of 16) and bounds how long a stop waits; Metal prefills
-# thousands of tokens a second, so a larger step there keeps its throughput.
+# the CPU a small step costs nothing measurable and bounds how long a stop waits
+# (benchmarks/mlx_prefill_step.py: 2,000 tokens on the tiny test model 1.23-1.65 s in steps of
+# 2048, 0.68-0.69 s in steps of 16; 200 tokens on SmolLM2 Q8 24.9-38.7 s against 27.2-37.1 s,
+# within the machine's noise); Metal prefills thousands of tokens a second, so a larger step
+# there keeps its throughput.
 PREFILL_STEP = {"cpu": 16, "gpu": 256}
 
 
