@@ -55,8 +55,7 @@ def llama_server(gguf: Path, log: Path, *, n_ctx: int = 2048, threads: int = 1, 
                  startup_s: float = 180.0) -> Iterator[LlamaServer]:
     """Start the server on 127.0.0.1 (port 0), wait until it listens, stop it after. One thread
     by default: on a machine with more runnable threads than cores, llama.cpp's worker threads
-    spin at every barrier (measured here under load: 2 threads 31 prompt tok/s and 0.3-0.4
-    generated tok/s, 1 thread 85 and 15-20)."""
+    spin at every barrier (docs/local-guards.md §4)."""
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
            "--host", "127.0.0.1", "--port", "0", "--n_ctx", str(n_ctx), "--n_threads", str(threads),
            "--n_threads_batch", str(threads), "--seed", "0", "--verbose", "true"]
