@@ -44,7 +44,7 @@ from harness.bounded import read_bounded
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError, InputError
-from harness.run import verify_raw
+from harness.run import supersede, verify_raw
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
 from harness.run.store import (
     DECISIONS,
@@ -697,9 +697,13 @@ class _Verifier:
         decided = bytearray(len(self.sched))
         decided_odd: set[Any] = set()
         n_dec = 0
-        for lineno, _, d, canon in _iter(self.run_dir / DECISIONS, rep, DECISIONS):
+        chain = supersede.Checker()   # a retried call's decisions: one chain, one live decision
+        for lineno, body, d, canon in _iter(self.run_dir / DECISIONS, rep, DECISIONS):
             n_dec += 1
             try:
+                superseding, problems = chain.see(body, d)
+                for problem in problems:
+                    rep.add(DECISIONS, lineno, problem)
                 cid = d["call_id"]
                 slot = calls.slot(cid)
                 if slot is None:
@@ -709,7 +713,7 @@ class _Verifier:
                 else:
                     twice = bool(decided[slot])
                     decided[slot] = 1
-                if twice:
+                if twice and not superseding and not problems:
                     rep.add(DECISIONS, lineno, "call decided twice")
                 pos = raw.position(d["raw_seq"])
                 if pos is None:
@@ -722,6 +726,8 @@ class _Verifier:
                 if self.parser is not None:
                     if pos in raw.derive_errors:
                         raise raw.derive_errors[pos]
+                    if "supersedes" in d or "retry_round" in d:
+                        canon = dumps_line(supersede.base_record(d))   # what `decide` writes
                     if raw.derived[16 * pos:16 * pos + 16] != verify_raw.digest16(canon):
                         rep.add(DECISIONS, lineno, "decision differs from its re-derivation from the raw line")
             except (KeyError, TypeError, ValueError) as exc:

@@ -37,10 +37,11 @@ from harness.run.store import (
 )
 
 # The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
-# `latency_s`, `provider` and `finish_reason` are those of its final attempt.
+# `latency_s`, `provider` and `finish_reason` are those of its final attempt; `retry_round` is 0,
+# or the retry (`resume --retry-failed`) whose decision the row carries.
 EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition", "repetition", "label", "tool",
                   "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost", "provider",
-                  "finish_reason")
+                  "finish_reason", "retry_round")
 CALL_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -106,6 +107,8 @@ def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None
 
 
 def _decisions(run: Path) -> dict[str, dict[str, Any]]:
+    """Each call's live decision: a retry's supersedes the earlier (harness.run.supersede), and
+    comes later in the file."""
     out: dict[str, dict[str, Any]] = {}
     for _, _, rec in iter_jsonl(run / DECISIONS):
         cid = rec.get("call_id")
@@ -141,6 +144,7 @@ def load_calls(run_dir: str | Path) -> RunCalls:
             "quarantine_reason": quarantine_reason(d, replayed), "attempts": a.n if a else 0,
             "latency_s": final.get("latency_s"), "cost": a.cost if a else None, "provider": final.get("provider"),
             "finish_reason": final.get("finish_reason"),
+            "retry_round": rnd if type(rnd := d.get("retry_round")) is int and rnd > 0 else 0,
             # beyond the export frame: what the call browser and `show` need
             "index": s.get("index"), "instance_sha256": s.get("instance_sha256"),
             "components": d.get("components"), "detail": d.get("detail"), "raw_seq": d.get("raw_seq"),
@@ -238,11 +242,12 @@ def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
         rec = parse_line(body, run / STIMULI, lineno)
         if rec.get("call_id") == call_id:
             stimulus = rec.get("request_sha256")
-    decision = None
+    decisions = []
     for _, lineno, body in _lines_naming(run / DECISIONS, call_id):
         rec = parse_line(body, run / DECISIONS, lineno)
         if rec.get("call_id") == call_id:
-            decision = rec
+            rec["line"], rec["line_sha256"] = lineno, sha256_hex(body)
+            decisions.append(rec)
     cohort = load_cohort(run / COHORT_DIR, limits=run_row_limits(run, read_manifest(run)))
     try:
         instance = cohort.instance(schedule["base_id"], schedule["condition"])
@@ -250,5 +255,7 @@ def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
         instance = None
     finally:
         cohort.close()
+    # The live decision is the last (a retry's supersedes the one before it); `decisions` holds
+    # them all, oldest first.
     return {"schedule": schedule, "instance": instance, "stimulus_sha256": stimulus, "attempts": attempts,
-            "decision": decision}
+            "decision": decisions[-1] if decisions else None, "decisions": decisions}
