@@ -49,7 +49,7 @@ CALL_ID = re.compile(r"[0-9a-f]{32}")
 class AttemptSummary:
     n: int = 0
     cost: float | None = None                     # sum of valid costs; None when none was reported
-    last: dict[str, Any] = field(default_factory=dict)   # head fields of the latest attempt
+    last: dict[str, Any] = field(default_factory=dict)   # head fields of the latest final attempt (else latest)
     where: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) of each line
 
 
@@ -95,7 +95,10 @@ def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None
             cost = reported_cost(usage)       # with a BYOK call's upstream charge
             if cost is not None:
                 s.cost = (s.cost or 0.0) + cost
-            s.last = head
+            # The final attempt, its decision's; a retry cut short (harness.run.supersede) left
+            # attempts after it that no decision is derived from.
+            if head.get("final") is True or s.last.get("final") is not True:
+                s.last = head
             s.where.append((offset, len(line)))
         n += 1
         if lineno == 1:     # `started` comes after the request: parse the first line whole
