@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, run_cli, write_guard
 from guards.sim import SimServerProcess
 from harness.canon import dumps_line, sha256_hex
 from harness.cli import run as cli_run
 from harness.run import supersede
 from harness.run.verify import verify_run
+
+from conftest import REPO, cli_env, run_cli, write_guard
 
 
 def _jsonl(path: Path) -> list[dict]:
