@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.run import supersede
 from harness.run.records import Decision
-from harness.run.store import RunWriter
+from harness.run.writer import RunWriter
 
 
 @dataclass

@@ -18,17 +18,10 @@ from typing import Any
 
 from guards.base import valid_cost
 from harness.run import supersede
-from harness.run.store import (
-    DECISIONS,
-    EVENTS,
-    RAW,
-    RunLock,
-    iter_jsonl,
-    iter_lines,
-    iter_raw_fields,
-    read_manifest,
-    run_config,
-)
+from harness.run.layout import DECISIONS, EVENTS, RAW
+from harness.run.lines import iter_jsonl, iter_lines, iter_raw_fields
+from harness.run.lock import RunLock
+from harness.run.manifest import read_manifest, run_config
 from harness.run.workers import halves
 
 

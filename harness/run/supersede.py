@@ -27,17 +27,9 @@ from typing import Any
 
 from harness.canon import dumps_line, sha256_hex
 from harness.errors import InputError
+from harness.run.layout import DECISIONS, EVENTS, RAW
+from harness.run.lines import damaged, decision_fields, iter_lines, iter_raw_fields, parse_line
 from harness.run.records import Decision
-from harness.run.store import (
-    DECISIONS,
-    EVENTS,
-    RAW,
-    damaged,
-    decision_fields,
-    iter_lines,
-    iter_raw_fields,
-    parse_line,
-)
 
 # A decision's statuses other than `ok` (decide.py): the guard did not give a counted answer.
 # `unparseable` and `truncated` are the guard's own answers: retrying them samples the guard again.
