@@ -153,6 +153,8 @@ def test_a_retry_that_fails_again_is_retried_in_a_later_round(copy_failed, sim_f
     assert {c for c, d in live.items() if d.get("retry_round") == 1 and d["status"] == "exhausted"} == failed
     st = json.loads(run_cli("status", str(run), "--json").out)
     assert st["statuses"]["exhausted"] == len(failed) and sum(st["statuses"].values()) == 160
+    text = run_cli("status", str(run)).out
+    assert f"{len(failed)} call(s) failed (exhausted or provider_error)" in text and "--retry-failed" in text
     assert run_cli("verify", str(run)).code == 0
 
     up = sim_factory("--seed", "4")

@@ -280,6 +280,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                + (f", replicate of {st['parent_run']}" if st["parent_run"] else "")))
     if st["statuses"]:
         print(safe("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items()))))
+    failed = sum(st["statuses"].get(k, 0) for k in DEFAULT_RETRY.split(","))
+    if failed and not st["running"]:
+        print(safe(f"  {failed} call(s) failed ({DEFAULT_RETRY.replace(',', ' or ')}); when the provider is back, "
+                   f"try them again with: guardeval resume {args.run} --retry-failed"))
     if st["quarantined"]:
         print(safe(f"  quarantined: {st['quarantined']} ("
                    + ", ".join(f"{k} {v}" for k, v in sorted(st["quarantine_by_reason"].items())) + ")"))
