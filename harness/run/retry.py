@@ -9,12 +9,15 @@ on from their last logged attempt.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import WriteFailed
 from harness.run import supersede
+from harness.run.layout import EVENTS
 from harness.run.records import Decision
 from harness.run.writer import RunWriter
 
@@ -56,6 +59,23 @@ def prepare(run_dir: Path, writer: RunWriter, statuses: tuple[str, ...] | None,
         for cid in session.targets.calls:
             writer.state.attempts[cid] = hist[cid].attempts if cid in hist else 0
     return session
+
+
+def record_start(run_dir: Path, writer: RunWriter, session: RetrySession) -> None:
+    """The `retry` event, synced before any retry is sent: a later plain `resume` looks for
+    lost retry decisions only in a run that has one (`supersede.retried_before`), so it must
+    outlast a power loss that the retries' synced raw lines outlast."""
+    assert session.targets is not None
+    writer.event("retry", statuses=list(session.targets.statuses), calls=session.n_targets,
+                 rounds={str(k): v for k, v in session.rounds.items()})
+    try:
+        fd = os.open(run_dir / EVENTS, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise WriteFailed(run_dir / EVENTS, exc, "No retry was sent.") from None
 
 
 def with_targets(rows: Iterable[dict[str, Any]], targets: supersede.Targets) -> Iterator[dict[str, Any]]:

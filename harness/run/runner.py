@@ -337,8 +337,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                 again = PendingRows(run_dir, supersede.NotTargeted(retry.targets), cohort)
                 sources.append(again)
                 rows = itertools.chain(pending, retries.with_targets(again, retry.targets))
-                writer.event("retry", statuses=list(retry.targets.statuses), calls=retry.n_targets,
-                             rounds={str(k): v for k, v in retry.rounds.items()})
+                retries.record_start(run_dir, writer, retry)
             result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, rows, total + retry.n_targets,
                                DispatchOptions(
                                    concurrency=concurrency or config.concurrency or _default_concurrency(config),

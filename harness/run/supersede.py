@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.canon import dumps_line, sha256_hex
-from harness.errors import InputError
 from harness.run.layout import DECISIONS, EVENTS, RAW
 from harness.run.lines import damaged, decision_fields, iter_lines, iter_raw_fields, parse_line
 from harness.run.records import Decision
@@ -188,7 +187,7 @@ class History:
 
 def histories(run_dir: Path, calls: Iterable[str]) -> dict[str, History]:
     """Attempts and final raw lines of `calls`, from one pass over raw.jsonl (the few fields
-    before each line's request, `store.raw_fields`)."""
+    before each line's request, `lines.raw_fields`)."""
     out = {cid: History() for cid in calls}
     if not out:
         return out
@@ -219,6 +218,7 @@ def recover(run_dir: Path, led: Ledger, hist: Mapping[str, History],
     for cid in list(led.failed):
         h = hist.get(cid)
         live = led.failed[cid]
+        # A line's number is its seq in a sound log; the seq itself is checked once parsed.
         later = [w for w in (h.finals if h is not None else []) if w[1] > live.raw_seq]
         if not later:
             continue
@@ -244,9 +244,6 @@ class Targets:
     statuses: tuple[str, ...]
     calls: dict[str, Live]
 
-    def __contains__(self, cid: object) -> bool:
-        return cid in self.calls
-
     def by_round(self) -> dict[int, int]:
         out: dict[int, int] = {}
         for live in self.calls.values():
@@ -266,14 +263,6 @@ class NotTargeted:
 
     def __contains__(self, cid: object) -> bool:
         return cid not in self._t.calls
-
-
-def check_statuses(statuses: Iterable[str]) -> tuple[str, ...]:
-    """For callers outside the CLI parser: InputError (exit 2) on a bad status."""
-    try:
-        return parse_statuses(",".join(statuses))
-    except ValueError as exc:
-        raise InputError(str(exc), field="retry-failed") from None
 
 
 # -- verify ---------------------------------------------------------------------------------------
