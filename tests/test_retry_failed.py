@@ -220,6 +220,7 @@ def test_sigkill_during_a_retry_round_loses_nothing_and_pays_nothing_twice(copy_
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         lost = _orphans(run)
+        assert verify_run(run)["undecided_answers"] == lost     # verify names the lost ones
         # A plain resume decides the lost answers from the log and sends nothing.
         raw_before = (run / "raw.jsonl").read_bytes()
         r = run_cli("resume", str(run), "--json", *common)

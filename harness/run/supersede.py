@@ -20,10 +20,13 @@ decision re-derived, superseding the live one (`recover`), never paid for again.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from harness.canon import dumps_line, sha256_hex
 from harness.run.layout import DECISIONS, EVENTS, RAW
@@ -277,10 +280,27 @@ class Checker:
     decision without `supersedes` is "decided twice", as before). Memory: the open (failed,
     not yet superseded) decisions only."""
 
-    def __init__(self) -> None:
+    def __init__(self, n_slots: int = 0) -> None:
         self._open: dict[str, tuple[Any, Live]] = {}   # line sha256 -> (call id, decision)
         self._closed: set[str] = set()                 # superseded line sha256s
         self.retried = 0
+        # Per schedule line: the raw position of the call's last final line, and of its live
+        # decision's line (-1: none), to find a retry's answer whose decision was lost.
+        self._last_final = array("i", [-1]) * n_slots
+        self._live_at = array("i", [-1]) * n_slots
+
+    def final_at(self, slot: int, pos: int) -> None:
+        self._last_final[slot] = pos
+
+    def decided_at(self, slot: int, pos: int) -> None:
+        self._live_at[slot] = pos      # the last decision of a call is its live one
+
+    def stale_finals(self) -> int:
+        """Decided calls with a final raw line after their live decision's: a retry's answer
+        whose decision line is gone."""
+        last = np.frombuffer(self._last_final, dtype=np.int32)
+        live = np.frombuffer(self._live_at, dtype=np.int32)
+        return int(np.count_nonzero((live >= 0) & (last > live)))
 
     def see(self, body: bytes, d: Mapping[str, Any]) -> tuple[bool, list[str]]:
         """(whether `d` validly supersedes an earlier decision, problems of this line)."""
