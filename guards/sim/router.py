@@ -85,7 +85,9 @@ class ResponseCache:
         reply = orjson.loads(orjson.dumps(stored))
         reply.update(id=new_id, created=now)
         reply["usage"] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost": 0,
-                          "is_byok": False, "cost_details": {"upstream_inference_cost": None}}
+                          "is_byok": False, "cost_details": {"upstream_inference_cost": None,
+                                                             "upstream_inference_prompt_cost": 0,
+                                                             "upstream_inference_completions_cost": 0}}
         return reply
 
 

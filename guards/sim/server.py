@@ -281,11 +281,16 @@ class SimProvider(InfoRoutes):
         gen_id = "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24]
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                  "total_tokens": prompt_tokens + completion_tokens, "cost": cost,
-                                 "is_byok": False, "cost_details": {"upstream_inference_cost": None}}
+                                 "is_byok": False, "cost_details": {"upstream_inference_cost": None,
+                                                                    "upstream_inference_prompt_cost": 0,
+                                                                    "upstream_inference_completions_cost": 0}}
         if fault == "byok_cost":
             # The caller's own provider key: OpenRouter charges a fee, the upstream the rest.
             fee = round(cost * 0.05, 10)
-            usage.update(cost=fee, is_byok=True, cost_details={"upstream_inference_cost": cost})
+            usage.update(cost=fee, is_byok=True, cost_details={
+                "upstream_inference_cost": cost,
+                "upstream_inference_prompt_cost": round(prompt_tokens * cfg.price_in / 1e6, 10),
+                "upstream_inference_completions_cost": round(completion_tokens * cfg.price_out / 1e6, 10)})
             cost = round(fee + cost, 10)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "native_finish_reason": finish,
                                   "message": {"role": "assistant", "content": content}}
