@@ -9,7 +9,7 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from guards.sim.router import ROUTER_FAULTS
+from guards.sim.router_faults import ROUTER_FAULTS
 from harness.errors import InputError
 
 NAMED_FAULTS = ("malformed", "error200", "length", "stall", "drift",
