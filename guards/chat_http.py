@@ -228,8 +228,7 @@ class OpenRouterGuard(ChatCompletionsGuard):
         err = openrouter_errors.error_object(text)
         reply.previous_errors = routing.previous_errors(err)
         data = orjson.loads(text) if err is not None else None
-        meta = data.get("openrouter_metadata") if isinstance(data, dict) else None
-        reply.router_metadata = meta if isinstance(meta, dict) else None
+        reply.router_metadata = routing.kept_metadata(data.get("openrouter_metadata") if isinstance(data, dict) else None)
         return openrouter_errors.classify_status(status, retry_after, text, reply)
 
     def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
@@ -239,7 +238,7 @@ class OpenRouterGuard(ChatCompletionsGuard):
                      clean: Callable[[str], str]) -> None:
         reply.response_headers = routing.kept_headers(headers, clean)
         meta = data.get("openrouter_metadata")
-        reply.router_metadata = meta if isinstance(meta, dict) else None
+        reply.router_metadata = routing.kept_metadata(meta)
         # The documented provider (router metadata) first, the top-level field second.
         prov, _ = routing.served_by(reply.router_metadata, data.get("provider"))
         reply.provider = clean(prov) if prov is not None else None

@@ -185,3 +185,46 @@ def test_preflight_reports_an_availability_error():
         r = run_cli("preflight", "--guard", "guards/presets/haiku-4.5.toml", "--base-url", url)
     assert r.code == 2 and "model availability model_deprecated (not retryable)" in r.out, r.out
     assert "see https://openrouter.ai/docs/x" in r.out and "\x1b" not in r.out + r.err
+
+
+# ------------------------------------------------------------------------- hostile metadata
+
+async def test_oversized_router_metadata_is_kept_slim_and_still_judged(tmp_path):
+    from guards.chat_http import OpenRouterGuard
+    from guards.config import GuardConfig
+    from guards.parsers import get_parser
+    from guards.prompts import load_prompt
+    from harness.run.decide import decide
+
+    from app_server import start
+
+    stages = [{"type": "context_compression", "name": "middle-out", "data": {"pad": "x" * 2000}} for _ in range(100)]
+    meta = {"requested": "m", "strategy": "direct", "region": None, "summary": "s", "attempt": 1, "is_byok": False,
+            "endpoints": {"total": 1, "available": [{"provider": "Sim", "model": "m", "selected": True}]},
+            "pipeline": stages}
+    body = {"id": "gen-big", "object": "chat.completion", "created": 1, "model": "m", "system_fingerprint": None,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{}"}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}, "openrouter_metadata": meta}
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(body)
+
+    app = web.Application()
+    app.router.add_post("/chat/completions", handler)
+    runner, url = await start(app)
+    prompt = load_prompt("guardeval-json-v1")
+    guard = OpenRouterGuard(GuardConfig(name="big", backend="openrouter", model="m", prompt=prompt.id, base_url=url,
+                                        api_key_env=None, timeout_s=5, provider={"only": ["sim"]}), prompt)
+    try:
+        reply = await guard.send({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "0" * 32)
+    finally:
+        await guard.aclose()
+        await runner.cleanup()
+    kept = reply.router_metadata
+    assert kept is not None and kept["guardeval_slimmed_from_bytes"] > 200_000 and len(json.dumps(kept)) < 10_000
+    assert kept["endpoints"]["available"] == [{"provider": "Sim", "selected": True}] and len(kept["pipeline"]) == 32
+    raw = {"call_id": "0" * 32, "seq": 1, "request_sha256": "r", "outcome": "reply", "final": True, "content": "{}",
+           "finish_reason": "stop", "provider": reply.provider, "answers_call_id": None, "usage": reply.usage,
+           "response_headers": reply.response_headers, "openrouter_metadata": kept, "error_class": None, "error": None}
+    d = decide(raw, "sha", expected_request_sha256="r", parser=get_parser(prompt.parser), allowed_providers=("sim",))
+    assert d["quarantine_reason"] == "stimulus_mutated" and "context_compression middle-out" in d["detail"]

@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 # Response headers kept in the raw line (lower case, as aiohttp/httpx give them).
 CACHE_STATUS = "x-openrouter-cache-status"
 CACHE_SOURCE = "x-openrouter-cache-source-id"
@@ -42,6 +44,36 @@ REQUEST_HEADERS = {"X-OpenRouter-Cache": "false", "X-OpenRouter-Metadata": "enab
 # PipelineStageType of the OpenAPI spec (all of them may alter input or output, see above).
 MUTATING_STAGES = ("guardrail", "plugin", "server_tools", "response_healing", "context_compression")
 NAME_LIMIT = 80
+
+
+METADATA_LIMIT = 64 << 10    # bytes of router metadata kept as received; above, a slim copy (`slim_metadata`)
+
+
+def slim_metadata(meta: Mapping[str, Any], size: int) -> dict[str, Any]:
+    """What the checks read from an oversized `openrouter_metadata` (a hostile provider could
+    double every raw line): the selected endpoints, the first attempts and pipeline stages, each
+    field bounded, and the size it had."""
+    endpoints = meta.get("endpoints")
+    available = endpoints.get("available") if isinstance(endpoints, Mapping) else None
+    selected = [{"provider": _text(e.get("provider")), "selected": True} for e in available[:1024]
+                if isinstance(e, Mapping) and e.get("selected") is True][:8] if isinstance(available, list) else []
+    tried = [{"provider": p, "status": st} for p, st in attempts(meta)[:32]]
+    pipeline = meta.get("pipeline")
+    stages = [{"type": _text(st.get("type")), "name": _text(st.get("name"))} if isinstance(st, Mapping) else "not an object"
+              for st in pipeline[:32]] if isinstance(pipeline, list) else []
+    out: dict[str, Any] = {"guardeval_slimmed_from_bytes": size, "endpoints": {"available": selected},
+                           "attempts": tried}
+    if stages:
+        out["pipeline"] = stages
+    return out
+
+
+def kept_metadata(meta: Any) -> dict[str, Any] | None:
+    """`openrouter_metadata` for the raw line: as received up to METADATA_LIMIT bytes, else slim."""
+    if not isinstance(meta, dict):
+        return None
+    size = len(orjson.dumps(meta))
+    return meta if size <= METADATA_LIMIT else slim_metadata(meta, size)
 
 
 def kept_headers(headers: Mapping[str, str], clean: Callable[[str], str]) -> dict[str, str]:
