@@ -39,6 +39,9 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--allow-partial", action="store_true", help=f"{what} {runs} anyway")
     p.add_argument("--allow-unpublishable", action="store_true",
                    help="exit 0 even when more than 2%% of a run's calls are quarantined")
+    p.add_argument("--margin", type=float, default=0.05, metavar="M",
+                   help="equivalence margin, a proportion in (0, 1): a null is 'within ±M' when the 90%% interval "
+                        "lies inside (-M, M) (default 0.05)")
     p.add_argument("--json", action="store_true",
                    help=f"print the {'report' if what == 'estimate' else 'comparison'} as JSON on stdout")
 
@@ -92,6 +95,7 @@ def _say_verified(run: object, verification: dict[str, Any], doing: str = "estim
 def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
+    from harness.estimators.equivalence import check_margin
     from harness.estimators.report import human_text, write_reports
     from harness.estimators.runs import estimate_run
     from harness.estimators.table import load_table
@@ -102,7 +106,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
                   failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
-                  allow_unpublishable=args.allow_unpublishable)
+                  allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin))
     if args.table is not None:
         path = Path(args.table)
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)

@@ -104,3 +104,24 @@ def bootstrap_p(samples: np.ndarray) -> float | None:
     below = (1 + int((s <= 0).sum())) / (b + 1)
     above = (1 + int((s >= 0).sum())) / (b + 1)
     return float(min(1.0, 2 * min(below, above)))
+
+
+def bootstrap_se(samples: np.ndarray) -> float | None:
+    """Standard deviation of the defined replicates (ddof 1; 0 with a single replicate)."""
+    s = samples[np.isfinite(samples)]
+    if len(s) == 0:
+        return None
+    return float(s.std(ddof=1)) if len(s) > 1 else 0.0
+
+
+def tost_p(samples: np.ndarray, margin: float) -> float | None:
+    """Equivalence p against (−margin, margin), two one-sided bootstrap tests with the +1 rule:
+    max((1 + #{Δ* ≤ −margin}) / (B + 1), (1 + #{Δ* ≥ margin}) / (B + 1)). Below α exactly
+    when the (1 − 2α) percentile interval lies inside the margins (up to interpolation)."""
+    s = samples[np.isfinite(samples)]
+    b = len(s)
+    if b == 0:
+        return None
+    low = (1 + int((s <= -margin).sum())) / (b + 1)
+    high = (1 + int((s >= margin).sum())) / (b + 1)
+    return float(max(low, high))

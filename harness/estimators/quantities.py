@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from harness.estimators.bootstrap import bootstrap_p, cluster_sums, iter_counts, percentile_ci
+from harness.estimators.bootstrap import bootstrap_p, bootstrap_se, cluster_sums, iter_counts, percentile_ci, tost_p
 
 Key = tuple[Hashable, ...]
 DENSE_FEATURE_CELLS = 1 << 23   # 64 MiB of float64 feature columns in the dense product
@@ -70,7 +70,9 @@ class Quantities:
         self._combos.append((key, dict(terms)))
 
     def run(self, base_cluster: np.ndarray, cluster_domain: np.ndarray, n_boot: int,
-            seed: int) -> dict[Key, dict[str, Any]]:
+            seed: int, margin: float | None = None) -> dict[Key, dict[str, Any]]:
+        """Every estimate with its 95% and 90% percentile intervals, bootstrap p, standard error
+        and, with `margin`, the equivalence (TOST) p against ±margin."""
         n_clusters = len(cluster_domain)
         ratio_keys = self.keys + self._cluster_keys
         stat_keys = [k for s in self._stats for k in s.keys]
@@ -139,7 +141,10 @@ class Quantities:
             out[key] = {
                 "estimate": point,
                 "ci": percentile_ci(samples) if defined else None,
+                "ci90": percentile_ci(samples, 0.90) if defined else None,
                 "p": bootstrap_p(samples) if defined else None,
+                "se": bootstrap_se(samples) if defined else None,
+                "p_tost": tost_p(samples, margin) if defined and margin is not None else None,
                 "n_undefined_replicates": int(np.isnan(samples).sum()) if defined else None,
             }
         for j, key in enumerate(self.keys):

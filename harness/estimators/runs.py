@@ -62,7 +62,8 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
-                 allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Report:
+                 allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
+                 margin: float = 0.05) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
     verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
@@ -70,7 +71,7 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
     report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                       n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
-                      allow_unpublishable=allow_unpublishable)
+                      allow_unpublishable=allow_unpublishable, margin=margin)
     m = table.manifest
     report["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
                         "manifest_sha256": m.get("sha256"), "verified": verification["checked"],
