@@ -82,3 +82,47 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
         guard = m.get("guard") or {}
         write_reports(report, run, title=f"guardeval · {guard.get('name')} ({guard.get('model')}) · run {m.get('run_id')}")
     return report
+
+
+def first_schedule_difference(run_a: Path, run_b: Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> int | None:
+    """The first line (1-based) at which the two runs' schedule.jsonl differ, None when they are
+    the same; each line is read under the row bounds, so a hostile file cannot exhaust memory."""
+    from itertools import zip_longest
+
+    from harness.cohorts.limits import bounded_lines
+
+    lines_a = bounded_lines(run_a / "schedule.jsonl", row_limits)
+    lines_b = bounded_lines(run_b / "schedule.jsonl", row_limits)
+    for n, (a, b) in enumerate(zip_longest(lines_a, lines_b), start=1):
+        if a is None or b is None or a[1] != b[1]:
+            return n
+    return None
+
+
+def compare_input_from_run(path: str | Path, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
+                           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
+    """A run as an input of `compare`: verified first (see `verified`), labelled by its guard's
+    name unless `label` is given."""
+    from harness.estimators.compare import CompareInput
+
+    verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
+    run, table, rows = load_run(path, row_limits)
+    m = table.manifest
+    guard = m.get("guard") or {}
+    source = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+              "verified": verification["checked"], "verify_skipped": verification["skipped"],
+              "guard": {"name": guard.get("name"), "model": guard.get("model")}}
+    name = label or str(guard.get("name") or run.name)
+    return CompareInput(name, rows, table.roles, table.baseline, table.placebo, table.complete, source)
+
+
+def compare_input_from_table(path: str | Path, label: str | None,
+                             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
+    """A JSONL decision table as an input of `compare`, labelled by its file name unless `label` is given."""
+    from harness.canon import file_sha256
+    from harness.estimators.compare import CompareInput
+    from harness.estimators.table import load_table
+
+    p = Path(path)
+    rows = load_table(p, row_limits)
+    return CompareInput(label or p.name, rows, source={"table": str(p), "sha256": file_sha256(p)})
