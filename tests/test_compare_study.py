@@ -195,3 +195,112 @@ def test_tables_through_the_cli_and_bad_input(tmp_path, capsys):
                           "--placebo", "format_placebo", "--out", str(empty))
     assert code == 2 and "format_placebo" in err and "d.jsonl" in err
     assert list(empty.iterdir()) == []
+
+
+# ---------------------------------------------------------------- three simulated guards, real runs
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory, small_cohort) -> dict[str, Path]:
+    """One schedule answered by three simulated guards (three sim servers with their own seeds):
+    a launch and two replicates."""
+    from guards.sim import SimServerProcess
+
+    from conftest import cli_env, run_cli, write_guard
+
+    root = tmp_path_factory.mktemp("three")
+    servers = [SimServerProcess(["--seed", str(s)], env=cli_env()).start() for s in (7, 8, 9)]
+    try:
+        guards = [write_guard(root / f"{n}.toml", s.base_url, name=f"sim-{n}") for n, s in zip("abc", servers)]
+        runs = {n: root / n for n in "abc"}
+        r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guards[0]), "--reps", "2", "--seed", "3",
+                    "--run-dir", str(runs["a"]), "--no-progress")
+        assert r.code == 0, r.err
+        for n, g in zip("bc", guards[1:]):
+            r = run_cli("replicate", str(runs["a"]), "--guard", str(g), "--run-dir", str(runs[n]), "--no-progress")
+            assert r.code == 0, r.err
+    finally:
+        for s in servers:
+            s.stop()
+    return runs
+
+
+def test_three_simulated_guards_leaderboard_and_ranking(three_runs, tmp_path):
+    from conftest import run_cli
+
+    out_dir = tmp_path / "cmp"
+    out_dir.mkdir()
+    r = run_cli("compare", *(str(three_runs[n]) for n in "abc"), "--json", "--bootstrap", "400", "--out", str(out_dir))
+    assert r.code == 0, r.err
+    assert r.err.count("verified before comparing") == 3
+    res = json.loads(r.out)
+    assert [i["label"] for i in res["inputs"]] == ["sim-a", "sim-b", "sim-c"]
+    assert [(p["a"], p["b"]) for p in res["pairs"]] == [("sim-a", "sim-b"), ("sim-a", "sim-c"), ("sim-b", "sim-c")]
+    assert res["placebo"] == "format_placebo"
+    conds = ["original", "format_placebo", "marker_rewrite", "tool_alias", "combined"]
+    assert list(res["leaderboard"]) == conds
+    assert all(len(v) == 3 and all("row_f1" in e for e in v) for v in res["leaderboard"].values())
+    assert list(res["ranking_stability"]["by_condition"]) == conds[1:]
+    for pair in res["pairs"]:
+        for row in pair["conditions"]:
+            if row["condition"] != "format_placebo":
+                assert row["difference_minus_placebo"] == pytest.approx(
+                    row["delta_minus_placebo_b"] - row["delta_minus_placebo_a"], abs=1e-9)
+                assert row["equivalence_minus_placebo"]["verdict"] is not None
+    # The sim servers' seeds differ, so the guards' decisions differ.
+    assert len({json.dumps(p["conditions"][0]["difference"]) for p in res["pairs"]}) > 1
+    assert sorted(p.name for p in out_dir.iterdir()) == ["compare.html", "compare.md", "compare.png", "leaderboard.png"]
+    html = (out_dir / "compare.html").read_text()
+    assert "<h2>Leaderboard</h2>" in html and "<h2>Ranking stability</h2>" in html and "Kendall τ" in html
+    assert html.count("data:image/svg+xml;base64,") == 4   # three pairs and the dot plot
+    assert "<script" not in html
+    for name in ("compare.png", "leaderboard.png"):
+        assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A run's table given as --table gives the run's numbers (item 5); its label is its file name.
+    from harness.run.runtable import load_run_table
+
+    rows = load_run_table(three_runs["c"]).rows
+    table = _write(tmp_path / "c.jsonl", rows)
+    r2 = run_cli("compare", str(three_runs["a"]), str(three_runs["b"]), "--table", str(table), "--json",
+                 "--bootstrap", "400")
+    assert r2.code == 0, r2.err
+    mixed = json.loads(r2.out)
+    assert [i["label"] for i in mixed["inputs"]] == ["sim-a", "sim-b", "c.jsonl"]
+    for c in conds:
+        assert ([e["block_rate"] for e in mixed["leaderboard"][c]] == [e["block_rate"] for e in res["leaderboard"][c]])
+        if c != "original":
+            got, want = mixed["ranking_stability"]["by_condition"][c], res["ranking_stability"]["by_condition"][c]
+            assert (got["kendall_tau"], got["kendall_tau_ci"]) == (want["kendall_tau"], want["kendall_tau_ci"])
+            assert ([r["difference_of_differences"] for r in got["reversed_pairs"]]
+                    == [r["difference_of_differences"] for r in want["reversed_pairs"]])
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def check_compare_figure(fig) -> None:
+    """The title is inside the figure, and no p_Holm label lies on a data panel (issue 19, 5.9)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    title = fig._suptitle.get_window_extent(renderer)
+    assert box.x0 <= title.x0 and title.x1 <= box.x1, (title, box)
+    data_axes = [ax for ax in fig.axes if ax.axison]
+    texts = [t for ax in fig.axes for t in ax.texts if "p_Holm" in t.get_text()]
+    assert texts
+    for t in texts:
+        for ax in data_axes:
+            assert not _overlaps(t.get_window_extent(renderer), ax.bbox), t.get_text()
+
+
+def test_compare_png_keeps_its_title_and_p_values_clear():
+    from harness.estimators.compare_plot import paired_figure
+
+    a = synthetic(A_RATES, 1)
+    long = "a-guard-with-a-rather-long-name-for-a-plot-title"
+    out = compare_inputs([CompareInput(long, a), CompareInput(long + "-replicate", a)], n_boot=100)
+    title = (f"guardeval compare · A {long} (vendor/model-name-v1), run 20261201T194101Z-{long}-61bf9a · "
+             f"B {long}-replicate (vendor/model-name-v2), run 20261201T194105Z-{long}-655c8d")
+    fig = paired_figure(out, out["pairs"][0], title)
+    check_compare_figure(fig)
+    assert fig._suptitle.get_text().replace("\n", " ").endswith("655c8d")   # run B's id is all there

@@ -27,7 +27,7 @@ def _pair_title(result: Mapping[str, Any], pair: Mapping[str, Any]) -> str:
 
 def markdown(result: Mapping[str, Any]) -> str:
     out = ["# guardeval compare", "", *(f"- {line}" for line in CT.input_lines(result)),
-           f"- {CT.method_line(result)}", "", "![paired effects of the first pair](compare.png)", ""]
+           f"- {CT.method_line(result)}", "", "![paired effects](compare.png)", ""]
     for pair in result["pairs"]:
         out += [f"## {CT.pair_title(pair)}", "", "Headline: B − A of the placebo-corrected effect.", "",
                 md_table(*CT.corrected_table(pair)), "", "B − A of Δ:", "", md_table(*CT.delta_table(pair)), "",

@@ -171,6 +171,8 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
         attrs.append(' class="significant"' if sig else "")
     out = table(head, rows, num_from=2, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in null_lines(report))
+    if "power" in report:
+        out += f'<p class="note">{esc(report["power"]["rule"])}</p>'
     if not rules:
         out += (f'<p class="note">The three failure rules agree (no failed calls): every effect is the same under '
                 f'{", ".join(map(esc, report["failure_rules"]))}.</p>')
@@ -255,7 +257,7 @@ HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "pla
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
            "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
            "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
-           "worst_case", "order"}
+           "worst_case", "order", "margin", "power"}
 
 
 def more_sections(report: Mapping[str, Any]) -> str:
