@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.estimators.equivalence import short
-from harness.estimators.report import interval, num, pval
+from harness.estimators.formats import interval, num, pval, text_table
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -118,8 +118,6 @@ def stability_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def text(result: Mapping[str, Any]) -> str:
-    from harness.estimators.report import text_table
-
     out = [*input_lines(result), method_line(result), ""]
     for pair in result["pairs"]:
         out += [f"{pair_title(pair)}: the headline, B − A of the placebo-corrected effect", "",

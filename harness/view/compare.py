@@ -10,8 +10,8 @@ from typing import Any
 
 from harness.estimators import compare_text as CT
 from harness.estimators.compare_plot import leaderboard_figure, paired_figure
+from harness.estimators.formats import md_table
 from harness.estimators.plot import figure_bytes, save
-from harness.estimators.report import md_table
 from harness.view import tables as T
 from harness.view.files import write_atomically
 

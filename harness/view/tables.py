@@ -14,7 +14,8 @@ import orjson
 
 from harness.estimators.definitions import DEFINITIONS
 from harness.estimators.equivalence import short
-from harness.estimators.report import null_lines, rules_differ, significant
+from harness.estimators.formats import rules_differ, significant
+from harness.estimators.report import null_lines
 from harness.estimators.sections import Section
 
 
