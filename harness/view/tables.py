@@ -173,7 +173,7 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
     out = table(head, rows, num_from=2, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in null_lines(report))
     if "power" in report:
-        out += f'<p class="note">{esc(report["power"]["rule"])}</p>'
+        out += definitions("equivalence")
     if not rules:
         out += (f'<p class="note">The three failure rules agree (no failed calls): every effect is the same under '
                 f'{", ".join(map(esc, report["failure_rules"]))}.</p>')
