@@ -304,3 +304,15 @@ def test_compare_png_keeps_its_title_and_p_values_clear():
     fig = paired_figure(out, out["pairs"][0], title)
     check_compare_figure(fig)
     assert fig._suptitle.get_text().replace("\n", " ").endswith("655c8d")   # run B's id is all there
+
+
+def test_one_pass_summary_equals_the_separate_functions():
+    from harness.estimators.bootstrap import bootstrap_p, bootstrap_se, percentile_ci, summarise, tost_p
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        s = rng.normal(rng.normal(0, 0.05), 0.04, int(rng.integers(2, 3000)))
+        s[rng.random(len(s)) < 0.05] = np.nan
+        got = summarise(s, 0.05)
+        assert got == {"ci": percentile_ci(s), "ci90": percentile_ci(s, 0.90), "p": bootstrap_p(s),
+                       "se": bootstrap_se(s), "p_tost": tost_p(s, 0.05)}

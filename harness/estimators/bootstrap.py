@@ -125,3 +125,19 @@ def tost_p(samples: np.ndarray, margin: float) -> float | None:
     low = (1 + int((s <= -margin).sum())) / (b + 1)
     high = (1 + int((s >= margin).sum())) / (b + 1)
     return float(max(low, high))
+
+
+def summarise(samples: np.ndarray, margin: float | None = None) -> dict[str, object]:
+    """ci (95%), ci90, p, se and, with `margin`, p_tost of one quantity's replicates: the
+    functions above, with one pass to drop undefined replicates and one quantile call."""
+    s = samples[np.isfinite(samples)]
+    b = len(s)
+    if b == 0:
+        return {"ci": None, "ci90": None, "p": None, "se": None, "p_tost": None}
+    lo, hi, lo90, hi90 = np.quantile(s, [(1 - LEVEL) / 2, (1 + LEVEL) / 2, (1 - 0.90) / 2, (1 + 0.90) / 2])
+    below = (1 + int((s <= 0).sum())) / (b + 1)
+    above = (1 + int((s >= 0).sum())) / (b + 1)
+    return {"ci": [float(lo), float(hi)], "ci90": [float(lo90), float(hi90)],
+            "p": float(min(1.0, 2 * min(below, above))),
+            "se": float(s.std(ddof=1)) if b > 1 else 0.0,
+            "p_tost": None if margin is None else tost_p(s, margin)}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from harness.estimators.bootstrap import bootstrap_p, bootstrap_se, cluster_sums, iter_counts, percentile_ci, tost_p
+from harness.estimators.bootstrap import cluster_sums, iter_counts, summarise
 
 Key = tuple[Hashable, ...]
 DENSE_FEATURE_CELLS = 1 << 23   # 64 MiB of float64 feature columns in the dense product
@@ -138,13 +138,10 @@ class Quantities:
         for key, point in points.items():
             samples = columns[key]
             defined = point is not None
+            summary = summarise(samples, margin) if defined else dict.fromkeys(("ci", "ci90", "p", "se", "p_tost"))
             out[key] = {
                 "estimate": point,
-                "ci": percentile_ci(samples) if defined else None,
-                "ci90": percentile_ci(samples, 0.90) if defined else None,
-                "p": bootstrap_p(samples) if defined else None,
-                "se": bootstrap_se(samples) if defined else None,
-                "p_tost": tost_p(samples, margin) if defined and margin is not None else None,
+                **summary,
                 "n_undefined_replicates": int(np.isnan(samples).sum()) if defined else None,
             }
         for j, key in enumerate(self.keys):
