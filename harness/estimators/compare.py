@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from harness.errors import CheckFailed, InputError
 from harness.estimators import accuracy as acc
 from harness.estimators import effects as fx
 from harness.estimators.bootstrap import cluster_sums
+from harness.estimators.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
 from harness.estimators.core import DEFAULT_PLACEBO, resolve_conditions, validated
 from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin, equivalence, power_record
 from harness.estimators.holm import holm
@@ -120,7 +121,7 @@ def _eq(q: Mapping[str, Any] | None, margin: float, m: int | None) -> Any:
 def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = None, placebo: str | None = None,
                    family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                    failure_rule: str = "drop", missing: str = "exclude", margin: float = DEFAULT_MARGIN,
-                   allow_partial: bool = False, allow_unpublishable: bool = False) -> dict[str, Any]:
+                   allow_partial: bool = False, allow_unpublishable: bool = False) -> CompareResult:
     """The comparison of two or more inputs of one schedule (docs/estimators.md, compare).
 
     Raises InputError for fewer than two inputs, duplicate labels, a bad option, a baseline or
@@ -216,7 +217,7 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
     f1 = {(k, c): _f1(d, failure_rule, d.cond_index(c)) for k, d in enumerate(designs) for c in conds} if labelled else None
     quarantine = [quarantine_summary(r, len(r)) for r in rows]
     first = pair_out[0]
-    return {
+    result: CompareResult = {
         "inputs": [{"label": inp.label, "source": inp.source, "complete": ok, "quarantine": q}
                    for inp, ok, q in zip(inputs, flags, quarantine)],
         "baseline": baseline, "placebo": placebo, "failure_rule": failure_rule,
@@ -231,23 +232,24 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         "ranking_changed": first["ranking_changed"], "reversed_pairs": first["reversed_pairs"],
         "ranking_rule": RANKING_RULE,
         "leaderboard": leaderboard(labels, conds, baseline, est, f1),
-        "ranking_stability": _stability(est, labels, contrasts, baseline, pairs),
+        "ranking_stability": _stability(est, labels, contrasts, baseline),
         "missing": missing,
         "complete": all(flags),
         "publishable": all(q["publishable"] for q in quarantine),
         "allow_unpublishable": allow_unpublishable,
         "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for every input"},
     }
+    return result
 
 
 def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
-          fam: Sequence[str], fam_corr: Sequence[str], margin: float) -> dict[str, Any]:
-    rows_out = []
+          fam: Sequence[str], fam_corr: Sequence[str], margin: float) -> Pair:
+    rows_out: list[PairRow] = []
     for c in contrasts:
         a, bb, d = est[("delta", j, c)], est[("delta", k, c)], est[("diff", j, k, c)]
         ca, cb, cd = est.get(("corr", j, c)), est.get(("corr", k, c)), est.get(("cdiff", j, k, c))
         g = lambda q, f: None if q is None else q[f]  # noqa: E731
-        rows_out.append({
+        rows_out.append(cast(PairRow, {
             "condition": c, "in_family": c in fam, "in_family_minus_placebo": c in fam_corr,
             "delta_a": a["estimate"], "ci_a": a["ci"], "n_bases_a": a["n_bases"],
             "delta_b": bb["estimate"], "ci_b": bb["ci"], "n_bases_b": bb["n_bases"],
@@ -261,7 +263,7 @@ def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[st
             "p_difference_minus_placebo": g(cd, "p"), "p_holm_minus_placebo": None,
             "p_holm_across_pairs_minus_placebo": None, "n_bases_difference_minus_placebo": g(cd, "n_bases"),
             "equivalence_minus_placebo": _eq(cd, margin, len(fam_corr) if c in fam_corr else None),
-        })
+        }))
     by = {r["condition"]: r for r in rows_out}
     for c, adj in zip(fam, holm([by[c]["p_difference"] for c in fam])):
         by[c]["p_holm"] = adj
@@ -272,14 +274,14 @@ def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[st
     # Only a pair of conditions whose order reversed is tested (Holm across those pairs).
     rev = reversed_pairs(deltas_a, deltas_b, contrasts)
     dds = [est[("dd", j, k, x, y)] for x, y in rev]
-    pairs = [{"conditions": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"], "p": q["p"],
-              "p_holm": adj} for (x, y), q, adj in zip(rev, dds, holm([q["p"] for q in dds]))]
+    pairs: list[Any] = [{"conditions": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"],
+                         "p": q["p"], "p_holm": adj} for (x, y), q, adj in zip(rev, dds, holm([q["p"] for q in dds]))]
     return {"a": labels[j], "b": labels[k], "conditions": rows_out,
             "ranking_a": ranking(deltas_a), "ranking_b": ranking(deltas_b), "reversed_pairs": pairs,
             "ranking_changed": any(pr["p_holm"] is not None and pr["p_holm"] < ALPHA for pr in pairs)}
 
 
-def _holm_across_pairs(pairs: list[dict[str, Any]], contrasts: Sequence[str], fam_corr: Sequence[str]) -> None:
+def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Sequence[str]) -> None:
     """One Holm family per condition over every pair's difference (and corrected difference)."""
     for c in contrasts:
         rows = [next(r for r in pr["conditions"] if r["condition"] == c) for pr in pairs]
@@ -290,16 +292,16 @@ def _holm_across_pairs(pairs: list[dict[str, Any]], contrasts: Sequence[str], fa
                 r["p_holm_across_pairs_minus_placebo"] = adj
 
 
-def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contrasts: Sequence[str], baseline: str,
-               pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contrasts: Sequence[str],
+               baseline: str) -> RankingStability:
     under_b = {labels[k]: est[("rate", k, baseline)]["estimate"] for k in range(len(labels))}
-    out: dict[str, Any] = {}
+    out: dict[str, ConditionStability] = {}
     for c in contrasts:
         under_c = {labels[k]: est[("rate", k, c)]["estimate"] for k in range(len(labels))}
         rev = reversed_pairs(under_b, under_c, labels)
         index = {labels[k]: k for k in range(len(labels))}
         qs = [est[("diff", index[x], index[y], c)] for x, y in rev]
-        rows = [{"guards": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"], "p": q["p"],
+        rows: list[Any] = [{"guards": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"], "p": q["p"],
                  "p_holm": adj} for (x, y), q, adj in zip(rev, qs, holm([q["p"] for q in qs]))]
         tau = est[("tau", c)]
         out[c] = {"kendall_tau": tau["estimate"], "kendall_tau_ci": tau["ci"],
@@ -314,7 +316,7 @@ def compare(rows_a: Iterable[Any], rows_b: Iterable[Any], *, baseline: str = "or
             failure_rule: str = "drop", missing: str = "exclude", roles: Mapping[str, str] | None = None,
             complete: tuple[bool, bool] = (True, True), allow_partial: bool = False,
             allow_unpublishable: bool = False, placebo: str | None = None,
-            margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
+            margin: float = DEFAULT_MARGIN) -> CompareResult:
     """Two tables of one design, labelled A and B (see `compare_inputs`)."""
     inputs = [CompareInput("A", rows_a, roles or {}, complete=complete[0]),
               CompareInput("B", rows_b, roles or {}, complete=complete[1])]
