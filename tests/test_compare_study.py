@@ -316,3 +316,25 @@ def test_one_pass_summary_equals_the_separate_functions():
         got = summarise(s, 0.05)
         assert got == {"ci": percentile_ci(s), "ci90": percentile_ci(s, 0.90), "p": bootstrap_p(s),
                        "se": bootstrap_se(s), "p_tost": tost_p(s, 0.05)}
+
+
+def test_reports_carry_the_verdict_column_and_sentences(tmp_path, capsys):
+    from harness.estimators.report import markdown
+    from harness.view.tables import contrasts_table
+
+    report = estimate(synthetic(A_RATES, 1), n_boot=300)
+    md, html = markdown(report), contrasts_table(report)
+    for c in report["contrasts"]:
+        eq = c["equivalence_minus_placebo"] or c["equivalence"]
+        assert f"{eq['verdict']}; MDE {eq['mde']:.4f}" in md
+    assert md.count("detectable with 80% power at α 0.05") == len(report["contrasts"])
+    assert html.count("detectable with 80% power at α 0.05") == len(report["contrasts"]) and "verdict; MDE" in html
+    # Labels are outside text: escaped in compare.html.
+    ta = _write(tmp_path / "a.jsonl", synthetic(A_RATES, 1))
+    tb = _write(tmp_path / "b.jsonl", synthetic(B_RATES, 2))
+    code, out, err = _cli(capsys, "compare", "--table", str(ta), "--table", str(tb), "--bootstrap", "50",
+                          "--label", "<b>x</b>", "--label", "\x1b[2Jy", "--out", str(tmp_path))
+    assert code == 0, err
+    page = (tmp_path / "compare.html").read_text()
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "\x1b" not in out
