@@ -338,3 +338,13 @@ def test_reports_carry_the_verdict_column_and_sentences(tmp_path, capsys):
     page = (tmp_path / "compare.html").read_text()
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
     assert "\x1b" not in out
+
+
+def test_without_a_placebo_only_delta_is_compared():
+    strip = lambda rows: [r for r in rows if r["condition"] != "format_placebo"]  # noqa: E731
+    out = compare_inputs([CompareInput("A", strip(synthetic(A_RATES, 1))), CompareInput("B", strip(synthetic(B_RATES, 2)))],
+                         n_boot=100)
+    assert out["placebo"] is None and out["family_minus_placebo"] == []
+    for r in out["pairs"][0]["conditions"]:
+        assert r["difference"] is not None and r["difference_minus_placebo"] is None
+        assert r["p_holm"] is not None and r["p_holm_minus_placebo"] is None and r["equivalence_minus_placebo"] is None

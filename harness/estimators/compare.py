@@ -162,7 +162,8 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
     _check_structure(designs, labels)
     d0 = designs[0]
     baseline, placebo, contrasts, fam = resolve_conditions(d0, baseline, placebo, family, roles)
-    fam_corr = [c for c in fam if c != placebo]
+    # The corrected family: the interventions (no placebo, no corrected effect at all).
+    fam_corr = [c for c in fam if c != placebo] if placebo is not None else []
     conds = d0.conditions
     b = d0.cond_index(baseline)
     pl = None if placebo is None else d0.cond_index(placebo)
