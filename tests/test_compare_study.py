@@ -348,3 +348,20 @@ def test_without_a_placebo_only_delta_is_compared():
     for r in out["pairs"][0]["conditions"]:
         assert r["difference"] is not None and r["difference_minus_placebo"] is None
         assert r["p_holm"] is not None and r["p_holm_minus_placebo"] is None and r["equivalence_minus_placebo"] is None
+
+
+def test_report_rechecks_an_estimate_made_with_another_margin(three_runs, tmp_path):
+    """report.json records --margin with its other options, so `guardeval report` makes the same
+    estimate again (without it, the re-check used 0.05 and called a 0.2-margin report forged)."""
+    import shutil
+
+    from conftest import run_cli
+
+    run = tmp_path / "a"
+    shutil.copytree(three_runs["a"], run)
+    est = run_cli("estimate", str(run), "--bootstrap", "200", "--margin", "0.2")
+    assert est.code == 0, est.err
+    report = json.loads((run / "report.json").read_text())
+    assert report["margin"] == 0.2 and report["source"]["options"]["margin"] == 0.2
+    r = run_cli("report", str(run))
+    assert r.code == 0, r.err
