@@ -82,6 +82,10 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("length_truncation", "the answer was cut off (finish_reason: length)"),
         ("replay_mismatch", "a resumed body differs from stimuli.jsonl, the answer belongs to another call, or "
                             "two calls received one generation id"),
+        ("response_cache_hit", "OpenRouter's response cache answered (X-OpenRouter-Cache-Status HIT, or zeroed usage "
+                               "with a cache source): a copy of an earlier generation, not a new repetition"),
+        ("stimulus_mutated", "OpenRouter's router metadata shows a pipeline stage (context compression, guardrail, "
+                             "plugin, server tools, response healing) that may have altered what the guard read or said"),
         ("threshold", "more than 2% of scheduled calls quarantined makes the report unpublishable"),
     ]),
     "accuracy": ("Against labels", [
