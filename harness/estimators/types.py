@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from harness.estimators.equivalence import Equivalence
+
 Interval = list[float]          # [low, high]
 Counts = dict[str, int]
 
@@ -36,6 +38,8 @@ class Contrast(TypedDict):
     ci_minus_placebo: Interval | None
     p_minus_placebo: float | None
     n_bases_minus_placebo: int | None
+    equivalence: Equivalence | None
+    equivalence_minus_placebo: Equivalence | None
     increase: int
     decrease: int
     tie: int
@@ -123,6 +127,12 @@ class Order(TypedDict):
     drift: dict[str, Drift]
     block_rate_by_dispatch_third: dict[str, list[float | None]]
     block_rate_drift: dict[str, Drift]
+    retried_by_third: list[int]
+
+
+class Retried(TypedDict):
+    n_calls: int
+    rounds: list[dict[str, Any]]
 
 
 class Bootstrap(TypedDict):
@@ -147,6 +157,8 @@ class Report(TypedDict):
     failure_rules: list[str]
     missing: str
     family: list[str]
+    margin: float
+    power: dict[str, Any]
     complete: bool
     publishable: bool
     allow_partial: bool
@@ -168,6 +180,7 @@ class Report(TypedDict):
     components: dict[str, dict[str, dict[str, float | int]]]
     worst_case: WorstCase | None
     order: Order | None
+    retried: Retried
     bootstrap: Bootstrap
     accuracy: NotRequired[dict[str, dict[str, Any]]]
     source: NotRequired[dict[str, Any]]
