@@ -64,6 +64,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         # argparse hands a subcommand's unknown options up to the top parser, which would print
         # the top-level usage; here the subcommand that got them prints its own.
+        self._given = list(sys.argv[1:] if args is None else args)
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -72,7 +73,29 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {safe(message)}", file=sys.stderr)
+        for hint in self._typos():
+            print(f"{self.prog}: {safe(hint)}", file=sys.stderr)
         raise SystemExit(2)
+
+    def _typos(self) -> list[str]:
+        """`--cohrt demo` fails as "required: --cohort"; name the typo and the closest option.
+        Only a parser without subcommands knows its options (the top one would see the
+        subcommand's options as unknown)."""
+        if self._subparsers is not None:
+            return []
+        import difflib
+
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        hints = []
+        for token in getattr(self, "_given", []):
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and len(name) > 2 and name not in self._option_string_actions:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"unknown option {name}: did you mean {close[0]}?")
+        return hints
 
 
 def build_parser() -> argparse.ArgumentParser:

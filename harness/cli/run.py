@@ -101,9 +101,21 @@ def _existing_run(path: str) -> Path:
     return p
 
 
+def check_new_run_dir(run_dir: Path) -> None:
+    """The store's check, and for a folder that already holds a run, what was probably meant."""
+    from harness.run.store import check_new_run_dir as check
+
+    try:
+        check(run_dir)
+    except InputError as exc:
+        if not run_dir.is_symlink() and (run_dir / "manifest.json").is_file():
+            raise InputError(f"{exc.message}: it holds a run; continue that run with: guardeval resume "
+                             f"{run_dir} (or give a new --run-dir)", path=run_dir) from None
+        raise
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_launch, require_key, resolve_run_dir
-    from harness.run.store import check_new_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url, row_limits=row_limits(args))
@@ -207,7 +219,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_replicate(args: argparse.Namespace) -> int:
     from harness.run.runner import materialise, plan_replicate, require_key, resolve_run_dir
-    from harness.run.store import check_new_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
@@ -252,13 +263,34 @@ def cmd_status(args: argparse.Namespace) -> int:
           + (" (simulated provider: not billed)" if st["spend_simulated"] else ""))
     stop = st["last_stop"]
     if stop:
-        reason = stop.get("reason") or "every pending call handled"
+        reason = _stop_text(stop)
         print(safe(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
                    + (f": {stop['fatal']}" if stop.get("fatal") else "")))
     if st["generation_replays"]:
         print(f"  answered under a generation id another call also got: {st['generation_replays']} "
               "(quarantined as replay_mismatch by estimate)")
     return 0
+
+
+STOP_TEXT = {
+    "max_calls": "stopped by --max-calls (a pilot)",
+    "budget": "stopped by --max-cost",
+    "fatal": "stopped by a fatal provider error",
+    "unreachable": "stopped: the provider looked unreachable",
+    "rate_limited": "stopped: the provider answered nothing but 429s",
+    "no_room": "stopped: no room on the disk to record answers",
+    "write_failed": "stopped: a write failed",
+}
+
+
+def _stop_text(stop: dict[str, Any]) -> str:
+    reason = stop.get("reason")
+    if reason is None:
+        # Runs from before the pilot's stop was recorded: a stop with calls pending was a pilot.
+        pending = isinstance(stop.get("total"), int) and isinstance(stop.get("decided"), int) \
+            and stop["decided"] < stop["total"]
+        return "stopped with calls pending (a --max-calls pilot)" if pending else "every pending call handled"
+    return STOP_TEXT.get(str(reason), str(reason))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from harness.errors import CheckFailed, InputError
-from harness.estimators.core import estimate, validated
+from harness.estimators.core import Incomplete, estimate, validated
 from harness.estimators.table import ValidatedRows
 from harness.estimators.types import Report
 
@@ -67,10 +67,15 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
     `write`, report.json, report.md and effects.png go into the run folder."""
     verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
     run, table, rows = load_run(path, row_limits)
-    report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
-                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
-                      n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
-                      allow_unpublishable=allow_unpublishable)
+    try:
+        report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
+                          n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
+                          n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
+                          allow_unpublishable=allow_unpublishable)
+    except Incomplete as exc:
+        # A run folder can also be finished: say how, before the way around it.
+        raise Incomplete(exc.missing, exc.scheduled, f"finish it with: guardeval resume {run}; or use "
+                         "--allow-partial to estimate it as it is") from None
     m = table.manifest
     report["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
                         "manifest_sha256": m.get("sha256"), "verified": verification["checked"],

@@ -177,7 +177,7 @@ def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple
     try:
         prompt = load_prompt(config.prompt)
     except InputError as exc:
-        raise InputError(f"{exc}", path=guard_path, field="prompt") from None
+        raise InputError(exc.message, path=guard_path, field="prompt") from None
     try:
         get_parser(prompt.parser)
     except KeyError as exc:
@@ -345,7 +345,9 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                len(state.decided), state.spent, state.unpriced, backend_options=_backend_options())
             decided = len(state.decided)
             try:
-                writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
+                # A pilot's stop says so: `status` must not read it as every pending call handled.
+                pilot = result.stop_reason is None and max_calls is not None and decided < total
+                writer.event("stop", reason="max_calls" if pilot else result.stop_reason, decided=decided, total=total,
                              adaptive=adaptive, min_concurrency=result.min_concurrency,
                              rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
                              limit_restores=result.limit_restores, background_429=result.background_429,
