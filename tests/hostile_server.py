@@ -6,7 +6,8 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
 
   ok                          a valid answer (`usage.cost` 0.001, 1000 + 20 tokens)
   cost/<value>                a valid answer whose usage.cost is the JSON literal <value>
-                              (`-1000`, `0`, `"abc"`, `1e308`), or no cost at all for `none`
+                              (`-1000`, `0`, `"abc"`, `1e308`; `NaN`, `Infinity` written
+                              unquoted though JSON has no such literal), or no cost at all for `none`
   endless                     HTTP 200, a chunked body that never ends
   big-length                  HTTP 200 announcing Content-Length 2,000,000,000, then sending
                               bytes until the client goes away
@@ -186,6 +187,10 @@ class Hostile:
         if mode == "ok":
             return web.json_response(answer(call_id=call_id))
         if mode == "cost":
+            if args[0] in ("NaN", "Infinity", "-Infinity"):
+                # Not JSON, but what a careless encoder writes: the literal, unquoted.
+                text = orjson.dumps(answer(cost="COST", call_id=call_id)).decode().replace('"COST"', args[0])
+                return web.Response(text=text, content_type="application/json")
             cost = None if args[0] == "none" else orjson.loads(args[0])
             return web.json_response(answer(cost=cost, call_id=call_id))
         if mode in ("endless", "big-length"):
