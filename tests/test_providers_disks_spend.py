@@ -64,3 +64,34 @@ def test_a_nan_cost_keeps_the_answer(tmp_path, small_cohort, hostile):
     assert all(r["usage"].get("cost_invalid") is True and r["usage"]["prompt_tokens"] == 1000 for r in raw)
     assert {d["status"] for d in _jsonl(run / "decisions.jsonl")} == {"ok"}
     assert run_cli("verify", str(run)).code == 0
+
+
+# -- the key in other spellings ------------------------------------------------------------------
+
+# Built here, so that no tracked file holds a key-shaped literal.
+CANARY = "sk-or-v1-" + "".join(f"{(i * 7919) % 251:02x}" for i in range(32))
+
+
+# Every spelling at the unit level: tests/test_redact.py.
+@pytest.mark.parametrize("form, status", [("mixed-case", 200), ("reversed", 200), ("hex-upper", 401),
+                                          ("b64-1", 200), ("b64-bearer", 401)])
+def test_the_key_in_other_spellings_reaches_no_file_and_no_output(tmp_path, small_cohort, hostile, form, status):
+    from hostile_server import key_form, leaked
+
+    assert leaked(key_form(CANARY, form), CANARY) is not None      # the detector sees this spelling
+    base, _ = hostile
+    proc, run = _launch(tmp_path, small_cohort, f"{base}/key/{form}/{status}/v1", calls=3, env={KEY_ENV: CANARY})
+    assert proc.returncode == (1 if status == 401 else 0), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for text in (proc.stdout, proc.stderr):
+        assert leaked(text, CANARY) is None, text
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert {"raw.jsonl", "events.jsonl"} <= {p.name for p in files}
+    for p in files:
+        assert leaked(p.read_text("utf-8", errors="replace"), CANARY) is None, p
+    raw = _jsonl(run / "raw.jsonl")
+    assert raw and all(r.get("redacted") is True and "[redacted]" in r["response"] for r in raw), raw
+    if status == 401:
+        assert "[redacted]" in proc.stderr
+        assert any("[redacted]" in (e.get("fatal") or "") for e in _jsonl(run / "events.jsonl"))
+    assert run_cli("verify", str(run)).code == 0
