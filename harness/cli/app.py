@@ -108,11 +108,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM outside dispatch (planning, the preflight, writing the run folder): unwinds like
+    Ctrl-C, so that a partial folder is removed and a lock released, instead of a silent -15.
+    The dispatcher takes the signal over while it runs and stops the run cleanly itself."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        # Exit 1 as for any interrupted work (docs/design.md §11); nothing half-written is kept.
+        print("guardeval: stopped by SIGTERM before any call was sent; nothing half-written was kept",
+              file=sys.stderr)
+        return 1
     except GuardevalError as exc:
         # Messages quote files, configs and providers: control characters are shown, not obeyed.
         print(f"guardeval: {safe(exc)}", file=sys.stderr)
@@ -127,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # write): which one and why, exit 1, no traceback.
         print(f"guardeval: {safe(os_error_text(exc))}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

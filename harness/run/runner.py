@@ -31,6 +31,7 @@ from harness.run.budget import Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
+from harness.run.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from harness.run.status import decision_counts
 from harness.run.store import (
     COHORT_DIR,
@@ -296,6 +297,7 @@ class RunOutcome:
     recovered: int   # decisions re-derived from raw lines on open
     torn: list[Path]
     statuses: dict[str, int] = field(default_factory=dict)   # decisions of the whole run, by status
+    simulated: bool = False     # sent to the simulated provider (for the hint when it is not there)
 
     @property
     def complete(self) -> bool:
@@ -305,7 +307,7 @@ class RunOutcome:
 def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
-            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunOutcome:
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS, rate_limit_stop_s: float | None = None) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
     config = run_config(run_dir, manifest).with_base_url(base_url)
@@ -341,7 +343,9 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
                                    prices=_prices(config),
                                    progress=progress, handle_signals=handle_signals, adaptive=adaptive,
-                                   simulated_spend=config.is_simulated),
+                                   simulated_spend=config.is_simulated,
+                                   rate_limit_stop_s=rate_limit_stop_s or DEFAULT_RATE_LIMIT_STOP_S,
+                                   max_response_bytes=config.max_response_bytes),
                                len(state.decided), state.spent, state.unpriced, backend_options=_backend_options())
             decided = len(state.decided)
             try:
@@ -369,7 +373,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
     statuses = decision_counts(run_dir)[1]
-    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses)
+    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses, config.is_simulated)
 
 
 def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -562,8 +566,15 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "fatal":
         raise RunStopped(f"stopped by a fatal provider error: {said}. Fix the cause, then {hint}")
     if r.stop_reason == "unreachable":
-        raise RunStopped(f"stopped: the provider looks unreachable ({said}); calls left pending. "
+        where = (" Is `guardeval sim-server` running? It listens on a free port: give the URL it printed as "
+                 "--base-url." if outcome.simulated else "")
+        raise RunStopped(f"stopped: the provider looks unreachable ({said}); calls left pending.{where} "
                          f"When it is back, {hint}")
+    if r.stop_reason == "rate_limited":
+        raise RunStopped(f"stopped: the provider answered nothing but rate limits ({said}); calls left pending. "
+                         f"When it serves again, {hint}")
+    if r.stop_reason == "no_room":
+        raise RunStopped(f"stopped: {said}; calls left pending. Free some space, then {hint}")
     if r.stop_reason == "budget":
         raise RunStopped(f"stopped: --max-cost reached. {hint}")
     if r.stop_reason and r.stop_reason.startswith("signal"):
