@@ -119,3 +119,88 @@ def test_models_folder_is_ignored_by_git():
     # Only the top-level folder: the package's own modules named models stay tracked.
     r = subprocess.run(["git", "check-ignore", "-q", "harness/cli/models.py"], cwd=REPO)
     assert r.returncode == 1
+
+
+def _overlap(raw: list[dict]) -> int:
+    """The most attempts in flight at once, from their start and finish times."""
+    from datetime import datetime
+
+    def t(s: str) -> float:
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+    edges = sorted([(t(r["started"]), 1) for r in raw] + [(t(r["finished"]), -1) for r in raw],
+                   key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, d in edges:
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_resume_keeps_the_launchs_options_unless_overridden(tmp_path, small_cohort, sim_factory):
+    sim = sim_factory("--seed", "7", "--latency-ms", "60")
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run),
+                "--max-calls", "10", "--concurrency", "2", "--rpm", "60000", "--rate-limit-stop", "300",
+                "--no-progress")
+    assert r.code == 0, r.err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["launch_options"] == {"concurrency": 2, "fixed_concurrency": None, "rpm": 60000.0,
+                                          "max_cost": None, "rate_limit_stop_s": 300.0}
+    n = len(_jsonl(run / "raw.jsonl"))
+    r = run_cli("resume", str(run), "--max-calls", "30", "--no-progress")
+    assert r.code == 0, r.err
+    assert "as launched: --concurrency 2 --rpm 60000 --rate-limit-stop 300" in r.err, r.err
+    resumed = _jsonl(run / "raw.jsonl")[n:]
+    assert len(resumed) >= 30 and _overlap(resumed) <= 2, _overlap(resumed)
+    # Given again on the command line, an option wins and is not reported as reused.
+    n = len(_jsonl(run / "raw.jsonl"))
+    r = run_cli("resume", str(run), "--concurrency", "8", "--no-progress")
+    assert r.code == 0, r.err
+    assert "--concurrency 2" not in r.err and "as launched: --rpm 60000" in r.err, r.err
+    assert _overlap(_jsonl(run / "raw.jsonl")[n:]) > 2
+    assert run_cli("verify", str(run)).code == 0
+
+
+def test_a_damaged_launch_record_is_refused_naming_the_field(pilot):
+    path = pilot / "manifest.json"
+    m = json.loads(path.read_text())
+    m["launch_options"]["concurrency"] = -3
+    path.write_text(json.dumps(m))
+    r = run_cli("resume", str(pilot), "--no-progress")
+    assert r.code == 2 and "launch_options.concurrency" in r.err and "Traceback" not in r.err, r.err
+
+
+def test_replicate_can_be_piloted_and_dry_run(pilot, tmp_path, sim):
+    run_cli("resume", str(pilot), "--no-progress")
+    other = write_guard(tmp_path / "other.toml", sim.base_url, name="other-guard")
+    target = tmp_path / "rep"
+    r = run_cli("replicate", str(pilot), "--guard", str(other), "--run-dir", str(target), "--dry-run",
+                "--max-calls", "7")
+    assert r.code == 0 and "Traceback" not in r.err, r.err
+    assert "plan: 80 calls" in r.out and "the schedule of" in r.out and "would write" in r.out, r.out
+    assert "projection for 7 calls (the first 7, --max-calls)" in r.out, r.out
+    assert "preflight: OK" in r.out and not target.exists()
+    r = run_cli("replicate", str(pilot), "--guard", str(other), "--run-dir", str(target), "--dry-run", "--json")
+    plan = json.loads(r.out)
+    assert r.code == 0 and plan["n_calls"] == 80 and plan["preflight_ok"] is True and not target.exists()
+    r = run_cli("replicate", str(pilot), "--guard", str(other), "--run-dir", str(target), "--max-calls", "7",
+                "--no-progress")
+    assert r.code == 0, r.err
+    assert len(_jsonl(target / "decisions.jsonl")) == 7 and "pilot stopped by --max-calls" in r.err, r.err
+    assert (target / "schedule.jsonl").read_bytes() == (pilot / "schedule.jsonl").read_bytes()
+    assert "stopped by --max-calls (a pilot)" in run_cli("status", str(target)).out
+
+
+def test_the_sim_preset_without_its_server_says_to_pass_the_url(tmp_path, small_cohort):
+    # The preset points at 127.0.0.1:8089; nothing listens there in this test.
+    import socket
+
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 8089)) == 0:
+            pytest.skip("something listens on 127.0.0.1:8089 here")
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", "sim", "--run-dir", str(tmp_path / "run"))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "sim-server" in r.err and "--base-url" in r.err and "listening on" in r.err, r.err
+    assert "OpenRouter cannot serve" not in r.err, r.err
