@@ -135,7 +135,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators.compare import compare, ranking_lines
-    from harness.estimators.report import interval, num, pval, text_table
+    from harness.estimators.formats import interval, num, pval, text_table
     from harness.estimators.runs import load_run, run_dir, verified
 
     run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)

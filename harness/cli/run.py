@@ -109,7 +109,7 @@ def _existing_run(path: str) -> Path:
 
 def check_new_run_dir(run_dir: Path) -> None:
     """The store's check, and for a folder that already holds a run, what was probably meant."""
-    from harness.run.store import check_new_run_dir as check
+    from harness.run.create import check_new_run_dir as check
 
     try:
         check(run_dir)
@@ -239,7 +239,7 @@ def _print_json(obj: Any) -> None:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from harness.run import launch_options
-    from harness.run.store import read_manifest, run_config
+    from harness.run.manifest import read_manifest, run_config
 
     run_dir = _existing_run(args.run)
     manifest = read_manifest(run_dir)

@@ -35,11 +35,12 @@ from harness.lru import LRU
 from harness.run.adaptive import RateController, WireGate
 from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
+from harness.run.layout import RAW, utcnow
 from harness.run.progress import RunProgress
 from harness.run.records import Attempt
 from harness.run.room import Room
 from harness.run.stalls import DEFAULT_RATE_LIMIT_STOP_S, Stalls
-from harness.run.store import RAW, RunWriter, utcnow
+from harness.run.writer import RunWriter
 
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
 # Stops that leave the calls in flight pending: the provider gives nothing usable, or the disk
