@@ -39,7 +39,10 @@ def register(sub: Any) -> None:
     row_limit_options(p)
     p.set_defaults(func=cmd_launch)
 
-    p = sub.add_parser("resume", help="resume a stopped or crashed run")
+    p = sub.add_parser("resume", help="resume a stopped or crashed run",
+                       description="Send every undecided call of a run. The dispatch options its launch was given "
+                                   "(--concurrency, --fixed-concurrency, --rpm, --max-cost, --rate-limit-stop; "
+                                   "recorded in manifest.json) are used again unless given here.")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _dispatch_options(p)
     row_limit_options(p)
