@@ -122,7 +122,7 @@ def test_nothing_but_429s_with_a_huge_retry_after_stops_the_run_resumably(tmp_pa
     assert run_cli("verify", str(run)).code == 0
 
 
-def test_the_rate_limit_stop_is_recorded_and_checked(tmp_path, small_cohort):
+def test_a_rate_limit_stop_that_is_not_positive_is_refused(tmp_path, small_cohort):
     r = run_cli("launch", "--cohort", str(small_cohort), "--guard", "sim", "--rate-limit-stop", "0", "--dry-run")
     assert r.code == 2 and "--rate-limit-stop" in r.err and "must be > 0" in r.err, r.err
 
