@@ -373,6 +373,7 @@ STOP_TEXT = {
     "budget": "stopped by --max-cost",
     "fatal": "stopped by a fatal provider error",
     "unreachable": "stopped: the provider looked unreachable",
+    "server_errors": "stopped: the server kept answering with errors",
     "rate_limited": "stopped: the provider answered nothing but 429s",
     "no_room": "stopped: no room on the disk to record answers",
     "write_failed": "stopped: a write failed",
