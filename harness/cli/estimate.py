@@ -93,7 +93,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
     from harness.estimators.report import human_text, write_reports
-    from harness.estimators.runs import estimate_run
+    from harness.estimators.runs import estimate_run, open_run
     from harness.estimators.table import load_table
 
     if (args.run is None) == (args.table is None):
@@ -108,16 +108,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
         report["source"] = {"table": str(path), "sha256": file_sha256(path)}
         if args.out:
-            written = write_reports(report, args.out)
+            written = write_reports(report, Path(args.out))
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
         from harness.view.html import write_report_html
 
-        report = estimate_run(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
+        run = open_run(args.run)
+        report = estimate_run(run, baseline=args.baseline, write=True, verify=not args.no_verify,
                               allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
         _say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        html = write_report_html(args.run, report, just_estimated=True)
+        html = write_report_html(run, report, just_estimated=True)
         print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
     for note in report["notes"]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
@@ -133,21 +134,22 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.canon import file_sha256
     from harness.estimators.compare import compare, ranking_lines
     from harness.estimators.formats import interval, num, pval, text_table
-    from harness.estimators.runs import load_run, run_dir, verified
+    from harness.estimators.runs import load_run, open_run, verified
+    from harness.run.folder import RunFolder
+    from harness.run.layout import SCHEDULE
 
-    run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)
-    if file_sha256(run_a / "schedule.jsonl") != file_sha256(run_b / "schedule.jsonl"):
-        raise InputError(f"schedule.jsonl of {run_a} and {run_b} differ: not two runs of one schedule")
-    out_dir = Path(args.out) if args.out else run_b
-    if not out_dir.is_dir():
+    run_a, run_b = open_run(args.run_a), open_run(args.run_b)
+    if run_a.sha256(SCHEDULE) != run_b.sha256(SCHEDULE):
+        raise InputError(f"schedule.jsonl of {run_a.path} and {run_b.path} differ: not two runs of one schedule")
+    out_dir: Path | RunFolder = Path(args.out) if args.out else run_b
+    if isinstance(out_dir, Path) and not out_dir.is_dir():
         raise InputError("no such folder", path=out_dir, field="out")
     checks = [verified(r, verify=not args.no_verify, allow_skipped=args.allow_skipped, row_limits=row_limits(args))
               for r in (run_a, run_b)]
     for r, c in zip((run_a, run_b), checks):
-        _say_verified(r, c, "comparing")
+        _say_verified(r.path, c, "comparing")
     _, ta, rows_a = load_run(run_a, row_limits(args))
     _, tb, rows_b = load_run(run_b, row_limits(args))
     result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
@@ -157,14 +159,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      allow_unpublishable=args.allow_unpublishable)
     for key, run, table, check in (("run_a", run_a, ta, checks[0]), ("run_b", run_b, tb, checks[1])):
         guard = table.manifest.get("guard") or {}
-        result[key] = {"run": str(run), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
+        result[key] = {"run": str(run.path), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
                        "guard": {"name": guard.get("name"), "model": guard.get("model")}}
     head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
     rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
              num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
             for r in result["conditions"]]
     text = "\n".join([
-        f"A = {run_a}, B = {run_b}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
+        f"A = {run_a.path}, B = {run_b.path}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
         f"{result['bootstrap']['n']} paired replicates, seed {result['bootstrap']['seed']}", "",
         text_table(head, rows), "",
         *ranking_lines(result)])
@@ -172,7 +174,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.view.compare import write_compare
 
     written = write_compare(result, out_dir)
-    print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
+    where = out_dir.path if isinstance(out_dir, RunFolder) else out_dir
+    print("wrote " + ", ".join(p.name for p in written) + f" in {where}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:
         print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
         return 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli import preflight
 from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
+
+if TYPE_CHECKING:
+    from harness.run.folder import RunFolder
 
 # Only the standard library and harness.cli/harness.errors are imported to build the parser: each
 # command imports what it needs when it runs (the runner brings the HTTP client, jsonschema, numpy),
@@ -94,11 +97,15 @@ def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> 
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
 
 
-def _existing_run(path: str) -> Path:
-    p = Path(path)
-    if not (p / "manifest.json").is_file():
-        raise InputError("not a run folder (no manifest.json)", path=p)
-    return p
+def _existing_run(path: str) -> RunFolder:
+    """The run folder of a command, opened once (`RunFolder`: nothing in it is followed)."""
+    from harness.run.folder import RunFolder
+    from harness.run.layout import MANIFEST
+
+    folder = RunFolder(path)
+    if not folder.has(MANIFEST):
+        raise InputError("not a run folder (no manifest.json)", path=folder.path)
+    return folder
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -169,10 +176,13 @@ def _warn_if_plain_http(url: str | None) -> None:
               "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
-def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
+def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None
+         ) -> int:
+    from harness.run.folder import RunFolder
     from harness.run.runner import execute, finish_message, outcome_json, raise_if_stopped
 
-    outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
+    run_dir = run.path if isinstance(run, RunFolder) else run
+    outcome = execute(run, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                       max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
                       adaptive=not args.fixed_concurrency, row_limits=row_limits(args))
     for torn in outcome.torn:
@@ -200,9 +210,9 @@ def _print_json(obj: Any) -> None:
 def cmd_resume(args: argparse.Namespace) -> int:
     from harness.run.manifest import read_manifest, run_config
 
-    run_dir = _existing_run(args.run)
-    _warn_if_plain_http(run_config(run_dir, read_manifest(run_dir)).with_base_url(args.base_url).effective_base_url)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    folder = _existing_run(args.run)
+    _warn_if_plain_http(run_config(folder, read_manifest(folder)).with_base_url(args.base_url).effective_base_url)
+    return _run(folder, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:

@@ -32,10 +32,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.estimators.runs import run_dir
+    from harness.estimators.runs import open_run
     from harness.view.html import write_report_html
 
-    path = write_report_html(run_dir(args.run), out=args.out)
+    path = write_report_html(open_run(args.run), out=args.out)
     print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
     print(safe(path))
     return 0
@@ -43,21 +43,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from harness.estimators.report import dumps_json
-    from harness.estimators.runs import run_dir
+    from harness.estimators.runs import open_run
     from harness.view.calls import find_call
     from harness.view.show import story_text
 
-    story = find_call(run_dir(args.run), args.call_id)
+    story = find_call(open_run(args.run), args.call_id)
     print(safe_json(dumps_json(story)) if args.json else story_text(story))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness.estimators.runs import run_dir
+    from harness.estimators.runs import open_run
     from harness.view.calls import load_calls
     from harness.view.export import export
 
-    calls = load_calls(run_dir(args.run))
+    calls = load_calls(open_run(args.run))
     path = export(calls, args.format, args.out)
     if path is not None:
         print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)

@@ -13,16 +13,20 @@ from harness.errors import CheckFailed, InputError
 from harness.estimators.core import estimate, validated
 from harness.estimators.table import ValidatedRows
 from harness.estimators.types import Report
+from harness.run.folder import RunFolder
+from harness.run.layout import MANIFEST, SCHEDULE
 
 
-def run_dir(path: str | Path) -> Path:
-    run = Path(path)
-    if not (run / "manifest.json").is_file() or not (run / "schedule.jsonl").is_file():
-        raise InputError("not a run folder (no manifest.json / schedule.jsonl)", path=run)
-    return run
+def open_run(run: str | Path | RunFolder) -> RunFolder:
+    """The run folder a command reads (`RunFolder`: opened once, nothing in it followed);
+    InputError when it has no manifest.json / schedule.jsonl."""
+    folder = run if isinstance(run, RunFolder) else RunFolder(run)
+    if not folder.has(MANIFEST) or not folder.has(SCHEDULE):
+        raise InputError("not a run folder (no manifest.json / schedule.jsonl)", path=folder.path)
+    return folder
 
 
-def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = False,
+def verified(path: str | Path | RunFolder, *, verify: bool = True, allow_skipped: bool = False,
              row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
@@ -32,8 +36,9 @@ def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = Fal
         return {"checked": False, "skipped": []}
     from harness.run.verify import verify_run
 
-    run = run_dir(path)
-    result = verify_run(run, allow_skipped=allow_skipped, row_limits=row_limits)
+    folder = open_run(path)
+    run = folder.path
+    result = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
     if not result["ok"]:
         if result["problems"]:
             first = result["problems"][0]
@@ -48,31 +53,33 @@ def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = Fal
     return {"checked": True, "skipped": result["skipped"]}
 
 
-def load_run(path: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[Path, Any, ValidatedRows]:
+def load_run(path: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
+             ) -> tuple[RunFolder, Any, ValidatedRows]:
     """(run folder, RunTable, validated rows). A bad row names its line in schedule.jsonl."""
     from harness.run.runtable import load_run_table  # lead-owned run-store reader
 
-    run = run_dir(path)
-    table = load_run_table(run, row_limits)
-    rows = validated(table.rows, path=run / "schedule.jsonl", lines=range(1, len(table.rows) + 1))
-    return run, table, rows
+    folder = open_run(path)
+    table = load_run_table(folder, row_limits)
+    rows = validated(table.rows, path=folder.file(SCHEDULE), lines=range(1, len(table.rows) + 1))
+    return folder, table, rows
 
 
-def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str | None = None,
+def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
                  allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
-    verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
-    run, table, rows = load_run(path, row_limits)
+    run = open_run(path)   # one folder for the verification, the table and the reports
+    verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
+    run, table, rows = load_run(run, row_limits)
     report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                       n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
                       allow_unpublishable=allow_unpublishable)
     m = table.manifest
-    report["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+    report["source"] = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
                         "manifest_sha256": m.get("sha256"), "verified": verification["checked"],
                         "verify_skipped": verification["skipped"]}
     if write:

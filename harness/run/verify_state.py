@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,21 +39,12 @@ class Report:
         return [*self.torn, *self.problems]
 
 
-def line_containing(path: Path, needle: str) -> int | None:
-    for i, line in enumerate(path.read_text("utf-8", errors="replace").split("\n"), start=1):
+def line_containing(data: bytes, needle: str) -> int | None:
+    """The number of the first line of `data` (the manifest's bytes) that holds `needle`."""
+    for i, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), start=1):
         if needle in line:
             return i
     return None
-
-
-def iter_checked(path: Path, rep: Report, name: str,
-          hasher: Any = None) -> Iterator[tuple[int, bytes, dict[str, Any], bytes]]:
-    """Yield (lineno, body, obj, canonical line) for each JSON-object line, streaming; report
-    torn / invalid / non-canonical lines. `hasher` sees every byte of the file."""
-    if not path.exists():
-        return
-    with open(path, "rb", buffering=1 << 20) as fh:
-        yield from check_lines(enumerate(fh, start=1), rep, name, hasher)
 
 
 def check_lines(lines: Iterable[tuple[int, bytes]], rep: Report, name: str,

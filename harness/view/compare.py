@@ -11,8 +11,9 @@ from typing import Any
 from harness.estimators.compare import ranking_lines
 from harness.estimators.formats import interval, md_table, num, pval
 from harness.estimators.plot import figure_bytes, paired_figure, save
+from harness.run.folder import RunFolder, write_into
+from harness.run.layout import COMPARE_HTML, COMPARE_MD, COMPARE_PNG
 from harness.view import tables as T
-from harness.view.files import write_atomically
 
 HEAD = ["condition", "A Δ", "A 95% CI", "B Δ", "B 95% CI", "B − A", "95% CI", "p", "p_Holm"]
 
@@ -72,9 +73,10 @@ def _css() -> str:
     return asset("report.css")
 
 
-def write_compare(result: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
-    out = Path(out_dir)
-    md, page = markdown(result), html(result)
-    return [write_atomically(out / "compare.md", lambda tmp: tmp.write_text(md, encoding="utf-8")),
-            write_atomically(out / "compare.html", lambda tmp: tmp.write_text(page, encoding="utf-8")),
-            write_atomically(out / "compare.png", lambda tmp: save(paired_figure(result, _title(result)), tmp, "png"))]
+def write_compare(result: Mapping[str, Any], out: Path | RunFolder) -> list[Path]:
+    """compare.md, compare.html and compare.png into `out`: run B's folder (replaced, never
+    through a link) or the `--out` folder."""
+    md, page = markdown(result).encode("utf-8"), html(result).encode("utf-8")
+    return [write_into(out, COMPARE_MD, lambda fh: fh.write(md)),
+            write_into(out, COMPARE_HTML, lambda fh: fh.write(page)),
+            write_into(out, COMPARE_PNG, lambda fh: save(paired_figure(result, _title(result)), fh, "png"))]
