@@ -177,3 +177,61 @@ def test_no_link_is_followed_to_or_below_the_run_folder(tmp_path, copy_run):
              "symbolic link")
     r = run_cli("verify", str(run))
     assert r.code == 1 and "cohort" in r.out and "symbolic link" in r.out, r.out + r.err
+
+
+# -- RunFolder itself, in process (fast) ----------------------------------------------------------
+
+def test_the_lock_is_the_folder_not_a_file(tmp_path):
+    from harness.errors import RunLocked
+    from harness.run.folder import RunFolder
+
+    first, second = RunFolder(tmp_path), RunFolder(tmp_path)
+    with first.lock():
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
+        (tmp_path / ".lock").unlink()
+        assert second.held_by_another()
+        with pytest.raises(RunLocked):
+            second.lock().__enter__()
+    assert not second.held_by_another()
+    with second.lock():
+        pass
+
+
+def test_a_line_past_the_cap_is_refused_after_cap_bytes(tmp_path):
+    from harness.run.folder import LineTooLong, RunFolder
+
+    (tmp_path / "raw.jsonl").write_bytes(b"{}\n" + b"x" * 5000 + b"\n{}\n")
+    folder = RunFolder(tmp_path)
+    folder._line_cap = 1000          # the cap a manifest would give, made small
+    lines = folder.lines("raw.jsonl")
+    assert next(lines) == (1, b"{}\n")
+    with pytest.raises(LineTooLong) as exc:
+        next(lines)
+    assert exc.value.lineno == 2 and "raw.jsonl: line 2: longer than 1000 bytes" in str(exc.value)
+    with pytest.raises(LineTooLong):
+        list(folder.mapped_lines("raw.jsonl", window=4096))
+    folder._line_cap = 10_000
+    assert [n for n, _ in folder.lines("raw.jsonl")] == [1, 2, 3]
+
+
+def test_replace_swaps_a_link_for_a_file_and_reads_see_one_file(tmp_path):
+    from harness.errors import InputError
+    from harness.run.folder import RunFolder
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").symlink_to(victim)
+    folder = RunFolder(run)
+    with pytest.raises(InputError, match="symbolic link"):
+        folder.has("report.json")
+    folder.replace("report.json", lambda fh: fh.write(b"{}"))
+    assert victim.read_bytes() == b"precious" and (run / "report.json").read_bytes() == b"{}"
+    assert sorted(p.name for p in run.iterdir()) == ["report.json"]   # no partial file left
+    # A file renamed away after the folder opened it is still the one read: one file per command.
+    (run / "events.jsonl").write_bytes(b'{"a":1}\n')
+    assert folder.has("events.jsonl")
+    (run / "events.jsonl").rename(run / "moved")
+    (run / "events.jsonl").write_bytes(b'{"b":2}\n')
+    assert list(folder.lines("events.jsonl")) == [(1, b'{"a":1}\n')]

@@ -51,6 +51,7 @@ _NOT_REGULAR = "is not a regular file (a FIFO, a device or a folder stands in it
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PREADV = getattr(os, "preadv", None)   # not on every platform Python runs on
 
 
 class LineTooLong(CheckFailed):
@@ -450,7 +451,12 @@ class _PRead(io.RawIOBase):
         return True
 
     def readinto(self, b: Any) -> int:
-        n = os.preadv(self._fd, [b], self._pos)
+        if _PREADV is not None:
+            n = _PREADV(self._fd, [b], self._pos)      # straight into the buffer
+        else:
+            data = os.pread(self._fd, len(b), self._pos)
+            n = len(data)
+            b[:n] = data
         self._pos += n
         return n
 
