@@ -109,6 +109,7 @@ OPENS_ELSEWHERE = {
     "harness/cli/cohort.py": "cohort build/inspect: cohort folders and source files",
     "harness/cli/prompts.py": "prompt import: a template file and the prompts folder",
     "harness/cli/estimate.py:cmd_estimate": "the hash of an --table file",
+    "harness/cli/plan.py:cmd_plan": "the hash of an --table file",
     "harness/cli/demo.py:run_demo": "the path of the report.html the demo just wrote, for its message",
 }
 RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",

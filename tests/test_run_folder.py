@@ -132,10 +132,11 @@ def test_raw_log_that_is_a_fifo_or_dev_zero_is_refused_not_read(copy_run, kind):
     what = "symbolic link" if kind == "dev-zero" else "not a regular file"
     call_id = json.loads((run / "schedule.jsonl").read_text().splitlines()[0])["call_id"]
     for args in (("status", str(run)), ("resume", str(run), "--base-url", NOWHERE, "--no-progress"),
-                 ("show", str(run), call_id), ("export", str(run), "--out", "-")):
+                 ("show", str(run), call_id), ("export", str(run), "--out", "-", "--no-verify")):
         _refused(run_cli(*args, env=KEY, timeout=30), "raw.jsonl", what)
-    # verify reports it as a problem (exit 1); estimate, which verifies first, refuses on it.
-    for args in (("verify", str(run)), ("estimate", str(run), "--bootstrap", "200")):
+    # verify reports it as a problem (exit 1); estimate and export, which verify first, refuse on it.
+    for args in (("verify", str(run)), ("estimate", str(run), "--bootstrap", "200"),
+                 ("export", str(run), "--out", "-")):
         r = run_cli(*args, timeout=30)
         assert r.code == 1 and "Traceback" not in r.err, (r.code, r.err)
         assert "raw.jsonl" in r.out + r.err and what in r.out + r.err, r.out + r.err

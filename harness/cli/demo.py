@@ -30,7 +30,7 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
         materialise(plan, target)
         print(f"demo: run folder {target} ({plan.n_calls} calls)", file=sys.stderr)
         outcome = execute(target, base_url=sim.base_url, concurrency=32, progress=progress)
-        print(f"demo: {finish_message(outcome)}", file=sys.stderr)
+        print(f"demo: {finish_message(outcome)}; fingerprint {outcome.fingerprint}", file=sys.stderr)
         raise_if_stopped(outcome)
     from harness.cli import main
 

@@ -28,6 +28,11 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv",
                    help="file format (parquet needs the parquet extra)")
     p.add_argument("--out", metavar="FILE", help="file to write, - for stdout (default: RUN/calls.FORMAT)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="export without checking the run first (said on stderr); by default a run that does not "
+                        "verify is not exported")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="export even when a verify check could not be done (it is named on stderr)")
     p.set_defaults(func=cmd_export)
 
 
@@ -53,11 +58,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness.estimators.runs import open_run
+    from harness.estimators.runs import open_run, verified
     from harness.view.calls import load_calls
     from harness.view.export import export
 
-    calls = load_calls(open_run(args.run))
+    run = open_run(args.run)
+    # The frame is the run's data as others will analyse it: a run that does not verify is not
+    # exported unless asked, as `estimate` refuses to estimate it.
+    check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
+    if not check["checked"]:
+        print(safe(f"guardeval: warning: {args.run} exported without verification (--no-verify)"), file=sys.stderr)
+    elif check["skipped"]:
+        print(safe("guardeval: exported with skipped verify checks (allowed): "
+                   + ", ".join(str(s["check"]) for s in check["skipped"])), file=sys.stderr)
+    calls = load_calls(run)
     path = export(calls, args.format, args.out)
     if path is not None:
         print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)

@@ -264,6 +264,7 @@ def _header(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any
         ("cohort", f"{cohort.get('name')} (sha256 {cohort.get('sha256')})", "hash"),
         ("schedule sha256", m.get("schedule_sha256"), "hash"), ("stimuli sha256", m.get("stimuli_sha256"), "hash"),
         ("manifest sha256", m.get("sha256"), "hash"),
+        ("fingerprint", (report.get("source") or {}).get("fingerprint"), "hash"),
         ("seed / order / repetitions", f"{m.get('seed')} / {m.get('order')} / {m.get('reps')}", ""),
         ("created", m.get("created"), ""),
         ("first attempt / last answer", f"{calls.first_started or '—'} / {calls.last_finished or '—'}", ""),
@@ -363,12 +364,20 @@ def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | N
     with opened(run) as folder:
         target = out_file(out, folder.file(REPORT_HTML)) if out is not None else None
         calls = calls or load_calls(folder)
+        from_file = report is None
         report = report if report is not None else read_report(folder)
         src = report.get("source") or {}
         if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
             raise InputError("report.json belongs to another run (schedule sha256 differs); re-run "
                              "`guardeval estimate`", path=folder.file(REPORT_JSON))
-        data = build_html(calls, report, verify_summary(folder, report, just_estimated=just_estimated)).encode("utf-8")
+        verification = verify_summary(folder, report, just_estimated=just_estimated)
+        if from_file and verification["ok"]:
+            # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
+            # edit, so it is checked against the run (a run that fails is shown as FAILED anyway).
+            from harness.estimators.runs import recheck_report
+
+            recheck_report(folder, report)
+        data = build_html(calls, report, verification).encode("utf-8")
         if target is None:
             return folder.replace(REPORT_HTML, lambda fh: fh.write(data))
         return write_atomically(target, lambda tmp: tmp.write_bytes(data))
