@@ -100,23 +100,29 @@ def _raw_head(folder: RunFolder) -> tuple[int, str]:
 
 
 def last_line(folder: RunFolder, name: str) -> bytes | None:
-    """The last complete line of a file of the run (without its newline), read backwards from
-    the end: a torn tail after it is not a line. None when there is none (or no file)."""
-    path = folder.file(name)
-    end, tail = folder.size(name), b""
-    while end > 0:
-        start = max(0, end - _TAIL)
-        tail = folder.pread(name, end - start, start) + tail
-        end = start
-        last_nl = tail.rfind(b"\n")
-        prev_nl = tail.rfind(b"\n", 0, last_nl) if last_nl >= 0 else -1
-        if last_nl >= 0 and (prev_nl >= 0 or start == 0):
-            return tail[prev_nl + 1:last_nl]
-        # A torn tail and the line before it are each within the run's line cap (RunFolder).
-        if len(tail) > 2 * folder.line_cap:
-            raise CheckFailed(f"{path}: the last line is longer than {folder.line_cap} bytes (damaged); "
-                              "`guardeval verify` names the problem")
-    return None
+    """The last complete line of a file of the run (without its newline), found by reading
+    backwards from the end a block at a time: a torn tail after it is not a line. None when
+    there is none (or no file). Neither the tail nor the line is read past the run's line cap."""
+    nl = _last_newline(folder, name, folder.size(name))
+    if nl < 0:
+        return None
+    before = _last_newline(folder, name, nl)
+    return folder.pread(name, nl - before - 1, before + 1)
+
+
+def _last_newline(folder: RunFolder, name: str, end: int) -> int:
+    """The offset of the last newline before byte `end` (-1: none), at most `line_cap` back."""
+    pos = end
+    while pos > 0:
+        if end - pos > folder.line_cap:
+            raise CheckFailed(f"{folder.file(name)}: the last line is longer than {folder.line_cap} bytes "
+                              "(damaged); `guardeval verify` names the problem")
+        start = max(0, pos - _TAIL)
+        at = folder.pread(name, pos - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at
+        pos = start
+    return -1
 
 
 def _seq(line: bytes, path: Path) -> int:

@@ -30,7 +30,6 @@ import io
 import mmap
 import os
 import stat
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +37,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from harness.errors import CheckFailed, GuardevalError, InputError, RunLocked, WriteFailed
+from harness.errors import GuardevalError, InputError, WriteFailed
+from harness.run.folder_io import LineTooLong, PRead, RunLock
 from harness.run.layout import LOCK, MANIFEST
 
 # The per-line bound when the manifest gives no bounds of its own: 16 x (1 MiB row + 4 MiB
@@ -51,16 +51,6 @@ _NOT_REGULAR = "is not a regular file (a FIFO, a device or a folder stands in it
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_PREADV = getattr(os, "preadv", None)   # not on every platform Python runs on
-
-
-class LineTooLong(CheckFailed):
-    """A log line longer than the run's `line_cap`: refused before it is read whole (exit 1)."""
-
-    def __init__(self, path: Path, lineno: int, cap: int) -> None:
-        self.path, self.lineno, self.cap = path, lineno, cap
-        super().__init__(f"{path}: line {lineno}: longer than {cap} bytes, far past any line guardeval writes "
-                         f"(the file is damaged; `guardeval verify {path.parent}` lists every problem)")
 
 
 class RunFolder:
@@ -121,7 +111,7 @@ class RunFolder:
         fd = self._read_fd(name)
         if fd is None:
             return None
-        return io.BufferedReader(_PRead(fd), 1 << 20)
+        return io.BufferedReader(PRead(fd), 1 << 20)
 
     def read_small(self, name: str, limit: int, *, what: str) -> bytes:
         """The bytes of a small file (the manifest, a report), at most `limit`: InputError naming
@@ -325,8 +315,22 @@ class RunFolder:
 
     # -- the lock ----------------------------------------------------------------------------------
     def lock(self) -> RunLock:
-        """The run's writer lock (a context manager): exclusive `flock` on the folder itself."""
-        return RunLock(self)
+        """The run's writer lock (a context manager): exclusive `flock` on the folder itself;
+        `.lock` gets the holder's pid, for people (a link there is refused, never created through)."""
+        return RunLock(self._fd, self.path, self._write_pid)
+
+    def _write_pid(self) -> None:
+        try:
+            fd = self._open(LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, create=True)
+        except WriteFailed:
+            return   # a full disk: the pid is for people; the lock is the flock
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def held_by_another(self) -> bool:
         """Whether a process holds the run's lock now (is running it). Creates nothing; the lock
@@ -389,107 +393,6 @@ class RunFolder:
 
 
 
-class RunLock:
-    """Exclusive, non-blocking `flock` on the run folder itself (see `RunFolder.lock`)."""
-
-    def __init__(self, folder: RunFolder) -> None:
-        self.folder = folder
-        self._held = False
-
-    def __enter__(self) -> RunLock:
-        fd = self.folder._fd
-        # A `status` probe (`held_by_another`) holds the lock for microseconds: try a few times
-        # over ~50 ms before concluding that another writer has it.
-        for attempt in range(6):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == 5:
-                    raise RunLocked(f"{self.folder.path}: another guardeval process is writing this run") from None
-                time.sleep(0.01)
-        self._held = True
-        try:
-            self._write_pid()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _write_pid(self) -> None:
-        # The holder's pid, for people reading `.lock`; the lock is the flock on the folder.
-        try:
-            fd = self.folder._open(LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                                   create=True)
-        except WriteFailed:
-            return
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held and self.folder._fd >= 0:
-            fcntl.flock(self.folder._fd, fcntl.LOCK_UN)
-        self._held = False
-
-
-class _PRead(io.RawIOBase):
-    """A reader of a descriptor by offset (`pread`): its own position, the descriptor shared."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__()
-        self._fd, self._pos = fd, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        if _PREADV is not None:
-            n = _PREADV(self._fd, [b], self._pos)      # straight into the buffer
-        else:
-            data = os.pread(self._fd, len(b), self._pos)
-            n = len(data)
-            b[:n] = data
-        self._pos += n
-        return n
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: os.fstat(self._fd).st_size}[whence]
-        self._pos = max(base + offset, 0)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def fileno(self) -> int:
-        return self._fd
-
-
-def _open_dir(path: Path, dfd: int | None, name: str | Path) -> int:
-    try:
-        return os.open(name, _DIR, dir_fd=dfd) if dfd is not None else os.open(name, _DIR)
-    except FileNotFoundError:
-        raise InputError("not a run folder (no such folder)", path=path) from None
-    except OSError as exc:
-        try:
-            mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
-        except OSError:
-            mode = 0
-        if stat.S_ISLNK(mode) or exc.errno == errno.ELOOP:
-            raise InputError("is a symbolic link; give the run folder itself, nothing in it is followed",
-                             path=path) from None
-        if exc.errno == errno.ENOTDIR:
-            raise InputError("is not a folder", path=path) from None
-        raise InputError(f"cannot open ({exc.strerror or exc})", path=path) from None
-
-
 @contextmanager
 def opened(run: str | Path | RunFolder) -> Iterator[RunFolder]:
     """`run` as a RunFolder: the one given (left open for its owner), or the folder at a path,
@@ -528,3 +431,21 @@ def reason(exc: InputError) -> str:
 
 def _bound(value: Any, default: int) -> int:
     return value if type(value) is int and value > default else default
+
+
+def _open_dir(path: Path, dfd: int | None, name: str | Path) -> int:
+    try:
+        return os.open(name, _DIR, dir_fd=dfd) if dfd is not None else os.open(name, _DIR)
+    except FileNotFoundError:
+        raise InputError("not a run folder (no such folder)", path=path) from None
+    except OSError as exc:
+        try:
+            mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISLNK(mode) or exc.errno == errno.ELOOP:
+            raise InputError("is a symbolic link; give the run folder itself, nothing in it is followed",
+                             path=path) from None
+        if exc.errno == errno.ENOTDIR:
+            raise InputError("is not a folder", path=path) from None
+        raise InputError(f"cannot open ({exc.strerror or exc})", path=path) from None

@@ -42,11 +42,9 @@ import orjson
 
 from harness.canon import canonical_sha256
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
-from harness.errors import CheckFailed, GuardevalError, InputError
+from harness.errors import GuardevalError, InputError
 from harness.run import verify_raw
-from harness.run.fingerprint import run_fingerprint
 from harness.run.folder import LineTooLong, RunFolder, opened, reason
-from harness.run.head import head_problems
 from harness.run.layout import COHORT_DIR, DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.lines import STIMULUS_LINE
 from harness.run.manifest import MAX_MANIFEST_BYTES, load_run_prompt, run_row_limits
@@ -59,9 +57,11 @@ from harness.run.verify_state import (
     Report,
     ScheduleState,
     StimuliState,
+    check_chain_head,
     check_lines,
     cid_key,
     field_of,
+    fingerprint_check,
     line_containing,
     value_of,
 )
@@ -161,7 +161,7 @@ class _Verifier:
         # Re-render mismatches were found after the pass: put them back in line order.
         stim_problems = [*stim_rep.torn, *heapq.merge(stim_rep.problems, render_rep.problems,
                                                       key=lambda p: p["line"] or 0)]
-        fingerprint = _fingerprint(self.folder, self.manifest, head, expect)
+        fingerprint = fingerprint_check(self.folder, self.manifest, head, expect)
         problems = [*head.all(), *sched_rep.all(), *stim_problems, *raw_rep.all(),
                     *chain_rep.all(), *dec_rep.all()][:MAX_PROBLEMS]
         checked = (f"{self.sched.n_rows} scheduled calls, {n_raw} raw attempts, {n_dec} decisions, "
@@ -466,7 +466,7 @@ class _Verifier:
                 self.finals[slot] = 1
             prev = f.digest.hex()
         chain = Report()
-        _check_chain_head(self.folder if EVENTS not in self.refused else None, chain, last_seq, prev)
+        check_chain_head(self.folder if EVENTS not in self.refused else None, chain, last_seq, prev)
         return rep, chain, n_raw
 
     @staticmethod
@@ -520,31 +520,3 @@ class _Verifier:
                                      "between the two writes); `guardeval resume RUN` re-derives them from the log "
                                      "without sending anything")
         return rep, n_dec, undecided
-
-
-def _fingerprint(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None
-                 ) -> dict[str, Any] | None:
-    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken)."""
-    try:
-        fp = run_fingerprint(folder, manifest)
-    except (CheckFailed, InputError, OSError) as exc:
-        rep.add(RAW, None, f"no fingerprint: {exc}")
-        return None
-    if expect is not None and fp.token != expect:
-        rep.add("fingerprint", None, f"the run's fingerprint is {fp.token}, not the expected {expect}: the manifest, "
-                                     "raw log or decisions differ from those it was taken of")
-    return fp.record()
-
-
-def _check_chain_head(folder: RunFolder | None, rep: Report, last_seq: int, last_sha: str) -> None:
-    """The last `stop` event records the chain head; a changed or cut last line shows up here
-    (`folder` None: events.jsonl was refused, reported already)."""
-    if folder is None:
-        return
-    try:
-        problems = head_problems(folder, last_seq, last_sha)
-    except LineTooLong as exc:
-        rep.add(EVENTS, exc.lineno, f"longer than {exc.cap} bytes, far past any line guardeval writes")
-        return
-    for message in problems:
-        rep.add(RAW, last_seq if "differs" in message and last_seq else None, message)

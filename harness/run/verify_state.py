@@ -12,7 +12,12 @@ import numpy as np
 import orjson
 
 from harness.canon import dumps_line
+from harness.errors import CheckFailed, InputError
 from harness.run import verify_raw
+from harness.run.fingerprint import run_fingerprint
+from harness.run.folder import LineTooLong, RunFolder
+from harness.run.head import head_problems
+from harness.run.layout import EVENTS, RAW
 from harness.run.verify_raw import MISSING
 
 MAX_PROBLEMS = 50
@@ -252,3 +257,30 @@ def value_of(value: Any) -> Any:
         raise value
     return value
 
+
+def fingerprint_check(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None
+                 ) -> dict[str, Any] | None:
+    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken)."""
+    try:
+        fp = run_fingerprint(folder, manifest)
+    except (CheckFailed, InputError, OSError) as exc:
+        rep.add(RAW, None, f"no fingerprint: {exc}")
+        return None
+    if expect is not None and fp.token != expect:
+        rep.add("fingerprint", None, f"the run's fingerprint is {fp.token}, not the expected {expect}: the manifest, "
+                                     "raw log or decisions differ from those it was taken of")
+    return fp.record()
+
+
+def check_chain_head(folder: RunFolder | None, rep: Report, last_seq: int, last_sha: str) -> None:
+    """The last `stop` event records the chain head; a changed or cut last line shows up here
+    (`folder` None: events.jsonl was refused, reported already)."""
+    if folder is None:
+        return
+    try:
+        problems = head_problems(folder, last_seq, last_sha)
+    except LineTooLong as exc:
+        rep.add(EVENTS, exc.lineno, f"longer than {exc.cap} bytes, far past any line guardeval writes")
+        return
+    for message in problems:
+        rep.add(RAW, last_seq if "differs" in message and last_seq else None, message)
