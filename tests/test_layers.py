@@ -110,13 +110,15 @@ OPENS_ELSEWHERE = {
     "harness/cli/prompts.py": "prompt import: a template file and the prompts folder",
     "harness/cli/estimate.py:cmd_estimate": "the hash of an --table file",
     "harness/cli/plan.py:cmd_plan": "the hash of an --table file",
+    "harness/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
     "harness/cli/demo.py:run_demo": "the path of the report.html the demo just wrote, for its message",
 }
 RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",
-             "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG"}
+             "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG",
+             "LEADERBOARD_PNG"}
 RUN_FILES = {"manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl",
              ".lock", "cohort", "prompt", "report.json", "report.md", "effects.png", "report.html", "compare.md",
-             "compare.html", "compare.png"}
+             "compare.html", "compare.png", "leaderboard.png"}
 
 
 def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
