@@ -62,7 +62,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from harness.view.calls import load_calls
     from harness.view.export import export
 
+    from harness.run.manifest import read_manifest
+
     run = open_run(args.run)
+    read_manifest(run)   # a manifest no reader takes is bad input (exit 2), as for every other reader
     # The frame is the run's data as others will analyse it: a run that does not verify is not
     # exported unless asked, as `estimate` refuses to estimate it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
