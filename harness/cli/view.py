@@ -59,10 +59,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.estimators.runs import open_run, verified
+    from harness.run.manifest import read_manifest
     from harness.view.calls import load_calls
     from harness.view.export import export
-
-    from harness.run.manifest import read_manifest
 
     run = open_run(args.run)
     read_manifest(run)   # a manifest no reader takes is bad input (exit 2), as for every other reader
