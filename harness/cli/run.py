@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli import preflight
 from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
+
+if TYPE_CHECKING:
+    from harness.run.folder import RunFolder
 
 # Only the standard library and harness.cli/harness.errors are imported to build the parser: each
 # command imports what it needs when it runs (the runner brings the HTTP client, jsonschema, numpy),
@@ -127,21 +130,33 @@ def _dispatch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
 
 
-def _existing_run(path: str) -> Path:
-    p = Path(path)
-    if not (p / "manifest.json").is_file():
-        raise InputError("not a run folder (no manifest.json)", path=p)
-    return p
+def _existing_run(path: str) -> RunFolder:
+    """The run folder of a command, opened once (`RunFolder`: nothing in it is followed)."""
+    from harness.run.folder import RunFolder
+    from harness.run.layout import MANIFEST
+
+    folder = RunFolder(path)
+    if not folder.has(MANIFEST):
+        raise InputError("not a run folder (no manifest.json)", path=folder.path)
+    return folder
 
 
 def check_new_run_dir(run_dir: Path) -> None:
     """The store's check, and for a folder that already holds a run, what was probably meant."""
+    from harness.errors import GuardevalError
     from harness.run.create import check_new_run_dir as check
+    from harness.run.folder import opened
+    from harness.run.layout import MANIFEST
 
     try:
         check(run_dir)
     except InputError as exc:
-        if not run_dir.is_symlink() and (run_dir / "manifest.json").is_file():
+        try:
+            with opened(run_dir) as folder:   # never through a link; anything odd: just the store's message
+                holds_run = folder.has(MANIFEST)
+        except (GuardevalError, OSError):
+            holds_run = False
+        if holds_run:
             raise InputError(f"{exc.message}: it holds a run; continue that run with: guardeval resume "
                              f"{run_dir} (or give a new --run-dir)", path=run_dir) from None
         raise
@@ -233,14 +248,16 @@ def _warn_if_plain_http(url: str | None) -> None:
               "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
-def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None,
+def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None,
          options: dict[str, Any] | None = None) -> int:
+    from harness.run.folder import RunFolder
     from harness.run.runner import execute, finish_message, outcome_json, raise_if_stopped
     from harness.run.supersede import parse_statuses
 
+    run_dir = run.path if isinstance(run, RunFolder) else run
     retry = getattr(args, "retry_failed", None)
     o = options if options is not None else _given(args)
-    outcome = execute(run_dir, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
+    outcome = execute(run, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
                       max_cost=o["max_cost"], max_calls=max_calls, progress=not args.no_progress,
                       adaptive=not o["fixed_concurrency"], row_limits=row_limits(args),
                       rate_limit_stop_s=o["rate_limit_stop_s"],
@@ -283,15 +300,16 @@ def _print_json(obj: Any) -> None:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from harness.run import launch_options
+    from harness.run.layout import MANIFEST
     from harness.run.manifest import read_manifest, run_config
 
-    run_dir = _existing_run(args.run)
-    manifest = read_manifest(run_dir)
-    _warn_if_plain_http(run_config(run_dir, manifest).with_base_url(args.base_url).effective_base_url)
-    options, reused = launch_options.merged(_given(args), launch_options.recorded(manifest, run_dir / "manifest.json"))
+    folder = _existing_run(args.run)
+    manifest = read_manifest(folder)
+    _warn_if_plain_http(run_config(folder, manifest).with_base_url(args.base_url).effective_base_url)
+    options, reused = launch_options.merged(_given(args), launch_options.recorded(manifest, folder.file(MANIFEST)))
     if reused:
         print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls, options=options)
+    return _run(folder, args, base_url=args.base_url, max_calls=args.max_calls, options=options)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
