@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import anyio
 import orjson
 
-from guards.config import GuardConfig, load_guard_config
+from guards.config import GuardConfig, config_from_manifest, load_guard_config
 from guards.openrouter.preflight import EMPTY_INSTANCE, Workload
 from guards.parsers import get_parser
 from guards.prompts import Prompt, load_prompt
@@ -27,6 +27,7 @@ from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
+from harness.run import callable_pin
 from harness.run.budget import Prices, Unpriced
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
@@ -172,8 +173,15 @@ def _render_request(render: Callable[[Mapping[str, Any]], dict[str, Any]],
     return sha256_hex(data), len(data) // 4
 
 
-def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
-    config = load_guard_config(guard_path).with_base_url(base_url)
+def load_guard_and_prompt(guard_path: str | Path | GuardConfig, base_url: str | None) -> tuple[GuardConfig, Prompt]:
+    """A guard config (a file, a preset name, or a GuardConfig checked by the same rules) and its
+    prompt. A python guard's callable is imported here: exit 2 before anything is written."""
+    if isinstance(guard_path, GuardConfig):
+        config = config_from_manifest(guard_path.to_manifest(), Path(guard_path.source or "<guard config>"))
+        config = GuardConfig(**{**config.to_manifest(), "source": guard_path.source}).with_base_url(base_url)
+        guard_path = config.source or "<guard config>"
+    else:
+        config = load_guard_config(guard_path).with_base_url(base_url)
     try:
         prompt = load_prompt(config.prompt)
     except InputError as exc:
@@ -182,6 +190,7 @@ def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple
         get_parser(prompt.parser)
     except KeyError as exc:
         raise InputError(str(exc), path=guard_path, field="prompt") from None
+    callable_pin.record(config, where=guard_path)
     return config, prompt
 
 
@@ -198,12 +207,13 @@ def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, 
         # `copy`: the run folder carries the prompt's files (verify and resume read them there).
         "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser, "copy": PROMPT_DIR},
         "guard": config.to_manifest(), "guard_sha256": config.sha256,
+        **({callable_pin.FIELD: pin} if (pin := callable_pin.record(config)) is not None else {}),
         "parent_run": parent,
         **({"row_limits": limits} if limits is not None else {}),
     }
 
 
-def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, seed: int, order: str,
+def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig, reps: int, seed: int, order: str,
                 base_url: str | None, run_id: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     if reps < 1:
         raise InputError("--reps must be >= 1", field="reps")
@@ -225,7 +235,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
     return plan
 
 
-def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | None,
+def plan_replicate(parent_dir: Path, *, guard_path: str | Path | GuardConfig, base_url: str | None,
                    row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     parent = read_manifest(parent_dir)
     row_limits = run_row_limits(parent_dir, parent, row_limits)
@@ -305,11 +315,13 @@ class RunOutcome:
 def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
-            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunOutcome:
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS, allow_changed_callable: bool = False) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here)."""
     manifest = read_manifest(run_dir)
     config = run_config(run_dir, manifest).with_base_url(base_url)
     require_key(config, run_dir / "manifest.json")
+    # A python guard: its code must be the launch's (or the change accepted): exit 2 otherwise.
+    code = callable_pin.check_resume(run_dir, manifest, config, allow_changed=allow_changed_callable)
     with RunLock(run_dir):
         # A prompt that no longer renders the launch's bodies would write every pending call off
         # as a replay mismatch: refused here (InputError).
@@ -332,7 +344,8 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
             total = int(manifest["n_calls"])
             pending = PendingRows(run_dir, state.decided, cohort)
             writer.event("start", pending=total - len(state.decided), total=total,
-                         torn=[p.name for p in state.torn], recovered=recovered)
+                         torn=[p.name for p in state.torn], recovered=recovered,
+                         **({"callable": code} if code is not None else {}))
             result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, pending, total,
                                DispatchOptions(
                                    concurrency=concurrency or config.concurrency or _default_concurrency(config),

@@ -44,7 +44,7 @@ from harness.bounded import read_bounded
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError, InputError
-from harness.run import verify_raw
+from harness.run import callable_pin, verify_raw
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
 from harness.run.store import (
     DECISIONS,
@@ -371,6 +371,7 @@ class _Verifier:
             if renders is not None:
                 renders.close()
         self._head(head, cohort_rep, sched_sha, stim_sha)
+        self._callable(head)
         # Re-render mismatches were found after the pass: put them back in line order.
         stim_problems = [*stim_rep.torn, *heapq.merge(stim_rep.problems, render_rep.problems,
                                                       key=lambda p: p["line"] or 0)]
@@ -408,6 +409,14 @@ class _Verifier:
         except Exception as exc:  # noqa: BLE001 - the rest of verification must not depend on the guard
             self.skip(check, f"the manifest's guard config cannot render ({type(exc).__name__}: {exc})")
             return None
+
+    def _callable(self, rep: _Report) -> None:
+        """A python guard's code against its pin (`harness.run.callable_pin`)."""
+        problems, skipped = callable_pin.verify_findings(self.manifest)
+        for message in problems:
+            rep.add(MANIFEST, _line_containing(self.run_dir / MANIFEST, f'"{callable_pin.FIELD}"'), message)
+        if skipped:
+            self.skip("callable source", skipped)
 
     # -- manifest and cohort -----------------------------------------------------------------
     def _load_cohort(self, rep: _Report) -> None:
