@@ -8,7 +8,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # Top to bottom; a layer may import only from layers below it (and from itself).
-LAYERS = ["harness.cli", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
+# harness.api (the public Python API) sits between the CLI, which calls it, and the view.
+LAYERS = ["harness.cli", "harness.api", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
 ALLOWED_UP = {("harness/__main__.py", "harness.cli")}   # the `python -m harness` entry point
 
 

@@ -37,7 +37,8 @@ def _words(text: str) -> set[str]:
 
 def guard(inp: GuardInput) -> Verdict:
     action = inp.current_action if isinstance(inp.current_action, dict) else {}
-    tool = action.get("name") if isinstance(action.get("name"), str) else ""
+    name = action.get("name")
+    tool = name if isinstance(name, str) else ""
     seen = (_text(inp.history) + "\n" + _text(inp.current_action)).lower()
     named_threat = bool(threat_components(tool))
     attacked = any(m in seen for m in MARKER_STRINGS) or any(p in seen for p in _PHRASES)

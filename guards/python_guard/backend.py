@@ -38,7 +38,7 @@ import orjson
 
 from guards.base import Guard, Reply
 from guards.config import GuardConfig
-from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.errors import AttemptError, FatalError, TransientError
 from guards.parsers.common import JSON_FIELDS
 from guards.prompts import Prompt
 from guards.python_guard import resolve
@@ -132,8 +132,9 @@ class PythonGuard(Guard):
         assert config.callable is not None
         self.fn = resolve.load(config.callable, where=config.source)
         self.provenance = resolve.provenance(config.callable, self.fn)
+        # A function, or an object whose __call__ is `async def`.
         self.is_async = inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
-            getattr(self.fn, "__call__", None))
+            type(self.fn).__call__)
         self.concurrency = max(1, max_connections)
         self.max_abandoned = self.concurrency
         self.lock = threading.Lock()
@@ -205,23 +206,24 @@ class PythonGuard(Guard):
         if isinstance(exc, AttemptError):
             exc.with_traceback(None)
             return self._cleaned(exc)
+        said = describe_exception(exc)
+        safe = self._redact(said)
         if not isinstance(exc, Exception):   # SystemExit, KeyboardInterrupt raised by the guard
-            return FatalError("python_exit", self._clean(describe_exception(exc)))
-        return TransientError("python_exception", self._clean(describe_exception(exc)))
-
-    def _clean(self, text: str) -> str:
-        return self._redact(text)
+            return FatalError("python_exit", safe, redacted=safe is not said)
+        return TransientError("python_exception", safe, redacted=safe is not said)
 
     def _cleaned(self, exc: AttemptError) -> AttemptError:
+        """A guardeval error the function raised, its message bounded and redacted like any."""
         said = str(exc)
-        safe = self._clean(said[:MAX_ERROR_CHARS])
-        if safe == said:
+        cut = said[:MAX_ERROR_CHARS]
+        safe = self._redact(cut)
+        if safe is cut and cut == said:
             return exc
-        out = type(exc)(exc.error_class, safe, exc.reply, exc.retry_after, redacted=True)
-        return out
+        return type(exc)(exc.error_class, safe, exc.reply, exc.retry_after, redacted=safe is not cut)
 
     def _reply(self, value: Any, parser: str) -> Reply:
         kind = type(value).__name__
+        stored: str | dict[str, Any]
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()   # never awaited: say so in the attempt, not as a warning at exit
@@ -231,10 +233,10 @@ class PythonGuard(Guard):
             content, stored = value, value
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             stored = dataclasses.asdict(value)
-            content = self._verdict_text(stored, parser, kind)
+            content = self._verdict_text(dataclasses.asdict(value), parser, kind)
         elif isinstance(value, Mapping):
             stored = dict(value)
-            content = self._verdict_text(stored, parser, kind)
+            content = self._verdict_text(dict(value), parser, kind)
         else:
             raise TransientError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: expected "
                                  "str (the parser's text), a Verdict, a dict or a dataclass with the parser's fields")
@@ -244,9 +246,13 @@ class PythonGuard(Guard):
             raise TransientError("response_too_large", f"{self.config.callable} returned more than "
                                  f"max_response_bytes ({limit:,} bytes)",
                                  Reply(status="local", raw=self._redact(head)))
-        raw = b'{"callable":' + self._provenance_json + b',"returned":' + orjson.dumps(kind) + b',"value":' + \
-            orjson.dumps(stored) + b"}"
-        raw_text = raw.decode()
+        try:
+            value_json = orjson.dumps(stored)
+        except orjson.JSONEncodeError as exc:   # e.g. a str holding a lone surrogate
+            raise TransientError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is not "
+                                 f"valid text: {describe_exception(exc, 200)}") from None
+        raw_text = (b'{"callable":' + self._provenance_json + b',"returned":' + orjson.dumps(kind[:100])
+                    + b',"value":' + value_json + b"}").decode()
         reply = Reply(status="local", raw=self._redact(raw_text), content=self._redact(content),
                       finish_reason="stop", usage={"cost": 0.0})
         reply.redacted = reply.raw is not raw_text or reply.content is not content
@@ -268,4 +274,5 @@ def _input(body: Mapping[str, Any], call_id: str) -> GuardInput:
     if not isinstance(messages, list) or not isinstance(fields, dict):
         raise FatalError("bad_request", "request body has no 'messages' list or 'fields' object")
     return GuardInput(messages=messages, call_id=call_id, parser=str(data.get("parser")),
-                      **{k: fields.get(k) for k in FIELDS})
+                      user_request=str(fields.get("user_request")), history=fields.get("history"),
+                      current_action=fields.get("current_action"), tool_descriptions=fields.get("tool_descriptions"))

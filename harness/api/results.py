@@ -66,7 +66,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, baseline: str | None = None
     if file_sha256(a / "schedule.jsonl") != file_sha256(b / "schedule.jsonl"):
         raise InputError(f"schedule.jsonl of {a} and {b} differ: not two runs of one schedule")
     out_dir = Path(out) if out else b
-    if write and not out_dir.is_dir():
+    if (write or out is not None) and not out_dir.is_dir():
         raise InputError("no such folder", path=out_dir, field="out")
     checks = [verified(r, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits) for r in (a, b)]
     _, ta, rows_a = load_run(a, row_limits)
@@ -90,7 +90,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, baseline: str | None = None
                        p_holm=r["p_holm"]) for r in result["conditions"]]
     return Comparison(run_a=a, run_b=b, baseline=result["baseline"], failure_rule=result["failure_rule"],
                       publishable=result["publishable"], ranking_changed=bool(result["ranking_changed"]),
-                      conditions=rows, written=written, result=result)
+                      conditions=rows, written=written, checks=checks, result=result)
 
 
 def calls(run: str | Path) -> list[CallRecord]:

@@ -48,7 +48,8 @@ def plan(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, orde
 def plan_replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = None,
                    base_url: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> LaunchPlan:
     """Prepare a replicate: `run`'s schedule, byte for byte, on another guard. Writes nothing."""
-    from harness.run.runner import plan_replicate as runner_plan, resolve_run_dir
+    from harness.run.runner import plan_replicate as runner_plan
+    from harness.run.runner import resolve_run_dir
 
     p = runner_plan(run_folder(run), guard_path=guard, base_url=base_url, row_limits=row_limits)
     return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
@@ -143,4 +144,5 @@ def verify(run: str | Path, *, allow_skipped: bool = False, row_limits: RowLimit
 
     rep = verify_run(run_folder(run), allow_skipped=allow_skipped, row_limits=row_limits)
     return VerifyReport(ok=rep["ok"], problems=[Problem(p["file"], p.get("line"), p["message"]) for p in rep["problems"]],
-                        skipped=[Skipped(s["check"], s["reason"]) for s in rep["skipped"]], checked=rep["checked"])
+                        skipped=[Skipped(s["check"], s["reason"]) for s in rep["skipped"]], checked=rep["checked"],
+                        n_calls=rep.get("n_calls"), n_raw=rep.get("n_raw"), n_decisions=rep.get("n_decisions"))

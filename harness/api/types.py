@@ -20,6 +20,8 @@ class _Record:
         def plain(v: Any) -> Any:
             if isinstance(v, Path):
                 return str(v)
+            if isinstance(v, _Record):
+                return v.to_dict()
             if isinstance(v, dict):
                 return {k: plain(x) for k, x in v.items()}
             if isinstance(v, (list, tuple)):
@@ -131,6 +133,13 @@ class VerifyReport(_Record):
     problems: list[Problem]
     skipped: list[Skipped]
     checked: str
+    n_calls: int | None = None              # None when the manifest could not be read
+    n_raw: int | None = None
+    n_decisions: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        return {k: v for k, v in d.items() if v is not None or k not in ("n_calls", "n_raw", "n_decisions")}
 
 
 @dataclass(frozen=True)
@@ -213,6 +222,7 @@ class Comparison(_Record):
     ranking_changed: bool
     conditions: list[Difference]
     written: list[Path]
+    checks: list[dict[str, Any]]            # per run: {"checked": verified first?, "skipped": [...]}
     result: dict[str, Any] = field(repr=False)
 
 

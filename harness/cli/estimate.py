@@ -93,7 +93,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
     from harness.estimators.report import human_text, write_reports
-    from harness.estimators.runs import estimate_run
     from harness.estimators.table import load_table
 
     if (args.run is None) == (args.table is None):
@@ -111,14 +110,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             written = write_reports(report, args.out)
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
-        from harness.view.html import write_report_html
+        from harness import api
 
-        report = estimate_run(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
-                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
+        report = api.estimate(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
+                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common).report  # type: ignore[assignment]
         _say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        html = write_report_html(args.run, report, just_estimated=True)
-        print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
+        print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.run}"), file=sys.stderr)
     for note in report["notes"]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))
@@ -133,32 +131,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.canon import file_sha256
-    from harness.estimators.compare import compare, ranking_lines
+    from harness import api
+    from harness.estimators.compare import ranking_lines
     from harness.estimators.report import interval, num, pval, text_table
-    from harness.estimators.runs import load_run, run_dir, verified
 
-    run_a, run_b = run_dir(args.run_a), run_dir(args.run_b)
-    if file_sha256(run_a / "schedule.jsonl") != file_sha256(run_b / "schedule.jsonl"):
-        raise InputError(f"schedule.jsonl of {run_a} and {run_b} differ: not two runs of one schedule")
-    out_dir = Path(args.out) if args.out else run_b
-    if not out_dir.is_dir():
-        raise InputError("no such folder", path=out_dir, field="out")
-    checks = [verified(r, verify=not args.no_verify, allow_skipped=args.allow_skipped, row_limits=row_limits(args))
-              for r in (run_a, run_b)]
-    for r, c in zip((run_a, run_b), checks):
-        _say_verified(r, c, "comparing")
-    _, ta, rows_a = load_run(run_a, row_limits(args))
-    _, tb, rows_b = load_run(run_b, row_limits(args))
-    result = compare(rows_a, rows_b, baseline=args.baseline or ta.baseline or "original", family=args.family,
-                     n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
-                     roles=ta.roles,
-                     complete=(ta.complete, tb.complete), allow_partial=args.allow_partial,
-                     allow_unpublishable=args.allow_unpublishable)
-    for key, run, table, check in (("run_a", run_a, ta, checks[0]), ("run_b", run_b, tb, checks[1])):
-        guard = table.manifest.get("guard") or {}
-        result[key] = {"run": str(run), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
-                       "guard": {"name": guard.get("name"), "model": guard.get("model")}}
+    comparison = api.compare(args.run_a, args.run_b, baseline=args.baseline, family=args.family, n_boot=args.bootstrap,
+                             seed=args.seed, failure_rule=args.failures, missing=args.missing,
+                             allow_partial=args.allow_partial, allow_unpublishable=args.allow_unpublishable,
+                             verify=not args.no_verify, allow_skipped=args.allow_skipped, out=args.out, write=False,
+                             row_limits=row_limits(args))
+    result, run_a, run_b = comparison.result, comparison.run_a, comparison.run_b
+    for r, check in zip((run_a, run_b), comparison.checks):
+        _say_verified(r, check, "comparing")
     head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
     rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
              num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
@@ -171,6 +155,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _emit(result, args.json, text)
     from harness.view.compare import write_compare
 
+    out_dir = Path(args.out) if args.out else run_b
     written = write_compare(result, out_dir)
     print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:

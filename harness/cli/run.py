@@ -42,6 +42,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("resume", help="resume a stopped or crashed run")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     _dispatch_options(p)
+    p.add_argument("--allow-changed-callable", action="store_true",
+                   help="python guard: resume although its code changed since launch (the run then mixes code; "
+                        "each attempt's response records which answered)")
     row_limit_options(p)
     p.set_defaults(func=cmd_resume)
 
@@ -71,6 +74,9 @@ def register(sub: Any) -> None:
                        description="960 calls (64 bases x 5 conditions x 3 repetitions) against the simulated "
                                    "provider on 127.0.0.1, then the effects table.")
     p.add_argument("--run-dir", help="the run folder (default: runs/<run-id>/)")
+    p.add_argument("--guard", metavar="GUARD",
+                   help="a python guard (a config file, or the preset python-example) to run instead of the "
+                        "simulated provider's guard")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_demo)
@@ -174,7 +180,8 @@ def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_c
 
     outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                       max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
-                      adaptive=not args.fixed_concurrency, row_limits=row_limits(args))
+                      adaptive=not args.fixed_concurrency, row_limits=row_limits(args),
+                      allow_changed_callable=getattr(args, "allow_changed_callable", False))
     for torn in outcome.torn:
         print(f"guardeval: recovered a torn last line into {safe(torn)}", file=sys.stderr)
     if outcome.recovered:
@@ -233,9 +240,9 @@ STATE_TEXT = {
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from harness.run.status import run_status
+    from harness import api
 
-    st = run_status(_existing_run(args.run))
+    st = api.status(_existing_run(args.run)).to_dict()
     if args.json:
         _print_json(st)
         return 0
@@ -262,9 +269,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from harness.run.verify import verify_run
+    from harness import api
 
-    report = verify_run(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args))
+    report = api.verify(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args)).to_dict()
     if args.json:
         _print_json(report)
     else:
@@ -285,4 +292,4 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from harness.cli.demo import run_demo
 
-    return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress)
+    return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress, guard=args.guard)

@@ -57,6 +57,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from harness.view.calls import load_calls
     from harness.view.export import export
 
+    # (`harness.api.calls` gives the same rows as typed records; the writers take the rows.)
     calls = load_calls(run_dir(args.run))
     path = export(calls, args.format, args.out)
     if path is not None:
