@@ -32,7 +32,7 @@ def _module(tmp_path: Path, name: str, source: str) -> Path:
 
 
 def _config(tmp_path: Path, callable_: str, **extra: object) -> Path:
-    lines = [f'name = "pyg"', 'backend = "python"', f'callable = "{callable_}"', 'model = "rules"',
+    lines = ['name = "pyg"', 'backend = "python"', f'callable = "{callable_}"', 'model = "rules"',
              'prompt = "guardeval-json-v1"', "retry_initial_s = 0.01", "retry_max_s = 0.05"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
     path = tmp_path / f"guard-{abs(hash(callable_ + str(extra)))}.toml"
