@@ -41,8 +41,11 @@ from harness.cohorts.builders.common import build_rows  # noqa: E402
 from harness.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
 from harness.cohorts.model import write_cohort  # noqa: E402
 from harness.run.decide import decide  # noqa: E402
+from harness.run.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
+from harness.run.lines import iter_jsonl  # noqa: E402
+from harness.run.manifest import load_run_prompt, read_manifest  # noqa: E402
 from harness.run.runner import load_run_cohort, materialise, plan_launch  # noqa: E402
-from harness.run.store import SCHEDULE, STIMULI, RunWriter, iter_jsonl, load_run_prompt, read_manifest, utcnow  # noqa: E402
+from harness.run.writer import RunWriter  # noqa: E402
 
 SIM_SEED = 7
 NEUTRAL = ("account report weekly summary invoice meeting calendar folder note draft review status "

@@ -160,7 +160,7 @@ def test_guard_name_must_be_a_safe_slug(tmp_path, small_cohort, name):
 
 def test_new_run_id_never_takes_a_path():
     from harness.errors import InputError
-    from harness.run.store import new_run_id
+    from harness.run.layout import new_run_id
 
     for bad in ("../x", "/abs", "a/b", "", "x" * 65):
         with pytest.raises(InputError):
@@ -415,7 +415,7 @@ def test_a_run_launched_with_a_raised_row_limit_is_read_without_the_flag(tmp_pat
 def test_a_manifest_row_limit_out_of_range_is_named(tmp_path, value, field):
     from harness.cohorts.limits import DEFAULT_ROW_LIMITS
     from harness.errors import InputError
-    from harness.run.store import run_row_limits
+    from harness.run.manifest import run_row_limits
 
     with pytest.raises(InputError) as exc:
         run_row_limits(tmp_path, {"row_limits": value})

@@ -9,7 +9,7 @@ import pytest
 
 from harness.bounded import read_bounded
 from harness.errors import InputError
-from harness.run.store import MAX_MANIFEST_BYTES
+from harness.run.manifest import MAX_MANIFEST_BYTES
 
 from conftest import run_cli
 

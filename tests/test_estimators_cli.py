@@ -158,8 +158,8 @@ def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
 
 
 def test_run_carries_start_times_tools_and_scores(runs):
+    from harness.run.lines import iter_jsonl
     from harness.run.runtable import load_run_table
-    from harness.run.store import iter_jsonl
 
     table = load_run_table(runs["A"])
     raw = {rec["seq"]: rec for _, _, rec in iter_jsonl(runs["A"] / "raw.jsonl")}

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.run.store import manifest_with_hash
+from harness.run.manifest import manifest_with_hash
 from harness.run.verify import verify_run
 
 from conftest import REPO, run_cli, write_guard

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import InputError
-from harness.run.store import PARTIAL_LOCK, create_run_dir, remove_stale_partials
+from harness.run.create import create_run_dir, remove_stale_partials
+from harness.run.layout import PARTIAL_LOCK
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
@@ -129,7 +130,7 @@ def test_partial_folders_of_dead_launches_are_removed(tmp_path, small_cohort, gu
     (starting / PARTIAL_LOCK).write_text("")
     try:
         # Another process (as another launch would be) sweeps the folder.
-        code = ("import sys; from pathlib import Path; from harness.run.store import remove_stale_partials; "
+        code = ("import sys; from pathlib import Path; from harness.run.create import remove_stale_partials; "
                 "print(sorted(p.name for p in remove_stale_partials(Path(sys.argv[1]))))")
         out = subprocess.run([sys.executable, "-c", code, str(runs)], capture_output=True, text=True, env=cli_env(),
                              cwd=REPO, check=True).stdout

@@ -112,7 +112,7 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
 
 
 def _open_state(run: Path):
-    from harness.run.store import RunWriter
+    from harness.run.writer import RunWriter
 
     writer = RunWriter(run)
     try:
@@ -149,7 +149,7 @@ def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypat
     assert verify_run(half_run) == inline_verify and inline_verify["ok"]
     assert run_status(half_run) == inline_status
     assert _open_state(_copy(half_run, tmp_path / "forked")) == inline_open
-    assert sorted(set(forks)) == ["_raw_counts", "_render_cells", "_write_facts", "scan_raw_part"]
+    assert sorted(set(forks)) == ["_raw_counts", "_write_facts", "render_cells", "scan_raw_part"]
 
 
 def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, monkeypatch):

@@ -18,8 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.estimators.definitions import DEFINITIONS
+from harness.estimators.formats import rules_differ
 from harness.estimators.plot import forest_plot
-from harness.estimators.report import human_text, rules_differ
+from harness.estimators.report import human_text
 from harness.view.calls import EXPORT_COLUMNS, load_calls
 from harness.view.html import build_html, json_for_script, select_calls, verify_summary
 

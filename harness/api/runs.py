@@ -61,8 +61,8 @@ def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency
                 row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
     """Write the planned run folder and send its calls. The OpenRouter preflight is the CLI's
     (`guardeval preflight`); refusals (a bad folder, an unset key) raise InputError first."""
+    from harness.run.create import check_new_run_dir
     from harness.run.runner import materialise
-    from harness.run.store import check_new_run_dir
 
     check_new_run_dir(planned.run_dir)
     materialise(planned._plan, planned.run_dir)

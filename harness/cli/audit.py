@@ -69,7 +69,7 @@ def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
 
 def cmd_audit_lookup(args: argparse.Namespace) -> int:
     from harness.estimators.audits import lookup_audit_file
-    from harness.estimators.report import num
+    from harness.estimators.formats import num
 
     res = lookup_audit_file(args.rows, seeds=args.seeds, folds=args.folds, limits=row_limits(args))
     lines = [f"{res['n_rows']} rows, {res['n_domains']} domains, {res['n_interactions']} interactions "
@@ -86,7 +86,7 @@ def cmd_audit_lookup(args: argparse.Namespace) -> int:
 
 def cmd_audit_units(args: argparse.Namespace) -> int:
     from harness.estimators.audits import units_audit_file
-    from harness.estimators.report import num
+    from harness.estimators.formats import num
 
     res = units_audit_file(args.preds, row_limits(args))
     text = "\n".join([

@@ -133,7 +133,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness import api
     from harness.estimators.compare import ranking_lines
-    from harness.estimators.report import interval, num, pval, text_table
+    from harness.estimators.formats import interval, num, pval, text_table
 
     comparison = api.compare(args.run_a, args.run_b, baseline=args.baseline, family=args.family, n_boot=args.bootstrap,
                              seed=args.seed, failure_rule=args.failures, missing=args.missing,

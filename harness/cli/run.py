@@ -108,8 +108,8 @@ def _existing_run(path: str) -> Path:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from harness.run.create import check_new_run_dir
     from harness.run.runner import materialise, plan_launch, require_key, resolve_run_dir
-    from harness.run.store import check_new_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url, row_limits=row_limits(args))
@@ -205,7 +205,7 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from harness.run.store import read_manifest, run_config
+    from harness.run.manifest import read_manifest, run_config
 
     run_dir = _existing_run(args.run)
     _warn_if_plain_http(run_config(run_dir, read_manifest(run_dir)).with_base_url(args.base_url).effective_base_url)
@@ -213,8 +213,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
+    from harness.run.create import check_new_run_dir
     from harness.run.runner import materialise, plan_replicate, require_key, resolve_run_dir
-    from harness.run.store import check_new_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))

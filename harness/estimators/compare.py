@@ -18,10 +18,10 @@ import numpy as np
 from harness.errors import CheckFailed, InputError
 from harness.estimators import effects as fx
 from harness.estimators.core import resolve_conditions, validated
+from harness.estimators.formats import interval, num, pval
 from harness.estimators.holm import holm
 from harness.estimators.quantities import Quantities
 from harness.estimators.quarantine import quarantine_summary
-from harness.estimators.report import interval, num, pval
 from harness.estimators.table import MISSING
 
 ALPHA = 0.05

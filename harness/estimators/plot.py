@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.estimators.report import rules_differ, significant  # noqa: E402
+from harness.estimators.formats import rules_differ, significant  # noqa: E402
 from harness.terminal import safe  # noqa: E402
 
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"

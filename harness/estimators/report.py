@@ -10,45 +10,16 @@ from typing import Any
 
 import orjson
 
+from harness.estimators import sections
+from harness.estimators.formats import interval, md_table, num, pval, rules_differ, significant
 from harness.terminal import safe as terminal_safe
 
 JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
 
 
 def dumps_json(report: Mapping[str, Any]) -> str:
     """Pretty JSON; non-finite floats cannot occur (undefined values are null)."""
     return orjson.dumps(report, option=JSON_OPTS).decode("utf-8")
-
-
-def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
-    if x is None:
-        return "—"
-    if round(x, digits) == 0:
-        x = 0.0  # no "-0.0000"
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def interval(ci: list[float] | None) -> str:
-    return "—" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
-
-
-def pval(p: float | None) -> str:
-    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
-
-
-def rules_differ(report: Mapping[str, Any]) -> bool:
-    """True when some contrast's effect or interval depends on the failure rule (there were failures)."""
-    for c in report["contrasts"]:
-        for key in ("by_rule", "by_rule_ci", "by_rule_minus_placebo"):
-            values = {repr(v) for v in (c.get(key) or {}).values()}
-            if len(values) > 1:
-                return True
-    return False
-
-
-def significant(c: Mapping[str, Any]) -> bool:
-    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
 
 
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -65,19 +36,6 @@ def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
             *(num(c["by_rule"][r]) for r in report["failure_rules"]),
         ])
     return head, rows
-
-
-def text_table(head: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
-
-
-def md_table(head: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def summary_line(report: Mapping[str, Any]) -> str:
@@ -187,8 +145,6 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
 
 def markdown(report: Mapping[str, Any]) -> str:
-    from harness.estimators import sections
-
     head, rows = effects_rows(report)
     out = ["# guardeval estimate", "", summary_line(report), "", *sections.notes(report),
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
@@ -229,7 +185,7 @@ def markdown(report: Mapping[str, Any]) -> str:
 
 def write_reports(report: Mapping[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
     """report.json, report.md and effects.png (titled `title`) into `out_dir` (created if needed)."""
-    from harness.estimators.plot import forest_plot
+    from harness.estimators.plot import forest_plot  # matplotlib loads only when a plot is drawn
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

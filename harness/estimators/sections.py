@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.estimators.report import interval, md_table, num, pval
+from harness.estimators.formats import interval, md_table, num, pval
 from harness.terminal import safe
 
 

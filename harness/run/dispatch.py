@@ -35,9 +35,10 @@ from harness.lru import LRU
 from harness.run.adaptive import RateController, WireGate
 from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
+from harness.run.layout import utcnow
 from harness.run.progress import RunProgress
 from harness.run.records import Attempt
-from harness.run.store import RunWriter, utcnow
+from harness.run.writer import RunWriter
 
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
 

@@ -26,8 +26,10 @@ from guards.openrouter import providers
 from guards.openrouter.generation import fetch_generations
 from harness.errors import InputError
 from harness.run.budget import reported_cost
+from harness.run.layout import RAW
+from harness.run.lines import iter_jsonl
+from harness.run.manifest import read_manifest, run_config
 from harness.run.replay import generation_replays
-from harness.run.store import RAW, iter_jsonl, read_manifest, run_config
 
 SHOWN = 20   # calls listed per finding (the counts are complete)
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.decide import REPLAY_MISMATCH
-from harness.run.store import RAW, iter_raw_fields
+from harness.run.layout import RAW
+from harness.run.lines import iter_raw_fields
 
 
 def generation_replays(run_dir: Path) -> dict[str, str]:

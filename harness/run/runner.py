@@ -29,29 +29,16 @@ from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_co
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
 from harness.run import callable_pin
 from harness.run.budget import Prices, Unpriced
+from harness.run.create import create_run_dir
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
+from harness.run.layout import COHORT_DIR, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
+from harness.run.lines import STIMULUS_LINE, iter_jsonl, parse_line
+from harness.run.lock import RunLock
+from harness.run.manifest import load_run_prompt, read_manifest, row_limits_record, run_config, run_row_limits
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
 from harness.run.status import decision_counts
-from harness.run.store import (
-    COHORT_DIR,
-    PROMPT_DIR,
-    SCHEDULE,
-    STIMULI,
-    STIMULUS_LINE,
-    RunLock,
-    RunWriter,
-    create_run_dir,
-    iter_jsonl,
-    load_run_prompt,
-    new_run_id,
-    parse_line,
-    read_manifest,
-    row_limits_record,
-    run_config,
-    run_row_limits,
-    utcnow,
-)
+from harness.run.writer import RunWriter
 from harness.terminal import safe
 
 DEFAULT_RUNS_ROOT = Path("runs")

@@ -19,16 +19,10 @@ import orjson
 
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
 from harness.errors import CheckFailed
+from harness.run.layout import DECISIONS, RAW, SCHEDULE
+from harness.run.lines import iter_jsonl, iter_mapped_lines
+from harness.run.manifest import read_manifest, run_row_limits
 from harness.run.replay import generation_replays, quarantine_reason
-from harness.run.store import (
-    DECISIONS,
-    RAW,
-    SCHEDULE,
-    iter_jsonl,
-    iter_mapped_lines,
-    read_manifest,
-    run_row_limits,
-)
 
 # The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
 _SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {"call_id": (str,), "base_id": (str,), "interaction_id": (str,), "domain": (str,),

@@ -78,7 +78,7 @@ def _shuffled(rng: random.Random, bases: list[str], conds: list[str], reps: int)
 
 
 def read_schedule(path: Path) -> Iterator[dict[str, Any]]:
-    from harness.run.store import iter_jsonl  # the store owns line-level checks
+    from harness.run.lines import iter_jsonl  # the store owns line-level checks
 
     for _, _, row in iter_jsonl(path):
         yield row

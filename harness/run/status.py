@@ -17,19 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from guards.base import valid_cost
-from harness.run.store import (
-    DECISIONS,
-    EVENTS,
-    RAW,
-    RunLock,
-    decision_fields,
-    iter_jsonl,
-    iter_lines,
-    iter_raw_fields,
-    parsed_decision_fields,
-    read_manifest,
-    run_config,
-)
+from harness.run.layout import DECISIONS, EVENTS, RAW
+from harness.run.lines import decision_fields, iter_jsonl, iter_lines, iter_raw_fields, parsed_decision_fields
+from harness.run.lock import RunLock
+from harness.run.manifest import read_manifest, run_config
 from harness.run.workers import halves
 
 

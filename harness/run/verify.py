@@ -10,7 +10,7 @@ Each file is read once, as a stream, and what is kept between files is compact p
 state, so a 1,000,000-call run verifies in about 200 MB:
 
 * per schedule line its call id (16 raw bytes), cohort cell and flags, in arrays; call id ->
-  line through a sorted array of those ids (`_CallIndex`), not a dict of a million keys;
+  line through a sorted array of those ids (`CallIndex`), not a dict of a million keys;
 * per call its stimulus as an index into the distinct request hashes;
 * per raw line its SHA-256, its call id, and a digest of the decision re-derived from it
   (16 bytes), instead of the raw records themselves;
@@ -37,280 +37,36 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
 from harness.bounded import read_bounded
-from harness.canon import canonical_bytes, canonical_sha256, dumps_line
+from harness.canon import canonical_sha256
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError, InputError
 from harness.run import callable_pin, verify_raw
+from harness.run.layout import DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
+from harness.run.lines import STIMULUS_LINE
+from harness.run.manifest import MAX_MANIFEST_BYTES, load_run_prompt, run_row_limits
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
-from harness.run.store import (
-    DECISIONS,
-    EVENTS,
-    GENESIS,
-    MANIFEST,
-    MAX_MANIFEST_BYTES,
-    PROMPT_DIR,
-    RAW,
-    SCHEDULE,
-    STIMULI,
-    STIMULUS_LINE,
-    load_run_prompt,
-    run_row_limits,
-)
 from harness.run.verify_raw import MISSING
-from harness.run.workers import Worker, render_pays
+from harness.run.verify_render import RenderJob, parser_and_pin
+from harness.run.verify_state import (
+    MAX_PROBLEMS,
+    RawState,
+    Report,
+    ScheduleState,
+    StimuliState,
+    check_lines,
+    cid_key,
+    field_of,
+    iter_checked,
+    line_containing,
+    value_of,
+)
 
-MAX_PROBLEMS = 50
-_HEX32 = re.compile(r"[0-9a-f]{32}")
 # A schedule line as `dumps_line` writes it (sorted keys, no spaces), from encoded fields.
 _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"index":%d,"instance_sha256":"%s",'
                   b'"interaction_id":%s,"repetition":%d}\n')
-
-
-class _Report:
-    """Problems of one section (a file's pass), capped: the whole report shows the first 50."""
-
-    def __init__(self) -> None:
-        self.problems: list[dict[str, Any]] = []
-        # A torn last line is found at the end of a stream but reported first in its section.
-        self.torn: list[dict[str, Any]] = []
-
-    def add(self, file: str, line: int | None, message: str) -> None:
-        if len(self.problems) < MAX_PROBLEMS:
-            self.problems.append({"file": file, "line": line, "message": message})
-
-    def add_torn(self, file: str, line: int) -> None:
-        self.torn = [{"file": file, "line": line,
-                      "message": "torn last line (no newline); `guardeval resume` moves it aside"}]
-
-    def all(self) -> list[dict[str, Any]]:
-        return [*self.torn, *self.problems]
-
-
-def _line_containing(path: Path, needle: str) -> int | None:
-    for i, line in enumerate(path.read_text("utf-8", errors="replace").split("\n"), start=1):
-        if needle in line:
-            return i
-    return None
-
-
-def _iter(path: Path, rep: _Report, name: str,
-          hasher: Any = None) -> Iterator[tuple[int, bytes, dict[str, Any], bytes]]:
-    """Yield (lineno, body, obj, canonical line) for each JSON-object line, streaming; report
-    torn / invalid / non-canonical lines. `hasher` sees every byte of the file."""
-    if not path.exists():
-        return
-    with open(path, "rb", buffering=1 << 20) as fh:
-        yield from _iter_lines(enumerate(fh, start=1), rep, name, hasher)
-
-
-def _iter_lines(lines: Iterable[tuple[int, bytes]], rep: _Report, name: str,
-                hasher: Any = None) -> Iterator[tuple[int, bytes, dict[str, Any], bytes]]:
-    for lineno, line in lines:
-        if hasher is not None:
-            hasher.update(line)
-        if not line.endswith(b"\n"):
-            rep.add_torn(name, lineno)
-            return
-        body = line[:-1]
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            rep.add(name, lineno, f"not valid JSON ({exc})")
-            continue
-        if not isinstance(obj, dict):
-            rep.add(name, lineno, "not a JSON object")
-            continue
-        canon = dumps_line(obj)
-        if canon[:-1] != body:
-            rep.add(name, lineno, "line is not in canonical form (bytes changed)")
-        yield lineno, body, obj, canon
-
-
-def _cid_key(cid: Any) -> bytes | None:
-    """A well-formed call id (32 lower-case hex digits) as 16 bytes; None for anything else."""
-    if type(cid) is str and len(cid) == 32 and _HEX32.fullmatch(cid):
-        return bytes.fromhex(cid)
-    return None
-
-
-class _CallIndex:
-    """call id -> schedule line (0-based), the last line naming it winning, as a dict would.
-
-    Built once the schedule has been read, from its 16-byte call ids: a sorted array and the
-    line of each entry (20 bytes a call). A dict of a million 16-byte keys and int values
-    costs ~250 MB here; a lookup in the array costs a few microseconds, and there are about
-    two per raw line and one per decision. Call ids that are not 32 lower-case hex digits (a
-    damaged line) are kept apart, by value.
-    """
-
-    def __init__(self, cids: bytearray, parsed: bytearray, odd: dict[int, Any]) -> None:
-        keys = np.frombuffer(bytes(cids), dtype="S16")
-        lines = np.flatnonzero(np.frombuffer(bytes(parsed), dtype=np.uint8))
-        lines = lines[~np.isin(lines, np.fromiter(odd, dtype=np.int64, count=len(odd)))]
-        order = np.argsort(keys[lines], kind="stable")
-        self._lines = lines[order].astype(np.int32)
-        self._keys = keys[self._lines]
-        self._odd: dict[Any, int] = {}
-        for i in sorted(odd):
-            if parsed[i]:
-                try:
-                    self._odd[odd[i]] = i
-                except TypeError:
-                    pass  # not hashable: the schedule line is reported as malformed
-        # No call id on two lines: then the line of a call is where the stimuli pass meets it.
-        self.unique = not self._odd and not bool(np.any(self._keys[1:] == self._keys[:-1]))
-
-    def slot(self, cid: Any) -> int | None:
-        """Raises TypeError for an unhashable id, as a dict lookup would."""
-        key = _cid_key(cid)
-        if key is None:
-            return self._odd.get(cid)
-        i = int(self._keys.searchsorted(key, side="right")) - 1
-        # numpy hands back S16 items without trailing NUL bytes: pad before comparing.
-        return int(self._lines[i]) if i >= 0 and bytes(self._keys[i]).ljust(16, b"\0") == key else None
-
-
-class _Schedule:
-    """What later passes need of each schedule line, in arrays (one entry per line)."""
-
-    def __init__(self) -> None:
-        self.cids = bytearray()          # 16 bytes per line: the line's call id (zeros: see odd_cids)
-        self.odd_cids: dict[int, Any] = {}
-        self.cells = array("i")          # cohort cell of base x condition; -1 when unknown
-        self.parsed = bytearray()        # 1 when the line was a JSON object
-        self.inst_ok = bytearray()       # 1 when instance_sha256 is a string (re-render applies)
-        self.calls: _CallIndex        # built once every line is read (`index`)
-        self.n_rows = 0                  # JSON-object lines
-
-    def index(self) -> None:
-        self.calls = _CallIndex(self.cids, self.parsed, self.odd_cids)
-
-    def __len__(self) -> int:
-        return len(self.parsed)
-
-    def call_id_at(self, i: int) -> Any:
-        if i in self.odd_cids:
-            return self.odd_cids[i]
-        return self.cids[16 * i:16 * i + 16].hex()
-
-
-class _Stimuli:
-    """Stimulus of each call (as stimuli.jsonl says): an index into the distinct request hashes."""
-
-    def __init__(self, n_slots: int) -> None:
-        self.of_slot = array("i", [-1]) * n_slots
-        self.odd: dict[str, str] = {}    # call ids that are not in the schedule
-        self.distinct: dict[bytes, int] = {}   # request hash (UTF-8) -> index into shas
-        self.shas: list[str] = []
-        self.n_keys = 0                  # distinct call ids seen (the old `len(stimuli)`)
-
-    def intern(self, sha: str) -> int:
-        return self.intern_bytes(sha.encode("utf-8", "surrogatepass"))
-
-    def intern_bytes(self, sha: bytes) -> int:
-        idx = self.distinct.get(sha)
-        if idx is None:
-            idx = self.distinct[sha] = len(self.shas)
-            self.shas.append(sha.decode("utf-8", "surrogatepass"))
-        return idx
-
-    def set_slot(self, slot: int, sha: bytes) -> int:
-        """The stimulus of the call whose schedule line is `slot` (a well-formed line)."""
-        self.n_keys += self.of_slot[slot] < 0
-        idx = self.of_slot[slot] = self.intern_bytes(sha)
-        return idx
-
-    def set(self, cid: str, sha: str, calls: _CallIndex) -> None:
-        slot = calls.slot(cid)
-        if slot is None:
-            self.n_keys += cid not in self.odd
-            self.odd[cid] = sha
-        else:
-            self.n_keys += self.of_slot[slot] < 0
-            self.of_slot[slot] = self.intern(sha)
-
-    def expected(self, cid: Any, calls: _CallIndex) -> str | None:
-        """The request hash stimuli.jsonl fixes for `cid` (None when it names none)."""
-        return self.expected_at(calls.slot(cid), cid)
-
-    def expected_at(self, slot: int | None, cid: Any) -> str | None:
-        """`expected`, for a call id already looked up (`slot`)."""
-        if slot is None:
-            return self.odd.get(cid) if isinstance(cid, str) else None
-        idx = self.of_slot[slot]
-        return self.shas[idx] if idx >= 0 else None
-
-
-class _Raw:
-    """Per raw line (JSON objects only, in order): SHA-256, call id and a digest of the decision
-    re-derived from it. `seq` normally equals the position + 1; other seqs are mapped apart."""
-
-    def __init__(self) -> None:
-        self.shas = bytearray()          # 32 bytes per line
-        self.cids = bytearray()          # 16 bytes per line (zeros: see odd_cids)
-        self.odd_cids: dict[int, Any] = {}
-        self.derived = bytearray()       # 16 bytes per line: digest of the re-derived decision
-        self.derive_errors: dict[int, BaseException] = {}
-        self.seq_ok = bytearray()        # 1 when the line's seq is its position + 1
-        self.moved: dict[Any, int] = {}  # seq -> position, for the others (the last line wins)
-
-    def add(self, f: verify_raw.Line, derived: Any) -> None:
-        pos = len(self.seq_ok)
-        self.shas += f.digest
-        cid = None if f.call_id is MISSING else f.call_id
-        key = _cid_key(cid)
-        self.cids += key if key is not None else bytes(16)
-        if key is None:
-            self.odd_cids[pos] = cid
-        if isinstance(derived, BaseException):
-            self.derive_errors[pos] = derived
-        self.derived += derived if type(derived) is bytes else NO_DIGEST
-        seq = f.seq if f.seq is not MISSING else -(pos + 1)
-        normal = type(seq) is int and seq == pos + 1
-        self.seq_ok.append(normal)
-        try:
-            if normal:
-                self.moved.pop(seq, None)
-            else:
-                self.moved[seq] = pos
-        except TypeError:
-            pass  # an unhashable seq: reported on the line already
-
-    def position(self, seq: Any) -> int | None:
-        if seq in self.moved:
-            return self.moved[seq]
-        if type(seq) is int and 1 <= seq <= len(self.seq_ok) and self.seq_ok[seq - 1]:
-            return seq - 1
-        return None
-
-    def line_sha(self, pos: int) -> str:
-        return self.shas[32 * pos:32 * pos + 32].hex()
-
-    def call_id(self, pos: int) -> Any:
-        if pos in self.odd_cids:
-            return self.odd_cids[pos]
-        return self.cids[16 * pos:16 * pos + 16].hex()
-
-
-NO_DIGEST = bytes(16)
-
-
-def _field(value: Any, name: str) -> Any:
-    """A line's field as the old checks read it: rec[name] (KeyError when absent)."""
-    if value is MISSING:
-        raise KeyError(name)
-    return value
-
-
-def _value(value: Any) -> Any:
-    """A fact computed on the line, or the exception computing it raised."""
-    if isinstance(value, BaseException):
-        raise value
-    return value
 
 
 def verify_run(run_dir: Path, *, allow_skipped: bool = False,
@@ -319,7 +75,7 @@ def verify_run(run_dir: Path, *, allow_skipped: bool = False,
     not be done, with the reason) and `ok`, which is false when there is a problem, or a
     skipped check unless `allow_skipped`."""
     mpath = run_dir / MANIFEST
-    rep = _Report()
+    rep = Report()
     try:
         manifest = orjson.loads(read_bounded(mpath, MAX_MANIFEST_BYTES, what="a run manifest"))
     except InputError as exc:
@@ -338,11 +94,11 @@ class _Verifier:
     def __init__(self, run_dir: Path, manifest: dict[str, Any], row_limits: RowLimits) -> None:
         self.run_dir, self.manifest, self.row_limits = run_dir, manifest, row_limits
         self.cohort: Cohort | None = None
-        self.sched = _Schedule()
-        self.stim = _Stimuli(0)
-        self.raw = _Raw()
+        self.sched = ScheduleState()
+        self.stim = StimuliState(0)
+        self.raw = RawState()
         self.skipped: list[dict[str, str]] = []
-        self.parser, self.pinned, why = _parser_and_pin(manifest)
+        self.parser, self.pinned, why = parser_and_pin(manifest)
         if self.parser is None:
             self.skip("decision re-derivation", why)
 
@@ -350,7 +106,7 @@ class _Verifier:
         self.skipped.append({"check": check, "reason": reason})
 
     def run(self, *, allow_skipped: bool = False) -> dict[str, Any]:
-        head, cohort_rep = _Report(), _Report()
+        head, cohort_rep = Report(), Report()
         # The raw log is most of the work and needs nothing else to start: it goes first (in a
         # worker when there is a CPU for it), then the re-renders (another worker), while this
         # process checks the cohort, the schedule and the stimuli.
@@ -359,13 +115,13 @@ class _Verifier:
         try:
             self._load_cohort(cohort_rep)
             render = self._renderer(head) if self.cohort is not None else None
-            renders = _RenderJob(self.cohort, render) if render is not None and self.cohort is not None else None
+            renders = RenderJob(self.cohort, render) if render is not None and self.cohort is not None else None
             sched_rep, sched_sha = self._schedule()
-            self.stim = _Stimuli(len(self.sched))
+            self.stim = StimuliState(len(self.sched))
             stim_rep, render_checks, stim_sha = self._stimuli(checks=renders is not None)
             raw_rep, chain_rep, n_raw = self._raw(facts)
             dec_rep, n_dec = self._decisions()
-            render_rep = self._render_checks(renders.result(), render_checks) if renders is not None else _Report()
+            render_rep = self._render_checks(renders.result(), render_checks) if renders is not None else Report()
         finally:
             facts.close()
             if renders is not None:
@@ -383,7 +139,7 @@ class _Verifier:
                 "skipped": self.skipped, "checked": checked,
                 "n_calls": self.sched.n_rows, "n_raw": n_raw, "n_decisions": n_dec}
 
-    def _renderer(self, rep: _Report) -> Callable[[Any], dict[str, Any]] | None:
+    def _renderer(self, rep: Report) -> Callable[[Any], dict[str, Any]] | None:
         """The run's own renderer: its guard config and its prompt (the copy in the run folder;
         for a run from before copies, the prompts folder's entry when it still hashes as pinned).
         None, with the check recorded as skipped (or a damaged copy as a problem), otherwise."""
@@ -410,16 +166,16 @@ class _Verifier:
             self.skip(check, f"the manifest's guard config cannot render ({type(exc).__name__}: {exc})")
             return None
 
-    def _callable(self, rep: _Report) -> None:
+    def _callable(self, rep: Report) -> None:
         """A python guard's code against its pin (`harness.run.callable_pin`)."""
         problems, skipped = callable_pin.verify_findings(self.manifest)
         for message in problems:
-            rep.add(MANIFEST, _line_containing(self.run_dir / MANIFEST, f'"{callable_pin.FIELD}"'), message)
+            rep.add(MANIFEST, line_containing(self.run_dir / MANIFEST, f'"{callable_pin.FIELD}"'), message)
         if skipped:
             self.skip("callable source", skipped)
 
     # -- manifest and cohort -----------------------------------------------------------------
-    def _load_cohort(self, rep: _Report) -> None:
+    def _load_cohort(self, rep: Report) -> None:
         from harness.cohorts.model import load_cohort
 
         try:
@@ -428,7 +184,7 @@ class _Verifier:
         except GuardevalError as exc:
             rep.add("cohort", None, str(exc))
 
-    def _head(self, rep: _Report, cohort_rep: _Report, sched_sha: str, stim_sha: str) -> None:
+    def _head(self, rep: Report, cohort_rep: Report, sched_sha: str, stim_sha: str) -> None:
         """Problems with the pinned files and the manifest itself, reported first."""
         manifest, mpath = self.manifest, self.run_dir / MANIFEST
         body = {k: v for k, v in manifest.items() if k != "sha256"}
@@ -448,22 +204,22 @@ class _Verifier:
             pinned_lines.append(("cohort.sha256", str((manifest.get("cohort") or {}).get("sha256"))))
         guard = manifest.get("guard")
         if isinstance(guard, dict) and canonical_sha256(guard) != manifest.get("guard_sha256"):
-            rep.add(MANIFEST, _line_containing(mpath, '"guard_sha256"'),
+            rep.add(MANIFEST, line_containing(mpath, '"guard_sha256"'),
                     "guard_sha256 does not match the guard config")
         if not manifest_ok:
             line = None
             for _, value in pinned_lines:
-                line = line or _line_containing(mpath, value)
-            line = line or _line_containing(mpath, f'"sha256": "{manifest.get("sha256")}"')
+                line = line or line_containing(mpath, value)
+            line = line or line_containing(mpath, f'"sha256": "{manifest.get("sha256")}"')
             rep.add(MANIFEST, line, "manifest sha256 does not match its content")
 
     # -- schedule.jsonl: every line recomputable from the cohort and the seed ----------------
-    def _schedule(self) -> tuple[_Report, str]:
+    def _schedule(self) -> tuple[Report, str]:
         """One pass. The schedule is regenerated alongside (same seed, order and cohort): a line
         equal to its regenerated bytes passes every check below by construction (index, cell,
         repetition, cohort fields, call id, canonical form) and costs a comparison; any other
         line gets the checks one by one, with their messages."""
-        rep, h, s = _Report(), hashlib.sha256(), self.sched
+        rep, h, s = Report(), hashlib.sha256(), self.sched
         reps = self.manifest.get("reps")
         # Cells seen: one byte per instance x repetition when the cell is a cohort cell with a
         # repetition in range (every cell of a sound schedule); a set for anything else.
@@ -488,14 +244,14 @@ class _Verifier:
                         seen[at] = 1
                         self._sched_slot_key(key, cell)
                         continue
-                    for _, _, row, _ in _iter_lines([(lineno, line)], rep, SCHEDULE):
+                    for _, _, row, _ in check_lines([(lineno, line)], rep, SCHEDULE):
                         self._schedule_row(rep, lineno, row, n_reps, seen, seen_odd)
         if s.n_rows != self.manifest.get("n_calls"):
             rep.add(SCHEDULE, None, f"{s.n_rows} lines, manifest says {self.manifest.get('n_calls')}")
         s.index()
         return rep, h.hexdigest()
 
-    def _schedule_row(self, rep: _Report, lineno: int, row: dict[str, Any], n_reps: int, seen: bytearray,
+    def _schedule_row(self, rep: Report, lineno: int, row: dict[str, Any], n_reps: int, seen: bytearray,
                       seen_odd: set[tuple[Any, Any, Any]]) -> None:
         """Every check of one schedule line, one by one."""
         s, cohort = self.sched, self.cohort
@@ -554,7 +310,7 @@ class _Verifier:
     def _sched_slot(self, cid: Any, cell: int, *, inst_ok: bool, parsed: bool) -> None:
         s = self.sched
         i = len(s)
-        key = _cid_key(cid)
+        key = cid_key(cid)
         s.cids += key if key is not None else bytes(16)
         if key is None:
             s.odd_cids[i] = cid
@@ -586,15 +342,15 @@ class _Verifier:
             raise KeyError((b, c)) from None
 
     # -- stimuli.jsonl: one per scheduled call, in schedule order; re-rendered when possible --
-    def _stimuli(self, *, checks: bool) -> tuple[_Report, tuple[array, array], str]:
+    def _stimuli(self, *, checks: bool) -> tuple[Report, tuple[array, array], str]:
         """Line checks now; the re-render comparison waits for the renders: for the lines it
         applies to, keep (cohort cell, index of the line's request hash), -1 elsewhere.
 
         A line in exactly the writer's form (the regex proves it is canonical JSON of two
         lower-case hex strings) whose call id is the schedule's at that line, in a schedule
         whose call ids are unique, is taken without a JSON round trip; any other line goes
-        through `_iter_lines` and the checks one by one."""
-        rep, h, s, st = _Report(), hashlib.sha256(), self.sched, self.stim
+        through `check_lines` and the checks one by one."""
+        rep, h, s, st = Report(), hashlib.sha256(), self.sched, self.stim
         render_cell = array("i", [-1]) * len(s) if checks else array("i")
         render_sha = array("i", [-1]) * len(s) if checks else array("i")
         path = self.run_dir / STIMULI
@@ -612,7 +368,7 @@ class _Verifier:
                     if checks and s.inst_ok[i] and s.cells[i] >= 0:
                         render_cell[i], render_sha[i] = s.cells[i], idx
                     continue
-                for _, _, row, _ in _iter_lines([(lineno, line)], rep, STIMULI):
+                for _, _, row, _ in check_lines([(lineno, line)], rep, STIMULI):
                     cid, sha = row.get("call_id"), row.get("request_sha256")
                     st.set(str(cid), str(sha), s.calls)
                     if i >= n or not s.parsed[i] or s.call_id_at(i) != cid:
@@ -622,8 +378,8 @@ class _Verifier:
                         render_cell[i], render_sha[i] = s.cells[i], st.intern(str(sha))
         return rep, (render_cell, render_sha), h.hexdigest()
 
-    def _render_checks(self, rendered: tuple[bytes, bytearray], checks: tuple[array, array]) -> _Report:
-        rep, shas = _Report(), self.stim.shas
+    def _render_checks(self, rendered: tuple[bytes, bytearray], checks: tuple[array, array]) -> Report:
+        rep, shas = Report(), self.stim.shas
         digests, failed = rendered
         render_cell, render_sha = checks
         unrendered = 0
@@ -642,10 +398,10 @@ class _Verifier:
         return rep
 
     # -- raw.jsonl: the hash chain -----------------------------------------------------------
-    def _raw(self, facts: Iterable[verify_raw.Fact]) -> tuple[_Report, _Report, int]:
+    def _raw(self, facts: Iterable[verify_raw.Fact]) -> tuple[Report, Report, int]:
         """The old per-line check sequence, on facts computed line by line (see verify_raw),
         with the context only this pass has: the previous line, the schedule, the stimuli."""
-        rep, raw, calls, stim = _Report(), self.raw, self.sched.calls, self.stim
+        rep, raw, calls, stim = Report(), self.raw, self.sched.calls, self.stim
         prev, last_seq, n_raw = GENESIS, 0, 0
         for f in facts:
             if isinstance(f, verify_raw.Torn):
@@ -664,22 +420,22 @@ class _Verifier:
                 slot = None  # an unhashable call id: raised again below, where the old check raised
             expected = stim.expected_at(slot, f.call_id) if f.call_id is not MISSING else None
             try:
-                if _field(f.prev, "prev_sha256") != prev:
+                if field_of(f.prev, "prev_sha256") != prev:
                     # Either the previous line changed after it was chained, or this link did.
                     if lineno > 1:
                         rep.add(RAW, lineno - 1, "line differs from the bytes the next line chained (changed?)")
                     rep.add(RAW, lineno, "prev_sha256 does not match the previous line (chain broken)")
-                if _field(f.seq, "seq") != last_seq + 1:
+                if field_of(f.seq, "seq") != last_seq + 1:
                     rep.add(RAW, lineno, f"seq {f.seq} does not follow {last_seq}")
-                cid = _field(f.call_id, "call_id")
+                cid = field_of(f.call_id, "call_id")
                 if slot is None:
                     calls.slot(cid)  # raises TypeError for an unhashable id, as the old lookup did
                     rep.add(RAW, lineno, "call_id is not in the schedule")
-                if _value(f.request) != _field(f.request_sha, "request_sha256"):
+                if value_of(f.request) != field_of(f.request_sha, "request_sha256"):
                     rep.add(RAW, lineno, "request_sha256 does not match the logged request")
                 elif f.outcome != "not_sent" and expected != f.request_sha:
                     rep.add(RAW, lineno, "sent request differs from stimuli.jsonl")
-                if _value(f.response_differs):
+                if value_of(f.response_differs):
                     rep.add(RAW, lineno, "response_sha256 does not match the logged response")
                 # A seq that is not a number (reported above) counts as the one expected here,
                 # so one damaged line is one problem, not one per following line.
@@ -688,7 +444,7 @@ class _Verifier:
                 rep.add(RAW, lineno, f"missing or malformed field {exc}")
             raw.add(f, self._derived(f, expected))
             prev = f.digest.hex()
-        chain = _Report()
+        chain = Report()
         _check_chain_head(self.run_dir, chain, last_seq, prev)
         return rep, chain, n_raw
 
@@ -701,12 +457,12 @@ class _Verifier:
         return f.derived if expected is None or expected == request_sha else f.derived_differs
 
     # -- decisions.jsonl: each points at its final raw line; re-derived when possible --------
-    def _decisions(self) -> tuple[_Report, int]:
-        rep, raw, calls = _Report(), self.raw, self.sched.calls
+    def _decisions(self) -> tuple[Report, int]:
+        rep, raw, calls = Report(), self.raw, self.sched.calls
         decided = bytearray(len(self.sched))
         decided_odd: set[Any] = set()
         n_dec = 0
-        for lineno, _, d, canon in _iter(self.run_dir / DECISIONS, rep, DECISIONS):
+        for lineno, _, d, canon in iter_checked(self.run_dir / DECISIONS, rep, DECISIONS):
             n_dec += 1
             try:
                 cid = d["call_id"]
@@ -738,7 +494,7 @@ class _Verifier:
         return rep, n_dec
 
 
-def _check_chain_head(run_dir: Path, rep: _Report, last_seq: int, last_sha: str) -> None:
+def _check_chain_head(run_dir: Path, rep: Report, last_seq: int, last_sha: str) -> None:
     """The last `stop` event records the chain head; a changed or cut last line shows up here."""
     path = run_dir / EVENTS
     if not path.exists():
@@ -760,63 +516,3 @@ def _check_chain_head(run_dir: Path, rep: _Report, last_seq: int, last_sha: str)
     elif head["last_seq"] == last_seq and head.get("last_raw_sha256") != last_sha:
         rep.add(RAW, last_seq if last_seq else None,
                 "last line differs from the chain head recorded when the run stopped")
-
-
-# -- re-rendering ----------------------------------------------------------------------------------
-
-def _render_cells(cohort: Cohort, render: Callable[[Any], dict[str, Any]]) -> tuple[bytes, bytearray]:
-    """SHA-256 of the request body of every cohort cell (32 bytes each) and a failure flag."""
-    digests = bytearray(32 * cohort.n_instances)
-    failed = bytearray(cohort.n_instances)
-    for inst in cohort.iter_instances():
-        cell = cohort.cell(inst["base_id"], inst["condition"])
-        try:
-            digests[32 * cell:32 * cell + 32] = hashlib.sha256(canonical_bytes(render(inst))).digest()
-        except (KeyError, TypeError):
-            failed[cell] = 1
-    return bytes(digests), failed
-
-
-class _RenderJob:
-    """Renders every instance once, in a forked worker when the cohort is large and a second
-    CPU is there (the main process meanwhile streams the logs), else inline when asked for."""
-
-    def __init__(self, cohort: Cohort, render: Callable[[Any], dict[str, Any]]) -> None:
-        self.cohort, self.render = cohort, render
-        self._worker = Worker(_render_cells, cohort, render) if render_pays(cohort.n_instances) else None
-
-    def result(self) -> tuple[bytes, bytearray]:
-        done = self._worker.result() if self._worker is not None else None
-        self._worker = None
-        # None: no worker, or it died: render here instead (the same result, or the same error).
-        return done if done is not None else _render_cells(self.cohort, self.render)
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
-
-
-def _memo_parser(parser: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """Parsers are pure functions of (content, finish_reason), and a run's answers repeat (a
-    guard says the same few verdicts): parse each distinct answer once."""
-    cached = functools.lru_cache(maxsize=65536)(parser)
-
-    def parse(content: Any, finish_reason: Any) -> Any:
-        if (content is None or type(content) is str) and (finish_reason is None or type(finish_reason) is str):
-            return cached(content, finish_reason)
-        return parser(content, finish_reason)
-    return parse
-
-
-def _parser_and_pin(manifest: dict[str, Any]) -> tuple[Callable[[Any, Any], Any] | None, tuple[str, ...], str]:
-    """(parser, allowed providers, why not) from the manifest; the parser is None when the
-    manifest names none this version has, or its guard config is unusable."""
-    try:
-        from guards.config import GuardConfig
-        from guards.parsers import get_parser
-
-        cfg = GuardConfig(**manifest["guard"])
-        return _memo_parser(get_parser(manifest["prompt"]["parser"])), cfg.allowed_providers, ""
-    except Exception as exc:  # noqa: BLE001 - any failure here means: no re-derivation
-        return None, (), f"no parser for this run's manifest ({type(exc).__name__}: {exc})"

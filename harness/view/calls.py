@@ -21,20 +21,10 @@ from harness.canon import sha256_hex
 from harness.cohorts.model import load_cohort
 from harness.errors import InputError
 from harness.run.budget import reported_cost
+from harness.run.layout import COHORT_DIR, DECISIONS, RAW, SCHEDULE, STIMULI
+from harness.run.lines import iter_jsonl, iter_lines, parse_line, raw_head
+from harness.run.manifest import read_manifest, run_row_limits
 from harness.run.replay import generation_replays, quarantine_reason
-from harness.run.store import (
-    COHORT_DIR,
-    DECISIONS,
-    RAW,
-    SCHEDULE,
-    STIMULI,
-    iter_jsonl,
-    iter_lines,
-    parse_line,
-    raw_head,
-    read_manifest,
-    run_row_limits,
-)
 
 # The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
 # `latency_s`, `provider` and `finish_reason` are those of its final attempt.

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.estimators.compare import ranking_lines
+from harness.estimators.formats import interval, md_table, num, pval
 from harness.estimators.plot import figure_bytes, paired_figure, save
-from harness.estimators.report import interval, md_table, num, pval
 from harness.view import tables as T
 from harness.view.files import write_atomically
 

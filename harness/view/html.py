@@ -29,7 +29,8 @@ from harness.bounded import read_json
 from harness.canon import canonical_bytes
 from harness.errors import InputError
 from harness.estimators import sections as S
-from harness.run.store import STIMULI, iter_jsonl
+from harness.run.layout import STIMULI
+from harness.run.lines import iter_jsonl
 from harness.view import tables as T
 from harness.view.calls import RunCalls, load_calls, read_attempts
 from harness.view.files import out_file, write_atomically

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from harness.estimators.definitions import DEFINITIONS
-from harness.estimators.report import rules_differ, significant
+from harness.estimators.formats import rules_differ, significant
 from harness.estimators.sections import Section
 
 

@@ -1,0 +1,52 @@
+"""How the estimators write numbers and tables (report.md, the terminal, the plots): one place,
+imported by the report, its sections and the plots alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
+
+
+def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
+    if x is None:
+        return "—"
+    if round(x, digits) == 0:
+        x = 0.0  # no "-0.0000"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def interval(ci: list[float] | None) -> str:
+    return "—" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
+
+
+def pval(p: float | None) -> str:
+    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def rules_differ(report: Mapping[str, Any]) -> bool:
+    """True when some contrast's effect or interval depends on the failure rule (there were failures)."""
+    for c in report["contrasts"]:
+        for key in ("by_rule", "by_rule_ci", "by_rule_minus_placebo"):
+            values = {repr(v) for v in (c.get(key) or {}).values()}
+            if len(values) > 1:
+                return True
+    return False
+
+
+def significant(c: Mapping[str, Any]) -> bool:
+    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
+
+
+def text_table(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
+
+
+def md_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    return "\n".join(lines)

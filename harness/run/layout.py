@@ -1,0 +1,30 @@
+"""The names of a run folder's files (docs/design.md §6), the run id and the clock that stamps events."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+
+from harness.errors import InputError
+
+GENESIS = "0" * 64
+MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
+    "manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl", ".lock")
+COHORT_DIR, PROMPT_DIR = "cohort", "prompt"
+PARTIAL_LOCK = ".partial-lock"
+_SAFE_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}")
+RESUME_HINT = "Nothing half-written was kept: free some space, then `guardeval resume {run}`"
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id(prefix: str) -> str:
+    # The id names the run folder: a prefix from a config is checked here too, not trusted.
+    if not _SAFE_PREFIX.fullmatch(prefix):
+        raise InputError("a run id prefix must be 1-64 characters of A-Z a-z 0-9 . _ -", field="name")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{prefix}-{os.urandom(3).hex()}"
+
