@@ -26,7 +26,7 @@ def _summary(plan: Any, run_dir: Path) -> LaunchPlan:
     m, cfg = plan.manifest, plan.config
     parent = m.get("parent_run") or {}
     return LaunchPlan(run_id=m["run_id"], run_dir=run_dir, n_calls=plan.n_calls, bases=len(plan.cohort.base_ids),
-                      conditions=list(plan.cohort.conditions), reps=int(m["reps"]), order=m["order"],
+                      conditions=[c.name for c in plan.cohort.conditions], reps=int(m["reps"]), order=m["order"],
                       seed=int(m["seed"]), guard=cfg.name, backend=cfg.backend, model=cfg.model,
                       prompt=plan.prompt.id, schedule_sha256=m["schedule_sha256"], parent_run=parent.get("run_id"),
                       projection=Projection(**plan.projection()), _plan=plan)
