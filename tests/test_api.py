@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
 from harness import api
 from harness.view.calls import EXPORT_COLUMNS
+
+from conftest import run_cli
 
 
 @pytest.fixture(scope="module")
