@@ -128,7 +128,7 @@ def source_file(module: str) -> str | None:
     else:
         try:
             spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
+        except Exception:  # noqa: BLE001 - a parent package that fails to import: not found here
             spec = None
         if spec is not None and isinstance(spec.origin, str) and spec.origin.endswith(".py"):
             path = spec.origin

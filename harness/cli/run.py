@@ -144,8 +144,8 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
         return 0 if ready else 2
     print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
           f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
-    print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) at {cfg.effective_base_url}, "
-               f"prompt {plan.prompt.id}"))
+    where = f"calling {cfg.callable}" if cfg.backend == "python" else f"at {cfg.effective_base_url}"
+    print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) {where}, prompt {plan.prompt.id}"))
     if cfg.api_key_env:
         state = "set" if key["set"] else ("NOT SET: launch will refuse" if key["needed"] else "not set (optional here)")
         print(f"key: {cfg.api_key_env} is {state}")
