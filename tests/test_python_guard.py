@@ -104,6 +104,8 @@ def test_changed_source_is_caught_by_verify_and_refused_by_resume(tmp_path: Path
     # Without the module on this machine, the comparison is a skipped check, not OK by default.
     v = run_cli("verify", str(run), env={"PYTHONPATH": str(REPO)})
     assert v.code == 1 and "skipped: callable source" in v.out, v.out
+    r = run_cli("resume", str(run), "--no-progress", env={"PYTHONPATH": str(REPO)})
+    assert r.code == 2 and "field 'callable': cannot import module 'pg_changing'" in r.err, r.err
 
 
 def test_replicate_onto_a_python_guard_and_compare(tmp_path: Path) -> None:

@@ -78,6 +78,12 @@ class RunResult(_Record):
     fatal_message: str | None
     _outcome: Any = field(default=None, repr=False, compare=False)
 
+    def message(self) -> str:
+        """The run's totals in words, as the CLI's last line: `960/960 calls decided: ok 960`."""
+        from harness.run.runner import finish_message
+
+        return finish_message(self._outcome)
+
     def raise_if_stopped(self) -> None:
         """RunStopped (exit 1, resumable) when a fatal error, the budget, a full disk or a signal stopped it."""
         from harness.run.runner import raise_if_stopped

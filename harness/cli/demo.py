@@ -47,13 +47,15 @@ def _python_demo(guard: str, *, run_dir: str | None, as_json: bool, progress: bo
     if config.backend != "python":
         raise InputError(f"demo --guard takes a python guard (backend = \"python\"); this one uses the "
                          f"{config.backend!r} back-end: use `guardeval launch` for it", path=config.source, field="backend")
-    plan = plan_launch(cohort_dir=BUNDLED_DEMO, guard_path=guard, reps=3, seed=DEMO_SEED, order="rounds", base_url=None)
-    target = resolve_run_dir(run_dir, plan.manifest["run_id"])
-    materialise(plan, target)
-    print(safe(f"demo: run folder {target} ({plan.n_calls} calls, python guard {config.callable})"), file=sys.stderr)
-    outcome = execute(target, progress=progress)
-    print(f"demo: {finish_message(outcome)}", file=sys.stderr)
-    raise_if_stopped(outcome)
+    from harness import api
+
+    planned = api.plan(BUNDLED_DEMO, config, reps=3, seed=DEMO_SEED, order="rounds", run_dir=run_dir)
+    print(safe(f"demo: run folder {planned.run_dir} ({planned.n_calls} calls, python guard {config.callable})"),
+          file=sys.stderr)
+    result = api.launch_plan(planned, progress=progress)
+    print(f"demo: {result.message()}", file=sys.stderr)
+    result.raise_if_stopped()
+    target = planned.run_dir
     return _estimate(target, as_json)
 
 
