@@ -84,6 +84,12 @@ class RunResult(_Record):
 
         return finish_message(self._outcome)
 
+    def outcome_json(self) -> dict[str, Any]:
+        """What `launch`, `resume` and `replicate` print with --json."""
+        from harness.run.runner import outcome_json
+
+        return outcome_json(self._outcome)
+
     def raise_if_stopped(self) -> None:
         """RunStopped (exit 1, resumable) when a fatal error, the budget, a full disk or a signal stopped it."""
         from harness.run.runner import raise_if_stopped

@@ -176,22 +176,22 @@ def _warn_if_plain_http(url: str | None) -> None:
 
 
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
-    from harness.run.runner import execute, finish_message, outcome_json, raise_if_stopped
+    from harness import api
 
-    outcome = execute(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
-                      max_cost=args.max_cost, max_calls=max_calls, progress=not args.no_progress,
-                      adaptive=not args.fixed_concurrency, row_limits=row_limits(args),
-                      allow_changed_callable=getattr(args, "allow_changed_callable", False))
-    for torn in outcome.torn:
+    result = api.resume(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
+                        max_cost=args.max_cost, max_calls=max_calls, fixed_concurrency=args.fixed_concurrency,
+                        progress=not args.no_progress, row_limits=row_limits(args),
+                        allow_changed_callable=getattr(args, "allow_changed_callable", False))
+    for torn in result.torn:
         print(f"guardeval: recovered a torn last line into {safe(torn)}", file=sys.stderr)
-    if outcome.recovered:
-        print(f"guardeval: re-derived {outcome.recovered} decision(s) from the raw log", file=sys.stderr)
+    if result.recovered:
+        print(f"guardeval: re-derived {result.recovered} decision(s) from the raw log", file=sys.stderr)
     if args.json:
-        _print_json(outcome_json(outcome))
+        _print_json(result.outcome_json())
     else:
-        print(safe(f"{run_dir}: {finish_message(outcome)}"))
-    raise_if_stopped(outcome)
-    if not outcome.complete:
+        print(safe(f"{run_dir}: {result.message()}"))
+    result.raise_if_stopped()
+    if not result.complete:
         print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
               file=sys.stderr)
     return 0
