@@ -107,6 +107,9 @@ def test_a_pending_schedule_line_that_names_no_instance_is_named(copy_run, chang
         kept = [line for line in lines if json.loads(line)["call_id"] != last["call_id"]]
         assert kept == lines[:len(kept)]
         (run / name).write_text("".join(kept))
+    # As if the run had died during that call: no stop event recorded a chain head past it.
+    events = (run / "events.jsonl").read_text().splitlines(keepends=True)
+    (run / "events.jsonl").write_text("".join(e for e in events if json.loads(e).get("event") != "stop"))
     change(last)
     sched[-1] = json.dumps(last, separators=(",", ":"), sort_keys=True) + "\n"
     (run / "schedule.jsonl").write_text("".join(sched))

@@ -119,7 +119,7 @@ def _execute(run_dir: Path, *, base_url: str | None, concurrency: int | None, rp
     return RunResult(run_dir=o.run_dir, total=o.total, decided=o.decided, complete=o.complete,
                      statuses=dict(o.statuses), session_dispatched=r.dispatched, session_decided=r.decided,
                      recovered=o.recovered, torn=list(o.torn), stop_reason=r.stop_reason,
-                     fatal_message=r.fatal_message, _outcome=o)
+                     fatal_message=r.fatal_message, fingerprint=o.fingerprint, _outcome=o)
 
 
 def _main_thread() -> bool:
@@ -137,12 +137,17 @@ def status(run: str | Path) -> RunStatus:
     return RunStatus(**run_status(run_folder(run)))
 
 
-def verify(run: str | Path, *, allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> VerifyReport:
+def verify(run: str | Path, *, allow_skipped: bool = False, expect: str | None = None,
+           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> VerifyReport:
     """Every hash, the schedule, the stimuli, the chain, every decision, a python guard's code
-    (`guardeval verify`)."""
+    (`guardeval verify`); with `expect`, the run's fingerprint must be that one
+    (`verify --expect`)."""
+    from harness.run.fingerprint import parse_token
     from harness.run.verify import verify_run
 
-    rep = verify_run(run_folder(run), allow_skipped=allow_skipped, row_limits=row_limits)
+    token = parse_token(expect) if expect is not None else None
+    rep = verify_run(run_folder(run), allow_skipped=allow_skipped, row_limits=row_limits, expect=token)
     return VerifyReport(ok=rep["ok"], problems=[Problem(p["file"], p.get("line"), p["message"]) for p in rep["problems"]],
                         skipped=[Skipped(s["check"], s["reason"]) for s in rep["skipped"]], checked=rep["checked"],
-                        n_calls=rep.get("n_calls"), n_raw=rep.get("n_raw"), n_decisions=rep.get("n_decisions"))
+                        n_calls=rep.get("n_calls"), n_raw=rep.get("n_raw"), n_decisions=rep.get("n_decisions"),
+                        undecided_answers=rep.get("undecided_answers"), fingerprint=rep.get("fingerprint"))

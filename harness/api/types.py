@@ -76,6 +76,7 @@ class RunResult(_Record):
     torn: list[Path]                        # torn last lines moved aside
     stop_reason: str | None                 # None: every pending call handled (or --max-calls)
     fatal_message: str | None
+    fingerprint: str | None                 # the run's fingerprint when the session ended (`verify --expect`)
     _outcome: Any = field(default=None, repr=False, compare=False)
 
     def message(self) -> str:
@@ -122,6 +123,9 @@ class RunStatus(_Record):
     spend_usd: float
     spend_simulated: bool
     last_stop: dict[str, Any] | None
+    undecided_answers: int                  # final answers without a decision line (`resume` re-derives them)
+    problems: list[Any]                     # what the log's head says is wrong (a cut raw log, ...)
+    fingerprint: str                        # the run's fingerprint now
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,9 @@ class Skipped(_Record):
     reason: str
 
 
+_VERIFY_OPTIONAL = ("n_calls", "n_raw", "n_decisions", "undecided_answers", "fingerprint")
+
+
 @dataclass(frozen=True)
 class VerifyReport(_Record):
     """`guardeval verify`: ok is false on any problem, or a skipped check unless allowed."""
@@ -148,10 +155,12 @@ class VerifyReport(_Record):
     n_calls: int | None = None              # None when the manifest could not be read
     n_raw: int | None = None
     n_decisions: int | None = None
+    undecided_answers: int | None = None    # final answers without a decision (not OK)
+    fingerprint: dict[str, Any] | None = None   # {"token": ..., ...}: the run's fingerprint, checked against `expect`
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
-        return {k: v for k, v in d.items() if v is not None or k not in ("n_calls", "n_raw", "n_decisions")}
+        return {k: v for k, v in d.items() if v is not None or k not in _VERIFY_OPTIONAL}
 
 
 @dataclass(frozen=True)

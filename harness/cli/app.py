@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "harness.cli.run",
     "harness.cli.preflight",
     "harness.cli.estimate",
+    "harness.cli.plan",
     "harness.cli.view",
     "harness.cli.audit",
     "harness.cli.cohort",

@@ -34,7 +34,7 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True, guard
         materialise(plan, target)
         print(f"demo: run folder {target} ({plan.n_calls} calls)", file=sys.stderr)
         outcome = execute(target, base_url=sim.base_url, concurrency=32, progress=progress)
-        print(f"demo: {finish_message(outcome)}", file=sys.stderr)
+        print(f"demo: {finish_message(outcome)}; fingerprint {outcome.fingerprint}", file=sys.stderr)
         raise_if_stopped(outcome)
     return _estimate(target, as_json)
 

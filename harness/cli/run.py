@@ -67,6 +67,9 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--allow-skipped", action="store_true",
                    help="OK even when a check could not be done (it is still listed)")
+    p.add_argument("--expect", metavar="FINGERPRINT",
+                   help="fail unless the run's fingerprint is this one (as printed when a session ends, by "
+                        "`status` and in report.md): pins the log against re-chained edits")
     row_limit_options(p)
     p.set_defaults(func=cmd_verify)
 
@@ -190,6 +193,9 @@ def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_c
         _print_json(result.outcome_json())
     else:
         print(safe(f"{run_dir}: {result.message()}"))
+    # Written down elsewhere, the fingerprint pins this log: `verify --expect` checks it later.
+    print(f"guardeval: fingerprint {result.fingerprint} (keep it with your results; "
+          f"`guardeval verify RUN --expect {result.fingerprint}` checks the run against it)", file=sys.stderr)
     result.raise_if_stopped()
     if not result.complete:
         print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
@@ -265,13 +271,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st["generation_replays"]:
         print(f"  answered under a generation id another call also got: {st['generation_replays']} "
               "(quarantined as replay_mismatch by estimate)")
+    if st["undecided_answers"]:
+        print(f"  logged answers without a decision: {st['undecided_answers']} "
+              f"(resume re-derives them without sending anything: guardeval resume {safe(args.run)})")
+    for problem in st["problems"]:
+        print(safe(f"  damaged: raw.jsonl: {problem} (guardeval verify {args.run} names the damage)"))
+    print(f"  fingerprint {st['fingerprint']}")
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from harness import api
+    from harness.run.fingerprint import parse_token
 
-    report = api.verify(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args)).to_dict()
+    expect = parse_token(args.expect) if args.expect is not None else None   # a bad token: exit 2 here
+    report = api.verify(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args),
+                        expect=args.expect).to_dict()
     if args.json:
         _print_json(report)
     else:
@@ -285,6 +300,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report["skipped"]:
             note = (f"; {len(report['skipped'])} check(s) skipped"
                     + (" (allowed)" if args.allow_skipped else ", pass --allow-skipped to accept that"))
+        fp = report.get("fingerprint")
+        if fp:
+            note += f"; fingerprint {fp['token']}" + (" (as expected)" if expect is not None and report["ok"] else "")
         print(f"verify: {'OK' if report['ok'] else 'FAILED'} — {report['checked']}{note}")
     return 0 if report["ok"] else 1
 

@@ -28,6 +28,11 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv",
                    help="file format (parquet needs the parquet extra)")
     p.add_argument("--out", metavar="FILE", help="file to write, - for stdout (default: RUN/calls.FORMAT)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="export without checking the run first (said on stderr); by default a run that does not "
+                        "verify is not exported")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="export even when a verify check could not be done (it is named on stderr)")
     p.set_defaults(func=cmd_export)
 
 
@@ -53,11 +58,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness.estimators.runs import run_dir
+    from harness.estimators.runs import run_dir, verified
     from harness.view.calls import load_calls
     from harness.view.export import export
 
-    # (`harness.api.calls` gives the same rows as typed records; the writers take the rows.)
+    # The frame is the run's data as others will analyse it: a run that does not verify is not
+    # exported unless asked, as `estimate` refuses to estimate it.
+    check = verified(args.run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
+    if not check["checked"]:
+        print(safe(f"guardeval: warning: {args.run} exported without verification (--no-verify)"), file=sys.stderr)
+    elif check["skipped"]:
+        print(safe("guardeval: exported with skipped verify checks (allowed): "
+                   + ", ".join(str(s["check"]) for s in check["skipped"])), file=sys.stderr)
     calls = load_calls(run_dir(args.run))
     path = export(calls, args.format, args.out)
     if path is not None:

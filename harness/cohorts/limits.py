@@ -72,3 +72,32 @@ def bounded_lines(path: Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> Iterato
                 raise InputError(f"line is nested more than {limits.max_depth} levels deep (raise the limit with "
                                  "--max-row-depth)", path=path, line=lineno)
             yield lineno, raw.rstrip(b"\n")
+
+
+DUPLICATE_KEY = "an object repeats a key (which of the two counts would depend on the reader)"
+_WHITESPACE = re.compile(rb"[ \t\r\n]+")
+
+
+def _parsed_keys(value: object) -> int:
+    n, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            n += len(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return n
+
+
+def has_duplicate_keys(raw: bytes, parsed: object) -> bool:
+    """Did the JSON text `raw` repeat a key inside one object? orjson keeps the last of two equal
+    keys without a word, so a row could say one thing to a reader that takes the first and
+    another to guardeval. Every string is cut to a bare quote (between strings of valid JSON
+    there is no quote, so a left-to-right match finds them all), whitespace outside strings is
+    dropped, and each `":` left is one key in the text: more keys in the text than in the
+    parsed value means a repeat."""
+    if b":" not in raw:
+        return False
+    text_keys = _WHITESPACE.sub(b"", _JSON_STRING.sub(b'"', raw)).count(b'":')
+    return text_keys != _parsed_keys(parsed)

@@ -27,7 +27,7 @@ import orjson
 
 from harness.bounded import read_bounded
 from harness.canon import canonical_sha256, sha256_hex
-from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits, deeper_than
+from harness.cohorts.limits import DEFAULT_ROW_LIMITS, DUPLICATE_KEY, RowLimits, deeper_than, has_duplicate_keys
 from harness.errors import InputError
 from harness.lru import LRU
 
@@ -287,6 +287,8 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
         meta = orjson.loads(meta_bytes)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=meta_path) from None
+    if has_duplicate_keys(meta_bytes, meta):
+        raise InputError(DUPLICATE_KEY, path=meta_path)
     if (err := schema_error(meta_path, None, meta, "cohort.schema.json")) is not None:
         raise err
     conditions = [Condition(c["name"], c["role"], c["description"], tuple(c.get("acts_on", ["content"])))
@@ -393,6 +395,9 @@ def _parse_row(raw: bytes, inst_path: Path, lineno: int, roles: Mapping[str, str
         row = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=inst_path, line=lineno) from None
+    # A trusted row is the run's own pinned copy, checked when the run was launched.
+    if not trusted and has_duplicate_keys(raw, row):
+        raise InputError(DUPLICATE_KEY, path=inst_path, line=lineno)
     if (err := _row_error(inst_path, lineno, row)) is not None:
         raise err
     if row["condition"] not in roles:

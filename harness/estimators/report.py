@@ -146,7 +146,9 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
 def markdown(report: Mapping[str, Any]) -> str:
     head, rows = effects_rows(report)
-    out = ["# guardeval estimate", "", summary_line(report), "", *sections.notes(report),
+    fp = (report.get("source") or {}).get("fingerprint")
+    pin = [f"Run fingerprint `{fp}` (`guardeval verify RUN --expect {fp}` checks the run against it).", ""] if fp else []
+    out = ["# guardeval estimate", "", summary_line(report), "", *pin, *sections.notes(report),
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
            "Δc − Δplacebo on the bases present in all three conditions.", "", "## Effects", "",
            md_table(head, rows), ""]

@@ -4,7 +4,7 @@ reader, estimate, write the report files into the run folder. Used by `guardeval
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from harness.errors import CheckFailed, InputError
 from harness.estimators.core import estimate, validated
 from harness.estimators.table import ValidatedRows
 from harness.estimators.types import Report
+from harness.run.fingerprint import run_fingerprint
 
 
 def run_dir(path: str | Path) -> Path:
@@ -23,7 +24,7 @@ def run_dir(path: str | Path) -> Path:
 
 
 def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = False,
-             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+             row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> dict[str, Any]:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
     first file and line that fails, or the check that could not be done; with `verify=False`,
@@ -43,8 +44,8 @@ def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = Fal
         else:
             first = result["skipped"][0]
             what = f"{first['check']} could not be done: {first['reason']} (--allow-skipped accepts that)"
-        raise CheckFailed(f"{run}: the run does not verify, so it is not estimated: {what}. "
-                          f"`guardeval verify {run}` lists every problem; --no-verify estimates it anyway")
+        raise CheckFailed(f"{run}: the run does not verify, so guardeval does not {doing} it: {what}. "
+                          f"`guardeval verify {run}` lists every problem; --no-verify does it anyway")
     return {"checked": True, "skipped": result["skipped"]}
 
 
@@ -72,12 +73,56 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
                       allow_unpublishable=allow_unpublishable)
     m = table.manifest
+    # What the report was made from and how: `guardeval report` checks the first against the run
+    # as it is then, and makes the estimate again under the second to check the numbers.
     report["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
-                        "manifest_sha256": m.get("sha256"), "verified": verification["checked"],
-                        "verify_skipped": verification["skipped"]}
+                        "manifest_sha256": m.get("sha256"), "fingerprint": run_fingerprint(run, m).token,
+                        "options": {"baseline": baseline, "placebo": placebo,
+                                    "family": list(family) if family is not None else None, "n_boot": n_boot,
+                                    "seed": seed, "failure_rule": failure_rule, "missing": missing,
+                                    "allow_partial": allow_partial, "allow_unpublishable": allow_unpublishable},
+                        "verified": verification["checked"], "verify_skipped": verification["skipped"]}
     if write:
         from harness.estimators.report import write_reports
 
         guard = m.get("guard") or {}
         write_reports(report, run, title=f"guardeval · {guard.get('name')} ({guard.get('model')}) · run {m.get('run_id')}")
     return report
+
+
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "baseline": (str, type(None)), "placebo": (str, type(None)), "family": (list, type(None)), "n_boot": (int,),
+    "seed": (int,), "failure_rule": (str,), "missing": (str,), "allow_partial": (bool,), "allow_unpublishable": (bool,)}
+
+
+def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
+    """Is `report` (a run's report.json, as read) the estimate of this run as it is now? Its
+    recorded fingerprint must be the run's, and the estimate made again under its recorded
+    options must give the same numbers; CheckFailed otherwise. A report.json is a file anyone
+    can edit: without this, `guardeval report` would show forged numbers under "verify passed"."""
+    from harness.estimators.report import dumps_json
+    from harness.run.manifest import read_manifest
+
+    run = run_dir(path)
+    where = run / "report.json"
+    src = report.get("source")
+    again = f"run `guardeval estimate {run}` to make it again"
+    if not isinstance(src, dict) or not isinstance(src.get("options"), dict) or "fingerprint" not in src:
+        raise CheckFailed(f"{where}: records no fingerprint or options (made by an older guardeval, or edited): {again}")
+    now = run_fingerprint(run, read_manifest(run)).token
+    if src["fingerprint"] != now:
+        raise CheckFailed(f"{where}: made from another state of this run (fingerprint {src['fingerprint']!s:.40}, "
+                          f"the run's is now {now}): {again}")
+    options = src["options"]
+    if set(options) != set(_OPTION_TYPES) or any(type(options[k]) not in t for k, t in _OPTION_TYPES.items()) \
+            or (options["family"] is not None and not all(type(c) is str for c in options["family"])):
+        raise CheckFailed(f"{where}: its recorded options are damaged: {again}")
+    try:
+        fresh = estimate_run(run, write=False, verify=False, row_limits=row_limits, **options)
+    except InputError as exc:
+        raise CheckFailed(f"{where}: its recorded options do not apply to this run ({exc}): {again}") from None
+    ours = {k: v for k, v in report.items() if k != "source"}
+    theirs = {k: v for k, v in fresh.items() if k != "source"}
+    if dumps_json(ours) != dumps_json(theirs):
+        raise CheckFailed(f"{where}: its numbers are not the estimate of this run under its own options (edited?): "
+                          f"{again}")

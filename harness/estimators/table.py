@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits, bounded_lines
+from harness.cohorts.limits import DEFAULT_ROW_LIMITS, DUPLICATE_KEY, RowLimits, bounded_lines, has_duplicate_keys
 from harness.errors import InputError
 from harness.estimators.quarantine import QUARANTINE_CODES
 
@@ -168,9 +168,12 @@ def read_jsonl(path: str | Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> tupl
         if not raw.strip():
             continue
         try:
-            objs.append(orjson.loads(raw))
+            obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise InputError(f"not valid JSON: {exc}", path=p, line=n) from None
+        if has_duplicate_keys(raw, obj):
+            raise InputError(DUPLICATE_KEY, path=p, line=n)
+        objs.append(obj)
         lines.append(n)
     return objs, lines
 

@@ -22,6 +22,13 @@ from typing import Any
 from guards.base import valid_cost
 
 
+def projected_cost(prompt_tokens: int, output_tokens: int, price_in_per_mtok: float,
+                   price_out_per_mtok: float) -> float:
+    """USD for that many tokens at the config's prices: what `launch --dry-run` projects (with
+    every call's max_tokens as its output, an upper estimate) and `guardeval plan` quotes."""
+    return prompt_tokens / 1e6 * price_in_per_mtok + output_tokens / 1e6 * price_out_per_mtok
+
+
 @dataclass(frozen=True)
 class Prices:
     """USD per million tokens from the guard config, and its upper estimate for one call."""

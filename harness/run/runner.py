@@ -28,10 +28,11 @@ from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
 from harness.run import callable_pin
-from harness.run.budget import Prices, Unpriced
+from harness.run.budget import Prices, Unpriced, projected_cost
 from harness.run.create import create_run_dir
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
+from harness.run.fingerprint import run_fingerprint
 from harness.run.layout import COHORT_DIR, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
 from harness.run.lines import STIMULUS_LINE, iter_jsonl, parse_line
 from harness.run.lock import RunLock
@@ -76,7 +77,7 @@ class Plan:
         tout = calls * cfg.max_tokens
         cost = None
         if cfg.price_in_per_mtok is not None and cfg.price_out_per_mtok is not None:
-            cost = tin / 1e6 * cfg.price_in_per_mtok + tout / 1e6 * cfg.price_out_per_mtok
+            cost = projected_cost(tin, tout, cfg.price_in_per_mtok, cfg.price_out_per_mtok)
         return {"calls": calls, "prompt_tokens_est": tin, "max_output_tokens": tout,
                 "cost_usd_upper_est": cost}
 
@@ -264,6 +265,18 @@ def load_run_cohort(run_dir: Path, manifest: dict[str, Any], row_limits: RowLimi
     return cohort
 
 
+def run_prompt_tokens(run_dir: Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[GuardConfig, int, int]:
+    """(guard config, rough prompt tokens of one call of every instance summed, bases) of a run,
+    rendered from its cohort copy with its config and prompt as `launch --dry-run` counts them."""
+    manifest = read_manifest(run_dir)
+    config = run_config(run_dir, manifest)
+    prompt = load_run_prompt(run_dir, manifest)
+    cohort = load_run_cohort(run_dir, manifest, row_limits)
+    render = make_renderer(config, prompt)
+    total = sum(_render_request(render, inst)[1] for inst in cohort.iter_instances())
+    return config, total, len(cohort.base_ids)
+
+
 def require_key(config: GuardConfig, where: str | Path | None = None) -> None:
     """Refuse (exit 2, before anything is written) a guard whose endpoint needs a key that is not set."""
     if config.needs_key and not config.key_is_set():
@@ -293,6 +306,7 @@ class RunOutcome:
     recovered: int   # decisions re-derived from raw lines on open
     torn: list[Path]
     statuses: dict[str, int] = field(default_factory=dict)   # decisions of the whole run, by status
+    fingerprint: str | None = None   # harness.run.fingerprint, taken when the session ended
 
     @property
     def complete(self) -> bool:
@@ -367,7 +381,8 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
     statuses = decision_counts(run_dir)[1]
-    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses)
+    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses,
+                      run_fingerprint(run_dir, manifest).token)
 
 
 def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -547,7 +562,7 @@ def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
             "complete": outcome.complete, "statuses": outcome.statuses,
             "session": {"dispatched": r.dispatched, "decided": r.decided, "statuses": r.statuses,
                         "recovered": outcome.recovered, "torn": [str(p) for p in outcome.torn]},
-            "stop_reason": r.stop_reason, "fatal_message": r.fatal_message}
+            "stop_reason": r.stop_reason, "fatal_message": r.fatal_message, "fingerprint": outcome.fingerprint}
 
 
 def raise_if_stopped(outcome: RunOutcome) -> None:

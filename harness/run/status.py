@@ -16,7 +16,11 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from guards.base import valid_cost
+from harness.run.fingerprint import last_line, run_fingerprint
+from harness.run.head import head_problems
 from harness.run.layout import DECISIONS, EVENTS, RAW
 from harness.run.lines import decision_fields, iter_jsonl, iter_lines, iter_raw_fields, parsed_decision_fields
 from harness.run.lock import RunLock
@@ -29,7 +33,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     raw_counts = _RawCounts(run_dir / RAW)   # workers read the raw log while this reads decisions
     try:
         decided, statuses, quarantine = decision_counts(run_dir)
-        attempts, spend, retries, replayed = raw_counts.result()
+        attempts, spend, retries, replayed, finals = raw_counts.result()
     finally:
         raw_counts.close()
     last_stop, last_event = None, None
@@ -44,6 +48,8 @@ def run_status(run_dir: Path) -> dict[str, Any]:
             if kind == "stop":
                 last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
     n = manifest["n_calls"]
+    fp = run_fingerprint(run_dir, manifest)
+    problems = head_problems(run_dir, fp.n_raw, fp.raw_head, _last_decision_raw_seq(run_dir))
     running = RunLock.held_by_another(run_dir)
     complete = len(decided) >= n
     return {
@@ -58,6 +64,9 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "generation_replays": replayed,
         "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6),
         "spend_simulated": run_config(run_dir, manifest).is_simulated, "last_stop": last_stop,
+        # Final answers in the log without a decision line: `resume` re-derives them.
+        "undecided_answers": len(finals - decided),
+        "problems": problems, "fingerprint": fp.token,
     }
 
 
@@ -89,37 +98,55 @@ def _state(running: bool, complete: bool, last_event: str | None, last_stop: dic
 
 
 
-_Part = tuple[int, int, array, dict[str, set[str]]]
+_Part = tuple[int, int, array, dict[str, set[str]], set[str]]
 
 
 def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> _Part:
     """(attempts, retries, what each attempt cost in order, generation id -> the calls whose
-    final answer carries it) over the complete lines of raw.jsonl (of bytes [start, end))."""
+    final answer carries it, the calls with a final line) over the complete lines of raw.jsonl
+    (of bytes [start, end))."""
     attempts, retries, costs = 0, 0, array("d")
     generations: dict[str, set[str]] = {}
+    finals: set[str] = set()
     for _, _, _, f in iter_raw_fields(path, start, end):
         attempts += 1
+        if f.final is True:
+            finals.add(str(f.call_id))
         if valid_cost(f.cost):
             costs.append(f.cost)
         if f.outcome == "transient" and not f.final:
             retries += 1
         elif f.outcome == "reply" and f.final is True and isinstance(f.generation_id, str) and f.generation_id:
             generations.setdefault(f.generation_id, set()).add(str(f.call_id))
-    return attempts, retries, costs, generations
+    return attempts, retries, costs, generations, finals
 
 
-def _totals(parts: list[_Part]) -> tuple[int, float, int, int]:
-    """(attempts, spend, retries, calls answered under a generation id another call also got)."""
+def _totals(parts: list[_Part]) -> tuple[int, float, int, int, set[str]]:
+    """(attempts, spend, retries, calls answered under a generation id another call also got,
+    calls with a final line)."""
     # Spend is summed one attempt at a time, in log order, whoever read which part.
     spend = 0.0
     generations: dict[str, set[str]] = {}
-    for _, _, costs, gens in parts:
+    finals: set[str] = set()
+    for _, _, costs, gens, part_finals in parts:
+        finals |= part_finals
         for cost in costs:
             spend += cost
         for gen, cids in gens.items():
             generations.setdefault(gen, set()).update(cids)
     replayed = sum(len(cids) for cids in generations.values() if len(cids) > 1)
-    return sum(p[0] for p in parts), spend, sum(p[1] for p in parts), replayed
+    return sum(p[0] for p in parts), spend, sum(p[1] for p in parts), replayed, finals
+
+
+def _last_decision_raw_seq(run_dir: Path) -> Any:
+    line = last_line(run_dir / DECISIONS)
+    if line is None:
+        return None
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None   # a damaged line: `verify` names it
+    return rec.get("raw_seq") if isinstance(rec, dict) else None
 
 
 class _RawCounts:
@@ -131,7 +158,7 @@ class _RawCounts:
         self.path = path
         self._workers = halves(path, _raw_counts)
 
-    def result(self) -> tuple[int, float, int, int]:
+    def result(self) -> tuple[int, float, int, int, set[str]]:
         parts = [w.result() for w in self._workers]
         self._workers = []
         if not parts or any(p is None for p in parts):

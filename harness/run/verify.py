@@ -37,14 +37,17 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from harness.bounded import read_bounded
 from harness.canon import canonical_sha256
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
-from harness.errors import GuardevalError, InputError
+from harness.errors import CheckFailed, GuardevalError, InputError
 from harness.run import callable_pin, verify_raw
-from harness.run.layout import DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
+from harness.run.fingerprint import run_fingerprint
+from harness.run.head import head_problems
+from harness.run.layout import DECISIONS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.lines import STIMULUS_LINE
 from harness.run.manifest import MAX_MANIFEST_BYTES, load_run_prompt, run_row_limits
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
@@ -70,10 +73,11 @@ _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"ind
 
 
 def verify_run(run_dir: Path, *, allow_skipped: bool = False,
-               row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+               row_limits: RowLimits = DEFAULT_ROW_LIMITS, expect: str | None = None) -> dict[str, Any]:
     """Every check, as a report: `problems` (file, line, message), `skipped` (checks that could
     not be done, with the reason) and `ok`, which is false when there is a problem, or a
-    skipped check unless `allow_skipped`."""
+    skipped check unless `allow_skipped`; `fingerprint` (harness.run.fingerprint), which must
+    equal `expect` when one is given."""
     mpath = run_dir / MANIFEST
     rep = Report()
     try:
@@ -85,7 +89,7 @@ def verify_run(run_dir: Path, *, allow_skipped: bool = False,
         rep.add(MANIFEST, int(m.group(1)) if m else None, f"not valid JSON ({exc})")
     else:
         if isinstance(manifest, dict):
-            return _Verifier(run_dir, manifest, row_limits).run(allow_skipped=allow_skipped)
+            return _Verifier(run_dir, manifest, row_limits).run(allow_skipped=allow_skipped, expect=expect)
         rep.add(MANIFEST, 1, "not a JSON object")
     return {"ok": False, "problems": rep.problems, "skipped": [], "checked": "manifest unreadable"}
 
@@ -105,7 +109,7 @@ class _Verifier:
     def skip(self, check: str, reason: str) -> None:
         self.skipped.append({"check": check, "reason": reason})
 
-    def run(self, *, allow_skipped: bool = False) -> dict[str, Any]:
+    def run(self, *, allow_skipped: bool = False, expect: str | None = None) -> dict[str, Any]:
         head, cohort_rep = Report(), Report()
         # The raw log is most of the work and needs nothing else to start: it goes first (in a
         # worker when there is a CPU for it), then the re-renders (another worker), while this
@@ -118,9 +122,10 @@ class _Verifier:
             renders = RenderJob(self.cohort, render) if render is not None and self.cohort is not None else None
             sched_rep, sched_sha = self._schedule()
             self.stim = StimuliState(len(self.sched))
+            self.finals = bytearray(len(self.sched))
             stim_rep, render_checks, stim_sha = self._stimuli(checks=renders is not None)
             raw_rep, chain_rep, n_raw = self._raw(facts)
-            dec_rep, n_dec = self._decisions()
+            dec_rep, n_dec, undecided = self._decisions()
             render_rep = self._render_checks(renders.result(), render_checks) if renders is not None else Report()
         finally:
             facts.close()
@@ -131,13 +136,15 @@ class _Verifier:
         # Re-render mismatches were found after the pass: put them back in line order.
         stim_problems = [*stim_rep.torn, *heapq.merge(stim_rep.problems, render_rep.problems,
                                                       key=lambda p: p["line"] or 0)]
+        fingerprint = _fingerprint(self.run_dir, self.manifest, head, expect)
         problems = [*head.all(), *sched_rep.all(), *stim_problems, *raw_rep.all(),
                     *chain_rep.all(), *dec_rep.all()][:MAX_PROBLEMS]
         checked = (f"{self.sched.n_rows} scheduled calls, {n_raw} raw attempts, {n_dec} decisions, "
                    f"{self.stim.n_keys} stimuli")
         return {"ok": not problems and (allow_skipped or not self.skipped), "problems": problems,
                 "skipped": self.skipped, "checked": checked,
-                "n_calls": self.sched.n_rows, "n_raw": n_raw, "n_decisions": n_dec}
+                "n_calls": self.sched.n_rows, "n_raw": n_raw, "n_decisions": n_dec,
+                "undecided_answers": undecided, "fingerprint": fingerprint}
 
     def _renderer(self, rep: Report) -> Callable[[Any], dict[str, Any]] | None:
         """The run's own renderer: its guard config and its prompt (the copy in the run folder;
@@ -443,6 +450,8 @@ class _Verifier:
             except (KeyError, TypeError, AttributeError) as exc:
                 rep.add(RAW, lineno, f"missing or malformed field {exc}")
             raw.add(f, self._derived(f, expected))
+            if f.final and slot is not None:
+                self.finals[slot] = 1
             prev = f.digest.hex()
         chain = Report()
         _check_chain_head(self.run_dir, chain, last_seq, prev)
@@ -457,7 +466,7 @@ class _Verifier:
         return f.derived if expected is None or expected == request_sha else f.derived_differs
 
     # -- decisions.jsonl: each points at its final raw line; re-derived when possible --------
-    def _decisions(self) -> tuple[Report, int]:
+    def _decisions(self) -> tuple[Report, int, int]:
         rep, raw, calls = Report(), self.raw, self.sched.calls
         decided = bytearray(len(self.sched))
         decided_odd: set[Any] = set()
@@ -491,28 +500,30 @@ class _Verifier:
                         rep.add(DECISIONS, lineno, "decision differs from its re-derivation from the raw line")
             except (KeyError, TypeError, ValueError) as exc:
                 rep.add(DECISIONS, lineno, f"missing or malformed field {exc}")
-        return rep, n_dec
+        # A final answer in the log whose decision line is gone (deleted, or a crash between the
+        # two writes) would otherwise pass unseen: the estimate would just have fewer calls.
+        undecided = int(np.count_nonzero(np.frombuffer(self.finals, np.uint8) > np.frombuffer(decided, np.uint8)))
+        if undecided:
+            rep.add(DECISIONS, None, f"{undecided} logged final answer(s) have no decision line (deleted, or a crash "
+                                     "between the two writes); `guardeval resume RUN` re-derives them from the log "
+                                     "without sending anything")
+        return rep, n_dec, undecided
+
+
+def _fingerprint(run_dir: Path, manifest: dict[str, Any], rep: Report, expect: str | None) -> dict[str, Any] | None:
+    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken)."""
+    try:
+        fp = run_fingerprint(run_dir, manifest)
+    except (CheckFailed, OSError) as exc:
+        rep.add(RAW, None, f"no fingerprint: {exc}")
+        return None
+    if expect is not None and fp.token != expect:
+        rep.add("fingerprint", None, f"the run's fingerprint is {fp.token}, not the expected {expect}: the manifest, "
+                                     "raw log or decisions differ from those it was taken of")
+    return fp.record()
 
 
 def _check_chain_head(run_dir: Path, rep: Report, last_seq: int, last_sha: str) -> None:
     """The last `stop` event records the chain head; a changed or cut last line shows up here."""
-    path = run_dir / EVENTS
-    if not path.exists():
-        return
-    head = None
-    with open(path, "rb") as fh:
-        for raw in fh:
-            line = raw.rstrip(b"\n")
-            try:
-                ev = orjson.loads(line) if line else None
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(ev, dict) and ev.get("event") == "stop" and type(ev.get("last_seq")) is int:
-                head = ev
-    if head is None:
-        return
-    if head["last_seq"] > last_seq:
-        rep.add(RAW, None, f"raw log ends at seq {last_seq}, but seq {head['last_seq']} was written")
-    elif head["last_seq"] == last_seq and head.get("last_raw_sha256") != last_sha:
-        rep.add(RAW, last_seq if last_seq else None,
-                "last line differs from the chain head recorded when the run stopped")
+    for message in head_problems(run_dir, last_seq, last_sha):
+        rep.add(RAW, last_seq if "differs" in message and last_seq else None, message)

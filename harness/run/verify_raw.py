@@ -53,6 +53,7 @@ class Line(NamedTuple):
     response_differs: Any
     derived: Any
     derived_differs: Any
+    final: bool = False         # the line says it ends its call (a decision must point at it)
 
 
 class Bad(NamedTuple):
@@ -114,7 +115,7 @@ def _line(lineno: int, body: bytes, rec: dict[str, Any], parser: Callable[..., A
                            else derived)
     return Line(lineno, dumps_line(rec)[:-1] == body, digest, rec.get("prev_sha256", MISSING),
                 rec.get("seq", MISSING), rec.get("call_id", MISSING), request, rec.get("request_sha256", MISSING),
-                rec.get("outcome"), response_differs, derived, derived_differs)
+                rec.get("outcome"), response_differs, derived, derived_differs, rec.get("final") is True)
 
 
 def _derive(rec: dict[str, Any], line_sha: str, expected: str | None, parser: Callable[..., Any],
@@ -129,7 +130,7 @@ def _derive(rec: dict[str, Any], line_sha: str, expected: str | None, parser: Ca
 # -- fixed-size records ----------------------------------------------------------------------------
 # lineno, seq, line digest, prev_sha256, call_id, request_sha256, the two decision digests, flags
 _RECORD = struct.Struct("<IQ32s32s16s32s16s16sB")
-_CANONICAL, _REQUEST_OK, _RESPONSE_DIFFERS, _NOT_SENT, _DERIVED = 1, 2, 4, 8, 16
+_CANONICAL, _REQUEST_OK, _RESPONSE_DIFFERS, _NOT_SENT, _DERIVED, _FINAL = 1, 2, 4, 8, 16, 32
 
 
 def _pack(f: Line) -> bytes | None:
@@ -143,7 +144,7 @@ def _pack(f: Line) -> bytes | None:
         return None
     flags = (_CANONICAL * f.canonical | _REQUEST_OK * (f.request == f.request_sha)
              | _RESPONSE_DIFFERS * f.response_differs | _NOT_SENT * (f.outcome == "not_sent")
-             | _DERIVED * (f.derived is not None))
+             | _DERIVED * (f.derived is not None) | _FINAL * f.final)
     return _RECORD.pack(f.lineno, f.seq, f.digest, bytes.fromhex(f.prev), bytes.fromhex(f.call_id),
                         bytes.fromhex(f.request_sha), f.derived or bytes(16), f.derived_differs or bytes(16), flags)
 
@@ -155,7 +156,7 @@ def _unpack(fields: tuple[Any, ...]) -> Line:
     return Line(lineno, bool(flags & _CANONICAL), digest, prev.hex(), seq, cid.hex(),
                 request_sha if flags & _REQUEST_OK else None, request_sha,
                 "not_sent" if flags & _NOT_SENT else "reply", bool(flags & _RESPONSE_DIFFERS),
-                dm if derived else None, dd if derived else None)
+                dm if derived else None, dd if derived else None, bool(flags & _FINAL))
 
 
 def _write_facts(path: Path, parser: Any, pinned: tuple[str, ...], out: BinaryIO) -> list[Fact]:

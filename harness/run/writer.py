@@ -18,8 +18,9 @@ from typing import Any
 
 from guards.base import valid_cost
 from harness.canon import dumps_line, sha256_hex
-from harness.errors import WriteFailed
+from harness.errors import CheckFailed, WriteFailed
 from harness.run.budget import Unpriced, priced_cost
+from harness.run.head import head_problems
 from harness.run.layout import DECISIONS, EVENTS, GENESIS, RAW, RESUME_HINT, utcnow
 from harness.run.lines import damaged, decision_call_id, iter_lines, iter_raw_fields, parse_line, parsed_decision_fields
 from harness.run.records import Attempt, Decision
@@ -111,6 +112,7 @@ class RunWriter:
         self._events: AppendLog | None = None
         self._pending: list[bytes] = []
         self._scan: _RawScan | None = None
+        self._last_decision_raw_seq: Any = None
         self._hint = RESUME_HINT.format(run=run_dir)
 
     # -- opening and recovery ----------------------------------------------------------------
@@ -123,9 +125,13 @@ class RunWriter:
         st = self.state
         # Decisions first, so that the raw scan keeps history only for undecided calls.
         path = self.run_dir / DECISIONS
+        last: tuple[int, bytes] | None = None
         for lineno, line in iter_lines(path):
             cid = decision_call_id(line)
             st.decided.add(cid if cid is not None else parsed_decision_fields(line, path, lineno)[0])
+            last = (lineno, line)
+        if last is not None:
+            self._last_decision_raw_seq = parse_line(last[1], path, last[0]).get("raw_seq")
         self._scan = _RawScan(self.run_dir / RAW, st.decided)
 
     def abandon_scan(self) -> None:
@@ -136,6 +142,12 @@ class RunWriter:
         self.scan()
         assert self._scan is not None
         self._merge_raw(self._scan.parts())
+        # A raw log shorter than the run says it was (cut, or a bad copy) is refused before
+        # anything is sent or moved: otherwise every call still looks decided and the run "complete".
+        problems = head_problems(self.run_dir, self.state.last_seq, self.state.last_raw_sha, self._last_decision_raw_seq)
+        if problems:
+            raise CheckFailed(f"{self.run_dir / RAW}: {problems[0]}; `guardeval verify {self.run_dir}` names the damage "
+                              "(nothing was sent)")
         for name in (RAW, DECISIONS):
             moved = recover_torn(self.run_dir / name, self._hint)
             if moved:

@@ -264,6 +264,7 @@ def _header(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any
         ("cohort", f"{cohort.get('name')} (sha256 {cohort.get('sha256')})", "hash"),
         ("schedule sha256", m.get("schedule_sha256"), "hash"), ("stimuli sha256", m.get("stimuli_sha256"), "hash"),
         ("manifest sha256", m.get("sha256"), "hash"),
+        ("fingerprint", (report.get("source") or {}).get("fingerprint"), "hash"),
         ("seed / order / repetitions", f"{m.get('seed')} / {m.get('order')} / {m.get('reps')}", ""),
         ("created", m.get("created"), ""),
         ("first attempt / last answer", f"{calls.first_started or '—'} / {calls.last_finished or '—'}", ""),
@@ -358,10 +359,18 @@ def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = No
     run = Path(run_dir)
     target = out_file(out, run / "report.html")
     calls = calls or load_calls(run)
+    from_file = report is None
     report = report if report is not None else read_report(run)
     src = report.get("source") or {}
     if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
         raise InputError("report.json belongs to another run (schedule sha256 differs); re-run `guardeval estimate`",
                          path=run / "report.json")
-    text = build_html(calls, report, verify_summary(run, report, just_estimated=just_estimated))
+    verification = verify_summary(run, report, just_estimated=just_estimated)
+    if from_file and verification["ok"]:
+        # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
+        # edit, so it is checked against the run (a run that fails is shown as FAILED anyway).
+        from harness.estimators.runs import recheck_report
+
+        recheck_report(run, report)
+    text = build_html(calls, report, verification)
     return write_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -1,0 +1,137 @@
+"""A run's fingerprint (docs/design.md §6): one short token that pins the whole log.
+
+The hash chain proves the raw log was not changed *since it was chained*, but it has no key: one
+who edits answers (or every cost) and recomputes every hash gets a chain that verifies. A
+fingerprint written down elsewhere when the run was made (a paper's supplement, a lab notebook)
+closes that gap: `verify --expect TOKEN` fails unless the manifest, the raw chain's head and the
+decisions are the ones the token was made from.
+
+Token: `<attempts>.<decisions>.<24 hex>`; the hex is the start of the SHA-256 of the canonical
+JSON of {manifest sha256, raw line count, raw head (SHA-256 of the last raw line), decision
+line count, SHA-256 of decisions.jsonl}. It is cheap: the raw head is read from the end of the
+log (the chain behind it is what `verify` checks) and the decisions are hashed in one pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.canon import canonical_sha256
+from harness.errors import CheckFailed, InputError
+from harness.run.layout import DECISIONS, GENESIS, RAW
+
+TOKEN = re.compile(r"([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{24})")
+_TAIL = 1 << 16
+_MAX_LINE = 64 << 20
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    manifest_sha256: str
+    n_raw: int
+    raw_head: str
+    n_decisions: int
+    decisions_sha256: str
+
+    @property
+    def digest(self) -> str:
+        return canonical_sha256({"manifest_sha256": self.manifest_sha256, "n_raw": self.n_raw,
+                                 "raw_head": self.raw_head, "n_decisions": self.n_decisions,
+                                 "decisions_sha256": self.decisions_sha256})
+
+    @property
+    def token(self) -> str:
+        return f"{self.n_raw}.{self.n_decisions}.{self.digest[:24]}"
+
+    def record(self) -> dict[str, Any]:
+        return {"token": self.token, "manifest_sha256": self.manifest_sha256, "n_raw": self.n_raw,
+                "raw_head": self.raw_head, "n_decisions": self.n_decisions,
+                "decisions_sha256": self.decisions_sha256}
+
+
+def parse_token(text: str) -> str:
+    """A fingerprint as given on the command line (surrounding space and a `fingerprint `
+    prefix forgiven); InputError when it is not one."""
+    t = text.strip().removeprefix("fingerprint").strip().lower()
+    if not TOKEN.fullmatch(t):
+        raise InputError("--expect: not a run fingerprint (expected ATTEMPTS.DECISIONS.24-HEX, as `guardeval "
+                         "status` prints it)")
+    return t
+
+
+def run_fingerprint(run_dir: Path, manifest: dict[str, Any]) -> Fingerprint:
+    """The fingerprint of the run as it is on disk: complete lines only (a torn last line,
+    which `resume` moves aside, is not part of the log)."""
+    n_raw, head = _raw_head(run_dir / RAW)
+    n_dec, dec_sha = _complete_lines_sha256(run_dir / DECISIONS)
+    return Fingerprint(str(manifest.get("sha256")), n_raw, head, n_dec, dec_sha)
+
+
+def _complete_lines_sha256(path: Path) -> tuple[int, str]:
+    """(number of complete lines, SHA-256 of their bytes) of a JSONL file; (0, sha of nothing)
+    when it does not exist."""
+    h, n, pending = hashlib.sha256(), 0, b""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return 0, h.hexdigest()
+    with fh:
+        while chunk := fh.read(1 << 20):
+            chunk = pending + chunk
+            cut = chunk.rfind(b"\n") + 1
+            h.update(chunk[:cut])
+            n += chunk.count(b"\n", 0, cut)
+            pending = chunk[cut:]
+    return n, h.hexdigest()
+
+
+def _raw_head(path: Path) -> tuple[int, str]:
+    """(seq, SHA-256) of the last complete raw line, read from the end; (0, genesis) when the
+    log is empty. The seq is the line's own field: the chain `verify` walks ties it to its place."""
+    line = last_line(path)
+    if line is None:
+        return 0, GENESIS
+    return _seq(line, path), hashlib.sha256(line).hexdigest()
+
+
+def last_line(path: Path) -> bytes | None:
+    """The last complete line of a file (without its newline), read backwards from the end: a
+    torn tail after it is not a line. None when there is none (or no file)."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with fh:
+        end, tail = os.fstat(fh.fileno()).st_size, b""
+        while end > 0:
+            start = max(0, end - _TAIL)
+            fh.seek(start)
+            tail = fh.read(end - start) + tail
+            end = start
+            last_nl = tail.rfind(b"\n")
+            if last_nl < 0:
+                continue
+            prev_nl = tail.rfind(b"\n", 0, last_nl)
+            if prev_nl >= 0 or start == 0:
+                return tail[prev_nl + 1:last_nl]
+            if len(tail) > _MAX_LINE:
+                raise CheckFailed(f"{path}: the last line is longer than {_MAX_LINE >> 20} MiB (damaged); "
+                                  "`guardeval verify` names the problem")
+        return None
+
+
+def _seq(line: bytes, path: Path) -> int:
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        rec = None
+    if isinstance(rec, dict) and type(rec.get("seq")) is int:
+        return int(rec["seq"])
+    raise CheckFailed(f"{path}: the last line has no seq (damaged); `guardeval verify` names the problem")
