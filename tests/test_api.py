@@ -36,7 +36,7 @@ def test_public_names_are_documented() -> None:
 
 
 def test_plan_writes_nothing_and_is_typed(tmp_path: Path) -> None:
-    p = api.plan("demo", "python-example", reps=3, run_dir=tmp_path / "x")
+    p = api.plan_launch("demo", "python-example", reps=3, run_dir=tmp_path / "x")
     assert isinstance(p, api.LaunchPlan) and p.n_calls == 960 and p.bases == 64 and len(p.conditions) == 5
     assert p.backend == "python" and len(p.schedule_sha256) == 64 and p.projection.calls == 960
     assert not (tmp_path / "x").exists()
@@ -87,7 +87,7 @@ def test_guard_configs_in_code_are_checked_like_files() -> None:
     with pytest.raises(api.InputError, match="guard.callable.*dunder"):
         api.python_guard("g", "os:__dict__")
     with pytest.raises(api.InputError, match="field 'callable'.*cannot import module 'no_such_mod_q'"):
-        api.plan("demo", api.python_guard("g", "no_such_mod_q:guard"))
+        api.plan_launch("demo", api.python_guard("g", "no_such_mod_q:guard"))
     cfg = api.python_guard("g", "guards.examples.keyword:guard", concurrency=2)
     assert cfg.backend == "python" and cfg.concurrency == 2 and cfg.model == "guards.examples.keyword:guard"
 

@@ -22,7 +22,7 @@ from guards.config import GuardConfig
 from guards.python_guard.types import GuardInput, Verdict
 from harness.api.guards import load_guard, python_guard
 from harness.api.results import calls, calls_frame, compare, estimate, estimate_record
-from harness.api.runs import launch, launch_plan, plan, plan_replicate, replicate, resume, status, verify
+from harness.api.runs import launch, launch_plan, plan_launch, plan_replicate, replicate, resume, status, verify
 from harness.api.types import (
     CallRecord,
     Comparison,
@@ -43,6 +43,6 @@ __all__ = [
     "CallRecord", "CheckFailed", "Comparison", "Difference", "Effect", "Estimate", "GuardConfig", "GuardInput",
     "GuardevalError", "InputError", "LaunchPlan", "Problem", "Projection", "RunResult", "RunStatus", "RunStopped",
     "Skipped", "Verdict", "VerifyReport",
-    "calls", "calls_frame", "compare", "estimate", "estimate_record", "launch", "launch_plan", "load_guard", "plan",
-    "plan_replicate", "python_guard", "replicate", "resume", "status", "verify",
+    "calls", "calls_frame", "compare", "estimate", "estimate_record", "launch", "launch_plan", "load_guard",
+    "plan_launch", "plan_replicate", "python_guard", "replicate", "resume", "status", "verify",
 ]

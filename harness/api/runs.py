@@ -32,15 +32,16 @@ def _summary(plan: Any, run_dir: Path) -> LaunchPlan:
                       projection=Projection(**plan.projection()), _plan=plan)
 
 
-def plan(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",
+def plan_launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",
          run_dir: str | Path | None = None, base_url: str | None = None,
          row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> LaunchPlan:
     """Prepare a launch: load and check the cohort and the guard (a python guard's callable is
     imported), render every instance, hash the schedule. Writes nothing; `launch_plan` runs it.
     `cohort` is a folder or `"demo"`; `guard` a TOML file, a preset name or a GuardConfig."""
-    from harness.run.runner import plan_launch, resolve_run_dir
+    from harness.run.runner import plan_launch as runner_plan
+    from harness.run.runner import resolve_run_dir
 
-    p = plan_launch(cohort_dir=cohort, guard_path=guard, reps=reps, seed=seed, order=order,
+    p = runner_plan(cohort_dir=cohort, guard_path=guard, reps=reps, seed=seed, order=order,
                     base_url=base_url, row_limits=row_limits)
     return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
 
@@ -76,10 +77,10 @@ def launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, or
            rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
            fixed_concurrency: bool = False, progress: bool = False,
            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
-    """`plan` then `launch_plan`: a new run folder (default `runs/<run-id>/`), every call sent
+    """`plan_launch` then `launch_plan`: a new run folder (default `runs/<run-id>/`), every call sent
     (or the first `max_calls`). A stop (fatal error, budget, signal) is in the result:
     `result.raise_if_stopped()` raises it as the CLI does."""
-    planned = plan(cohort, guard, reps=reps, seed=seed, order=order, run_dir=run_dir, base_url=base_url,
+    planned = plan_launch(cohort, guard, reps=reps, seed=seed, order=order, run_dir=run_dir, base_url=base_url,
                    row_limits=row_limits)
     return launch_plan(planned, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
                        max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,

@@ -49,7 +49,7 @@ def _python_demo(guard: str, *, run_dir: str | None, as_json: bool, progress: bo
                          f"{config.backend!r} back-end: use `guardeval launch` for it", path=config.source, field="backend")
     from harness import api
 
-    planned = api.plan(BUNDLED_DEMO, config, reps=3, seed=DEMO_SEED, order="rounds", run_dir=run_dir)
+    planned = api.plan_launch(BUNDLED_DEMO, config, reps=3, seed=DEMO_SEED, order="rounds", run_dir=run_dir)
     print(safe(f"demo: run folder {planned.run_dir} ({planned.n_calls} calls, python guard {config.callable})"),
           file=sys.stderr)
     result = api.launch_plan(planned, progress=progress)
