@@ -31,6 +31,12 @@ class Reply:
     answers_call_id: str | None = None  # call id echoed by the server, when it echoes one
     generation_id: str | None = None  # the provider's id of this generation (OpenRouter: `id`)
     redacted: bool = False       # the API key was removed from `raw` or a field taken from it
+    # OpenRouter (guards.openrouter.routing): the response headers that say what the router did
+    # (cache status and source, generation id), its `openrouter_metadata`, and the slim
+    # `error.metadata.previous_errors` of an error answer.
+    response_headers: dict[str, str] = field(default_factory=dict)
+    router_metadata: dict[str, Any] | None = None
+    previous_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 def valid_cost(value: Any) -> TypeGuard[int | float]:

@@ -29,6 +29,7 @@ from guards.chat_body import chat_body
 from guards.config import GuardConfig
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guards.openrouter import errors as openrouter_errors
+from guards.openrouter import routing
 from guards.openrouter.errors import CONTEXT_RE, TRANSIENT_STATUS, message_of
 from guards.prompts import Prompt
 from guards.redact import Redactor
@@ -52,6 +53,9 @@ def parse_retry_after(value: str | None) -> float | None:
 
 class ChatCompletionsGuard(Guard):
     """OpenAI-style `/chat/completions`; subclasses choose the extras."""
+
+    # Sent on every request besides the standard ones (a dialect's own headers).
+    REQUEST_HEADERS: Mapping[str, str] = {}
 
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
@@ -88,7 +92,8 @@ class ChatCompletionsGuard(Guard):
     async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
         key = self._api_key()
         redact = self._redactor(key)
-        headers = {"Content-Type": "application/json", "X-Call-Id": call_id, "Accept-Encoding": ACCEPT_ENCODING}
+        headers = {"Content-Type": "application/json", "X-Call-Id": call_id, "Accept-Encoding": ACCEPT_ENCODING,
+                   **self.REQUEST_HEADERS}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         payload = self._payload(body)
@@ -214,9 +219,16 @@ class ChatCompletionsGuard(Guard):
 
 class OpenRouterGuard(ChatCompletionsGuard):
     """OpenRouter: its error shapes (guards.openrouter.errors), the resolved provider, the
-    generation id and BYOK cost (the body, with the routing table, is `chat_body`'s)."""
+    generation id and BYOK cost (the body, with the routing table, is `chat_body`'s); no response
+    caching and router metadata asked for on every request (guards.openrouter.routing)."""
+
+    REQUEST_HEADERS = routing.REQUEST_HEADERS
 
     def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
+        err = openrouter_errors.error_object(text)
+        reply.previous_errors = routing.previous_errors(err)
+        data = orjson.loads(text) if err is not None else None
+        reply.router_metadata = routing.kept_metadata(data.get("openrouter_metadata") if isinstance(data, dict) else None)
         return openrouter_errors.classify_status(status, retry_after, text, reply)
 
     def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
@@ -224,8 +236,12 @@ class OpenRouterGuard(ChatCompletionsGuard):
 
     def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], reply: Reply,
                      clean: Callable[[str], str]) -> None:
-        prov = data.get("provider")
-        reply.provider = clean(prov) if isinstance(prov, str) else None
+        reply.response_headers = routing.kept_headers(headers, clean)
+        meta = data.get("openrouter_metadata")
+        reply.router_metadata = routing.kept_metadata(meta)
+        # The documented provider (router metadata) first, the top-level field second.
+        prov, _ = routing.served_by(reply.router_metadata, data.get("provider"))
+        reply.provider = clean(prov) if prov is not None else None
         gen = data.get("id")
         gen = gen if isinstance(gen, str) and gen else headers.get("x-generation-id")
         reply.generation_id = clean(gen[:200]) if gen else None

@@ -28,6 +28,9 @@ HOW_TO_GET = {
     "reference/ts-guard-prompt-v2.txt": f"save instruction_ashellguardian_template_v2 of {TOOLSAFE} "
                                         "(src/agent/agent_prompts.py) byte-exact there (README, Local guards)",
     "reference/toolsafe-lfs-pins.txt": f"the pin lines of the Git LFS pointers of {TOOLSAFE}",
+    "reference/openrouter-openapi.yaml": "save openapi/openapi.yaml of github.com/OpenRouterTeam/docs (commit "
+                                         "c26125a5fa92cb52ac67f0c75b717229567db716) byte-exact there, its sha256 "
+                                         "in MANIFEST.txt beside it",
 }
 
 

@@ -102,3 +102,16 @@ def test_a_stopped_run_raises_when_asked(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(api.RunStopped, match="no more quota today"):
         result.raise_if_stopped()
     assert api.status(tmp_path / "r").state == "stopped"
+
+
+def test_compare_takes_two_or_more_runs(run: Path, tmp_path: Path) -> None:
+    other = api.replicate(run, api.python_guard("other", "guards.examples.keyword:guard"), run_dir=tmp_path / "b")
+    third = api.replicate(run, "python-example", run_dir=tmp_path / "c")
+    with pytest.raises(api.InputError, match="at least two runs"):
+        api.compare(run)
+    cmp = api.compare(run, other.run_dir, third.run_dir, labels=["a", "b", "c"], n_boot=200, write=False)
+    assert isinstance(cmp, api.Comparison) and cmp.labels == ["a", "b", "c"] and len(cmp.runs) == 3
+    assert cmp.written == [] and cmp.complete and all(c["checked"] for c in cmp.checks)
+    # The same function of the same code: every paired difference is zero.
+    assert {d.condition for d in cmp.conditions} >= {"tool_alias"} and all(d.difference == 0 for d in cmp.conditions)
+    assert len(cmp.result["pairs"]) == 3

@@ -213,7 +213,7 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     assert text.count("reversed: ") == len(out["reversed_pairs"])
     assert cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "50")[0] == 1  # B quarantined
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["C"]), "--json")
-    assert code == 2 and out == "" and "schedule.jsonl" in err
+    assert code == 2 and out == "" and "schedule.jsonl" in err and "differ from line 1" in err
     # A run compared with itself: every difference is exactly 0 in every replicate.
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "100")
     same = json.loads(out)

@@ -31,6 +31,9 @@ PARSER = get_parser(PROMPT.parser)
 OUTCOME = {TransientError: "transient", CallFailed: "call_failed", FatalError: "fatal"}
 
 
+SEEN: dict[str, dict[str, str]] = {}     # case -> the request headers the replay server received
+
+
 @pytest.fixture
 async def replay() -> AsyncIterator[str]:
     """One server: POST /<case>/chat/completions answers with that case's status, headers, body."""
@@ -38,6 +41,7 @@ async def replay() -> AsyncIterator[str]:
 
     async def handler(request: web.Request) -> web.Response:
         case = by_name[request.match_info["case"]]
+        SEEN[case["name"]] = {k.lower(): v for k, v in request.headers.items()}
         text = case["body_text"] if "body_text" in case else json.dumps(case["body"])
         return web.Response(status=case["status"], text=text, content_type="application/json",
                             headers=case.get("headers") or {})
@@ -81,12 +85,19 @@ async def test_case(case: dict[str, Any], replay: str) -> None:
     finally:
         await guard.aclose()
     assert outcome == expect["outcome"], (exc, reply)
+    # Every request asks for no response caching and for router metadata (issue 21).
+    assert SEEN[case["name"]].get("x-openrouter-cache") == "false"
+    assert SEEN[case["name"]].get("x-openrouter-metadata") == "enabled"
+    for text in expect.get("message_contains", []):
+        assert exc is not None and text in str(exc), (text, str(exc))
+    for text in expect.get("message_free_of", []):
+        assert exc is not None and text not in str(exc), str(exc)
     if "error_class" in expect:
         assert exc is not None and exc.error_class == expect["error_class"]
     if "retry_after" in expect:
         assert exc is not None and exc.retry_after == expect["retry_after"]
     assert reply is not None and reply.raw == (case.get("body_text") or json.dumps(case["body"]))  # kept exactly
-    for field in ("native_finish_reason", "generation_id"):
+    for field in ("native_finish_reason", "generation_id", "provider", "response_headers", "previous_errors"):
         if field in expect:
             assert getattr(reply, field) == expect[field]
     if "spend" in expect:
@@ -97,10 +108,13 @@ async def test_case(case: dict[str, Any], replay: str) -> None:
         return        # the run stops before deciding; the call stays pending for `resume`
     raw = {"call_id": "0" * 32, "seq": 1, "request_sha256": "r", "outcome": outcome, "final": True,
            "content": reply.content, "finish_reason": reply.finish_reason, "provider": reply.provider,
-           "answers_call_id": reply.answers_call_id,
+           "answers_call_id": reply.answers_call_id, "usage": reply.usage,
+           "response_headers": reply.response_headers, "openrouter_metadata": reply.router_metadata,
            "error_class": exc.error_class if exc else None, "error": str(exc) if exc else None}
     d = decide(raw, "sha", expected_request_sha256="r", parser=PARSER, allowed_providers=config.allowed_providers)
     for field, key in (("status", "status"), ("attributable", "attributable"), ("quarantine", "quarantine_reason"),
                        ("decision", "decision")):
         if field in expect:
             assert d[key] == expect[field], d
+    if "detail_contains" in expect:
+        assert expect["detail_contains"] in (d["detail"] or ""), d

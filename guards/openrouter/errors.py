@@ -10,6 +10,8 @@ Sources (field names and meanings; the wording here is ours):
 - https://openrouter.ai/docs/api-reference/overview: a non-streaming choice carries
   `finish_reason`, `native_finish_reason`, `message` and an optional `error` (`{code, message,
   metadata}`); `finish_reason` is `error` when the generation ended in an error.
+- The same page, "Model availability errors": `error.availability` (guards.openrouter.availability),
+  judged before anything else here.
 - The SDK references list OpenRouter's canonical error types (an open enum: `refusal`,
   `content_policy_violation`, `permission_denied`, `payload_too_large`,
   `context_length_exceeded`, ...). The pages found do not say where in a chat-completions error
@@ -29,6 +31,7 @@ import orjson
 
 from guards.base import Reply
 from guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guards.openrouter import availability
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
 REFUSAL_TYPES = frozenset({"content_policy_violation", "refusal"})
@@ -95,6 +98,14 @@ def _moderation_detail(err: Mapping[str, Any]) -> str | None:
 def classify_status(status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
     """An HTTP error status from OpenRouter -> the error to raise for this attempt."""
     err = error_object(text)
+    av = availability.read(err)
+    if av is not None:
+        # Switch on `retryable`, not on the status or the code (guards.openrouter.availability).
+        text_msg = availability.message(status, av, message_of(text, err))
+        if av.retryable:
+            return TransientError(av.error_class, text_msg, reply,
+                                  retry_after=av.retry_after if av.retry_after is not None else retry_after)
+        return FatalError(av.error_class, text_msg, reply)
     etype = error_type(err)
     msg = f"HTTP {status}: {message_of(text, err)}"
     if status == 413 or etype == "payload_too_large":

@@ -13,6 +13,16 @@ Before a paid run (and on its own: `guardeval preflight`), ask OpenRouter:
   `data.limit_remaining` (null: the key has no limit) against the projected cost (capped by
   `--max-cost`). The account balance itself (`GET /credits`) needs a management key, so a key
   without a limit is reported as unchecked, not as a failure.
+- The router (docs/design.md §7, "The router"): every request sends `X-OpenRouter-Cache: false`
+  (no response caching, even where an account preset enables it) and `X-OpenRouter-Metadata:
+  enabled`, and the body carries no `plugins` or `transforms`. `GET /guardrails`
+  (https://openrouter.ai/docs/api-reference/guardrails/list-guardrails) lists the account's
+  guardrails with a management key only: with one, a guardrail with content filters (they may
+  redact or flag the stimulus) is a warning; with an inference key the check is skipped, said
+  why. Whatever the account does, an answer that is a cache hit or whose router metadata shows
+  a pipeline stage is quarantined (`response_cache_hit`, `stimulus_mutated`).
+- A model-availability error (`error.availability`) on the endpoint list is reported with its
+  code, whether it is retryable, what excluded the endpoints and the docs link.
 
 Each check ends `ok`, `warn`, `skip` (could not be checked, said why) or `fail`; any `fail`
 means the run would not be served as configured (`guardeval` exits 2). Network problems end
@@ -30,8 +40,8 @@ from typing import Any
 import anyio
 
 from guards.config import GuardConfig
-from guards.openrouter import http, providers
-from guards.openrouter.errors import message_of
+from guards.openrouter import availability, http, providers, routing
+from guards.openrouter.errors import error_object, message_of
 from guards.openrouter.http import shown
 from guards.openrouter.request_schema import problem as request_problem
 
@@ -130,10 +140,49 @@ async def preflight(config: GuardConfig, work: Workload, timeout_s: float = TIME
             result.add("credit", "fail", str(exc))
             return result
         _judge_credit(result, work, key_info, key_env=config.api_key_env)
+        _judge_router(result, work)
+        try:
+            guardrails = await http.get_json(client, http.url(base, "guardrails"), key=key, timeout_s=timeout_s)
+        except http.FetchError as exc:
+            result.add("guardrails", "skip", f"the account's guardrails could not be listed: {exc}")
+        else:
+            _judge_guardrails(result, guardrails)
     return result
 
 
+def _judge_router(result: Preflight, work: Workload) -> None:
+    stages = sorted({"plugins", "transforms"} & set(work.body))
+    if stages:
+        result.add("router", "fail", f"the body sends {', '.join(stages)}: pipeline stages that may rewrite the "
+                                     "stimulus or the answer (every answer would be quarantined as stimulus_mutated)")
+        return
+    sent = ", ".join(f"{k}: {v}" for k, v in routing.REQUEST_HEADERS.items())
+    result.add("router", "ok", f"every request sends {sent} (response caching off even where a preset enables it; "
+                               "router metadata in every answer); a cache hit is quarantined as response_cache_hit, "
+                               "a pipeline stage in the metadata as stimulus_mutated")
+
+
+def _judge_guardrails(result: Preflight, answer: http.Answer) -> None:
+    data = answer.data.get("data") if isinstance(answer.data, dict) else None
+    if answer.status != 200 or not isinstance(data, list):
+        why = "needs a management key" if answer.status in (401, 403) else f"answered HTTP {answer.status}"
+        result.add("guardrails", "skip", f"listing the account's guardrails {why}: a guardrail that redacts or flags "
+                                         "content would show as a pipeline stage, quarantined as stimulus_mutated "
+                                         "(check the guardrails assigned to this key in OpenRouter's settings)")
+        return
+    filtering = [g for g in data if isinstance(g, dict) and (g.get("content_filters") or g.get("content_filter_builtins"))]
+    if filtering:
+        names = ", ".join(shown(g.get("name"), 60) for g in filtering[:8])
+        result.add("guardrails", "warn", f"{len(filtering)} guardrail(s) with content filters ({names}): what they "
+                                         "redact or flag is quarantined as stimulus_mutated; unassign them from this key")
+    else:
+        result.add("guardrails", "ok", f"{len(data)} guardrail(s), none with content filters")
+
+
 def _refused(answer: http.Answer, what: str, key_env: str | None) -> str:
+    av = availability.read(error_object(answer.text))
+    if av is not None:
+        return f"{what}: {availability.message(answer.status, av, message_of(answer.text))}"
     hint = ""
     if answer.status == 401:
         hint = f" (is ${key_env} set to a valid key?)" if key_env else " (a key is needed)"

@@ -9,12 +9,15 @@ import os
 import random
 from dataclasses import dataclass, field
 
+from guards.sim.router_faults import ROUTER_FAULTS
 from harness.errors import InputError
 
 NAMED_FAULTS = ("malformed", "error200", "length", "stall", "drift",
                 # OpenRouter's documented error shapes (docs/sim-server.md, "Faults")
                 "choice_error", "moderation403", "refusal400", "credits402", "credits402_retry",
-                "no_provider_field", "empty_content", "byok_cost")
+                "no_provider_field", "empty_content", "byok_cost",
+                # OpenRouter's router (guards.sim.router): pipeline stages, fallbacks, availability errors
+                *ROUTER_FAULTS)
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions", "/api/v1/chat/completions")
 DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT = 1.0, 5.0   # USD per million tokens (Haiku 4.5 list price)
 ATTEMPT_MEMORY = 100_000                           # call ids remembered for the per-call attempt counter
@@ -135,6 +138,8 @@ class ServerConfig:
     context_length: int = 200_000
     max_completion_tokens: int = 64_000
     key_limit: float | None = None     # USD limit of the key (GET /key); None: no limit
+    preset_cache: str | None = None    # the account's preset caches responses: "on" (the header can opt out) or "forced"
+    guardrail_filters: bool = False    # GET /guardrails lists a guardrail with a content filter (else 403)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -177,6 +182,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="context length of the listed endpoints, in tokens")
     p.add_argument("--key-limit", metavar="USD",
                    help="spending limit of the key shown by GET /key (default: none)")
+    p.add_argument("--preset-cache", nargs="?", const="on", choices=("on", "forced"),
+                   help="the account's preset enables response caching: `on` (default) unless a request says "
+                        "X-OpenRouter-Cache: false, `forced` whatever the request says")
+    p.add_argument("--guardrail-filters", action="store_true",
+                   help="GET /guardrails lists a guardrail with a content filter (default: 403, management key needed)")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -219,4 +229,5 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         stall_s=_number(args.stall_s, "--stall-s"), require_key=args.require_key, expected_key=expected,
         price_in=_number(args.price_in, "--price-in"), price_out=_number(args.price_out, "--price-out"),
         rps_cap=cap, rps_burst=burst, max_in_flight=in_flight,
+        preset_cache=args.preset_cache, guardrail_filters=args.guardrail_filters,
     )

@@ -45,6 +45,7 @@ from aiohttp import web
 from guards.openrouter import providers
 from guards.openrouter.request_schema import problem as request_problem
 from guards.sim import guard as sim_guard
+from guards.sim import router
 from guards.sim.config import (
     ASSESS_MEMORY,
     ATTEMPT_MEMORY,
@@ -53,6 +54,7 @@ from guards.sim.config import (
     GENERATION_MEMORY,
     ServerConfig,
 )
+from guards.sim.info import InfoRoutes, listed_slugs, shown_name
 from harness.canon import canonical_bytes, sha256_hex
 
 API_PREFIXES = ("", "/v1", "/api/v1")
@@ -77,16 +79,10 @@ def _pinned_slug(body: dict[str, Any]) -> str:
     return "sim"
 
 
-def shown_name(slug: str) -> str:
-    """The display name the simulator answers under for `slug`: guardeval's table, else the
-    base slug capitalised (OpenRouter answers with display names, not slugs)."""
-    name = providers.display_name(slug)
-    return name[:1].upper() + name[1:] if name == providers.base_slug(slug) else name
-
-
-def _listed_slugs(config: ServerConfig) -> tuple[str, ...]:
-    return config.endpoint_providers if config.endpoint_providers is not None else \
-        ("sim", *providers.DISPLAY_NAMES)
+def _wants_metadata(request: web.Request) -> bool:
+    """Router metadata is opt-in: `X-OpenRouter-Metadata: enabled` (or the legacy experimental header)."""
+    return any(request.headers.get(h, "").strip().lower() == "enabled"
+               for h in ("X-OpenRouter-Metadata", "X-OpenRouter-Experimental-Metadata"))
 
 
 class TokenBucket:
@@ -111,7 +107,7 @@ class TokenBucket:
         return (1.0 - self._tokens) / self.rate
 
 
-class SimProvider:
+class SimProvider(InfoRoutes):
     """Request handling state: config, a latency RNG, per-call-id attempt counters, a request
     count, and a cache of per-body features."""
 
@@ -128,6 +124,7 @@ class SimProvider:
         self.rate_limited = 0      # 429s sent by the --rps-cap bucket or the --max-in-flight cap
         self.in_flight = 0         # requests being handled now (for --max-in-flight)
         self.faulted: dict[str, int] = {}   # faults injected by --faults, by kind
+        self.cache = router.ResponseCache()
         self.bucket = (TokenBucket(config.rps_cap, config.rps_burst or max(1.0, config.rps_cap / 10))
                        if config.rps_cap else None)
 
@@ -156,12 +153,16 @@ class SimProvider:
     def _json(self, status: int, body: bytes, headers: dict[str, str]) -> web.Response:
         return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 
+    @staticmethod
+    def _key_of(request: web.Request) -> str:
+        auth = request.headers.get("Authorization", "")
+        return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+
     def _auth_error(self, request: web.Request, headers: dict[str, str]) -> web.Response | None:
         cfg = self.config
         if not (cfg.require_key or cfg.expected_key is not None):
             return None
-        auth = request.headers.get("Authorization", "")
-        key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        key = self._key_of(request)
         if not key:
             return self._json(401, _error_body(401, "No auth credentials found"), headers)
         if cfg.expected_key is not None and not hmac.compare_digest(key.encode(), cfg.expected_key.encode()):
@@ -228,6 +229,20 @@ class SimProvider:
             return self._json(400, _error_body(400, f"invalid request: {problem}"), headers)
 
         attempt = self._next_attempt(call_id or body_sha)
+        cache_key = router.cache_key(self._key_of(request), body) \
+            if router.cache_wanted(cfg.preset_cache, request.headers.get("X-OpenRouter-Cache")) else None
+        stored = self.cache.get(cache_key) if cache_key is not None else None
+        if stored is not None:
+            # A hit never reaches the provider: the stored answer, a new generation id, billed 0.
+            gen_id = "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}|hit".encode())[:24]
+            hit = self.cache.replay(stored, gen_id, int(time.time()))
+            headers.update({"X-Generation-Id": gen_id, "X-OpenRouter-Cache-Status": "HIT",
+                            "X-OpenRouter-Cache-Source-Id": stored["id"]})
+            if not _wants_metadata(request):
+                hit.pop("openrouter_metadata", None)
+            self._remember(gen_id, str(hit.get("provider", "")), body, hit["usage"], 0.0, "stop")
+            self.ok += 1
+            return self._json(200, orjson.dumps(hit), headers)
         fault = cfg.faults.pick(sim_guard.unit_draw("fault", cfg.seed, body_sha, call_id, attempt)) \
             if cfg.faults.kinds else None
         slug = _pinned_slug(body)
@@ -241,7 +256,7 @@ class SimProvider:
         if delay > 0:
             await asyncio.sleep(delay)
 
-        failed = self._fault_answer(fault, provider, headers)
+        failed = self._fault_answer(fault, provider, headers, str(body.get("model", "sim-guard")))
         if failed is not None:
             return failed
         if fault == "drift":
@@ -266,11 +281,16 @@ class SimProvider:
         gen_id = "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24]
         usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                  "total_tokens": prompt_tokens + completion_tokens, "cost": cost,
-                                 "is_byok": False, "cost_details": {"upstream_inference_cost": None}}
+                                 "is_byok": False, "cost_details": {"upstream_inference_cost": None,
+                                                                    "upstream_inference_prompt_cost": 0,
+                                                                    "upstream_inference_completions_cost": 0}}
         if fault == "byok_cost":
             # The caller's own provider key: OpenRouter charges a fee, the upstream the rest.
             fee = round(cost * 0.05, 10)
-            usage.update(cost=fee, is_byok=True, cost_details={"upstream_inference_cost": cost})
+            usage.update(cost=fee, is_byok=True, cost_details={
+                "upstream_inference_cost": cost,
+                "upstream_inference_prompt_cost": round(prompt_tokens * cfg.price_in / 1e6, 10),
+                "upstream_inference_completions_cost": round(completion_tokens * cfg.price_out / 1e6, 10)})
             cost = round(fee + cost, 10)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "native_finish_reason": finish,
                                   "message": {"role": "assistant", "content": content}}
@@ -281,13 +301,21 @@ class SimProvider:
             choice.update(finish_reason="error", native_finish_reason="error",
                           error={"code": 502, "message": "Provider returned error (simulated)",
                                  "metadata": {"provider_name": provider, "raw": "simulated fault"}})
+        model = str(body.get("model", "sim-guard"))
         reply: dict[str, Any] = {"id": gen_id, "object": "chat.completion", "created": int(time.time()),
-                                 "model": body.get("model", "sim-guard"), "provider": provider,
+                                 "model": model, "provider": provider, "system_fingerprint": None,
                                  "choices": [choice], "usage": usage}
         if fault == "no_provider_field":
-            del reply["provider"]
+            del reply["provider"]      # and no router metadata: the answer says nothing of who served it
+        elif _wants_metadata(request):
+            reply["openrouter_metadata"] = router.metadata(model, provider, fault, tuple(
+                shown_name(s) for s in listed_slugs(cfg)[:3]))
         data = orjson.dumps(reply)
         headers["X-Generation-Id"] = gen_id
+        if cache_key is not None:
+            headers["X-OpenRouter-Cache-Status"] = "MISS"
+            if fault not in ("malformed", "choice_error"):
+                self.cache.put(cache_key, reply)
         self._remember(gen_id, provider, body, usage, cost, finish)
         if fault == "malformed":
             data = data[: len(data) // 2]   # HTTP 200, JSON cut in the middle
@@ -295,11 +323,15 @@ class SimProvider:
             self.ok += 1
         return self._json(200, data, headers)
 
-    def _fault_answer(self, fault: str | None, provider: str, headers: dict[str, str]) -> web.Response | None:
+    def _fault_answer(self, fault: str | None, provider: str, headers: dict[str, str],
+                      model: str) -> web.Response | None:
         """The answer of a fault that answers instead of the guard, or None."""
         cfg = self.config
         if fault is None:
             return None
+        if fault.startswith("avail_"):
+            status, err_body = router.availability_error(fault, model, provider, cfg.retry_after)
+            return self._json(status, err_body, headers)
         if fault.isdigit():
             code = int(fault)
             if code == 429:
@@ -342,56 +374,13 @@ class SimProvider:
         if len(self.generations) > GENERATION_MEMORY:
             self.generations.popitem(last=False)
 
-    async def handle_generation(self, request: web.Request) -> web.Response:
-        """GET /generation?id=: the generation's provider and cost, as OpenRouter's stats endpoint."""
-        refused = self._auth_error(request, {})
-        if refused is not None:
-            return refused
-        gen = self.generations.get(request.query.get("id", ""))
-        if gen is None:
-            return self._json(404, _error_body(404, "Generation not found"), {})
-        return self._json(200, orjson.dumps({"data": gen}), {})
-
-    async def handle_endpoints(self, request: web.Request) -> web.Response:
-        """GET /models/{author}/{slug}/endpoints: the endpoints serving a model, one per listed provider."""
-        cfg = self.config
-        refused = self._auth_error(request, {})
-        if refused is not None:
-            return refused
-        model = f"{request.match_info['author']}/{request.match_info['slug']}"
-        pricing = {"prompt": f"{cfg.price_in / 1e6:.12g}", "completion": f"{cfg.price_out / 1e6:.12g}",
-                   "request": "0", "image": "0"}
-        endpoints = [{
-            "name": f"{shown_name(slug)} | {model}", "model_name": model, "context_length": cfg.context_length,
-            "pricing": pricing, "provider_name": shown_name(slug), "tag": slug, "quantization": None,
-            "max_completion_tokens": cfg.max_completion_tokens, "max_prompt_tokens": None,
-            "supported_parameters": list(cfg.supported_parameters), "status": 0, "uptime_last_30m": 100.0,
-        } for slug in _listed_slugs(cfg)]
-        data = {"id": model, "name": f"Simulated {model}", "created": 0, "description": "guardeval's simulated guard",
-                "architecture": {"modality": "text->text", "input_modalities": ["text"], "output_modalities": ["text"],
-                                 "tokenizer": "Other", "instruct_type": None},
-                "endpoints": endpoints}
-        return self._json(200, orjson.dumps({"data": data}), {})
-
-    async def handle_key(self, request: web.Request) -> web.Response:
-        """GET /key: the key's limit and usage (usage: what this server has charged so far)."""
-        cfg = self.config
-        refused = self._auth_error(request, {})
-        if refused is not None:
-            return refused
-        usage = round(self.spent, 10)
-        limit = cfg.key_limit
-        data = {"label": "sk-or-v1-sim…", "limit": limit, "usage": usage,
-                "limit_remaining": None if limit is None else round(max(0.0, limit - usage), 10),
-                "limit_reset": None, "is_free_tier": False, "is_provisioning_key": False}
-        return self._json(200, orjson.dumps({"data": data}), {})
-
     async def handle_health(self, request: web.Request) -> web.Response:
         return self._json(200, b'{"status":"ok"}', {})
 
     async def handle_stats(self, request: web.Request) -> web.Response:
         """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
         stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
+                                 "cache_hits": self.cache.hits, "cache_entries": len(self.cache.entries),
                                  "faults": self.faulted, "call_ids": len(self.attempts)}
         cid = request.query.get("call_id")
         if cid is not None:
@@ -413,6 +402,7 @@ def build_app(config: ServerConfig) -> web.Application:
         app.router.add_get(prefix + "/models/{author}/{slug}/endpoints", sim.handle_endpoints)
         app.router.add_get(prefix + "/key", sim.handle_key)
         app.router.add_get(prefix + "/generation", sim.handle_generation)
+        app.router.add_get(prefix + "/guardrails", sim.handle_guardrails)
     app.router.add_get("/health", sim.handle_health)
     app.router.add_get("/stats", sim.handle_stats)
     app.router.add_route("*", "/{tail:.*}", sim.handle_unknown)

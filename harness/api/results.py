@@ -50,35 +50,41 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                     report=dict(report))
 
 
-def compare(run_a: str | Path, run_b: str | Path, *, baseline: str | None = None,
-            family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0, failure_rule: str = "drop",
-            missing: str = "exclude", allow_partial: bool = False, allow_unpublishable: bool = False,
-            verify: bool = True, allow_skipped: bool = False, out: str | Path | None = None,
-            write: bool = True, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Comparison:
-    """Two runs of one schedule (a replicate of A on another guard): both runs' effects and
-    the paired difference B − A, Holm over the family (`guardeval compare`). With `write`,
-    compare.md, compare.html and compare.png go into `out` (default: run B)."""
-    from harness.canon import file_sha256
-    from harness.estimators.compare import compare as compare_rows
-    from harness.estimators.runs import load_run, run_dir, verified
+def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: str | None = None,
+            placebo: str | None = None, family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
+            failure_rule: str = "drop", missing: str = "exclude", margin: float | None = None,
+            allow_partial: bool = False, allow_unpublishable: bool = False, verify: bool = True,
+            allow_skipped: bool = False, out: str | Path | None = None, write: bool = True,
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Comparison:
+    """Two or more runs of one schedule (replicates on other guards): each run's effects, the
+    paired differences, Holm over the family (`guardeval compare RUN_A RUN_B ...`). Each run is
+    verified first. `conditions` is the first pair (B − A); `result` holds every pair, the
+    leaderboard and the ranking checks. With `write`, compare.md, compare.html and compare.png go
+    into `out` (default: the second run)."""
+    from harness.estimators.compare import compare_inputs
+    from harness.estimators.equivalence import DEFAULT_MARGIN
+    from harness.estimators.runs import compare_input_from_run, first_schedule_difference, run_dir
 
-    a, b = run_dir(run_a), run_dir(run_b)
-    if file_sha256(a / "schedule.jsonl") != file_sha256(b / "schedule.jsonl"):
-        raise InputError(f"schedule.jsonl of {a} and {b} differ: not two runs of one schedule")
-    out_dir = Path(out) if out else b
+    if len(runs) < 2:
+        raise InputError(f"compare needs at least two runs, got {len(runs)}")
+    folders = [run_dir(r) for r in runs]
+    for r in folders[1:]:
+        line = first_schedule_difference(folders[0], r, row_limits)
+        if line is not None:
+            raise InputError(f"schedule.jsonl of {folders[0]} and {r} differ from line {line}: not runs of one "
+                             "schedule", path=r / "schedule.jsonl", line=line)
+    out_dir = Path(out) if out else folders[1]
     if (write or out is not None) and not out_dir.is_dir():
         raise InputError("no such folder", path=out_dir, field="out")
-    checks = [verified(r, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits) for r in (a, b)]
-    _, ta, rows_a = load_run(a, row_limits)
-    _, tb, rows_b = load_run(b, row_limits)
-    result = compare_rows(rows_a, rows_b, baseline=baseline or ta.baseline or "original", family=family,
-                          n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=ta.roles,
-                          complete=(ta.complete, tb.complete), allow_partial=allow_partial,
-                          allow_unpublishable=allow_unpublishable)
-    for key, run, table, check in (("run_a", a, ta, checks[0]), ("run_b", b, tb, checks[1])):
-        guard = table.manifest.get("guard") or {}
-        result[key] = {"run": str(run), "run_id": table.manifest.get("run_id"), "verified": check["checked"],
-                       "guard": {"name": guard.get("name"), "model": guard.get("model")}}
+    if labels is not None and len(labels) != len(folders):
+        raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
+    inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
+                                     row_limits=row_limits) for i, r in enumerate(folders)]
+    result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                                 failure_rule=failure_rule, missing=missing,
+                                 margin=DEFAULT_MARGIN if margin is None else margin, allow_partial=allow_partial,
+                                 allow_unpublishable=allow_unpublishable)
+    result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
     written: list[Path] = []
     if write:
         from harness.view.compare import write_compare
@@ -88,9 +94,11 @@ def compare(run_a: str | Path, run_b: str | Path, *, baseline: str | None = None
                        delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
                        ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
                        p_holm=r["p_holm"]) for r in result["conditions"]]
-    return Comparison(run_a=a, run_b=b, baseline=result["baseline"], failure_rule=result["failure_rule"],
-                      publishable=result["publishable"], ranking_changed=bool(result["ranking_changed"]),
-                      conditions=rows, written=written, checks=checks, result=result)
+    checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
+    return Comparison(runs=folders, labels=[i.label for i in inputs], baseline=result["baseline"],
+                      failure_rule=result["failure_rule"], publishable=result["publishable"],
+                      complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
+                      written=written, checks=checks, result=result)
 
 
 def calls(run: str | Path) -> list[CallRecord]:

@@ -233,13 +233,15 @@ class Difference(_Record):
 
 @dataclass(frozen=True)
 class Comparison(_Record):
-    """`guardeval compare`: two runs of one schedule; `result` is the whole comparison."""
+    """`guardeval compare`: runs of one schedule; `conditions` is the first pair (B − A),
+    `result` the whole comparison (every pair, the leaderboard, ranking checks)."""
 
-    run_a: Path
-    run_b: Path
+    runs: list[Path]
+    labels: list[str]
     baseline: str
     failure_rule: str
     publishable: bool
+    complete: bool
     ranking_changed: bool
     conditions: list[Difference]
     written: list[Path]

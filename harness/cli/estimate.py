@@ -1,4 +1,4 @@
-"""CLI: estimate (a run or a decision table) and compare (two runs of one schedule)."""
+"""CLI: estimate (a run or a decision table) and compare (guards on one schedule: runs and tables)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--allow-partial", action="store_true", help=f"{what} {runs} anyway")
     p.add_argument("--allow-unpublishable", action="store_true",
                    help="exit 0 even when more than 2%% of a run's calls are quarantined")
+    p.add_argument("--margin", type=float, default=0.05, metavar="M",
+                   help="equivalence margin, a proportion in (0, 1): a null is 'within ±M' when the 90%% interval "
+                        "lies inside (-M, M) (default 0.05)")
     p.add_argument("--json", action="store_true",
                    help=f"print the {'report' if what == 'estimate' else 'comparison'} as JSON on stdout")
 
@@ -65,10 +68,17 @@ def register(sub: Any) -> None:
     _verify_options(p, "estimate")
     p.set_defaults(func=cmd_estimate)
 
-    p = sub.add_parser("compare", help="two runs of one schedule: effects side by side, paired difference")
-    p.add_argument("run_a", metavar="RUN_A", help="run folder A")
-    p.add_argument("run_b", metavar="RUN_B", help="run folder B, of the same schedule (a replicate of A)")
-    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default: RUN_B)")
+    p = sub.add_parser("compare", help="guards on one schedule (runs or tables): paired differences of the "
+                                       "placebo-corrected effect and of Δ, leaderboard, ranking stability")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run folders of one schedule (replicates on other guards)")
+    p.add_argument("--table", action="append", default=[], metavar="FILE",
+                   help="a JSONL decision table of the same bases (repeatable; inputs are the runs, then the tables)")
+    p.add_argument("--label", action="append", default=[], metavar="NAME",
+                   help="a name per input, in input order (default: a run's guard name, a table's file name)")
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png "
+                                                "(default: the second run folder; with fewer runs, none written)")
+    p.add_argument("--placebo", metavar="CONDITION",
+                   help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
     _stats_options(p, "compare")
     _verify_options(p, "compare")
     p.set_defaults(func=cmd_compare)
@@ -92,6 +102,7 @@ def _say_verified(run: object, verification: dict[str, Any], doing: str = "estim
 def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
+    from harness.estimators.equivalence import check_margin
     from harness.estimators.report import human_text, write_reports
     from harness.estimators.table import load_table
 
@@ -101,7 +112,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
                   failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
-                  allow_unpublishable=args.allow_unpublishable)
+                  allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin))
     if args.table is not None:
         path = Path(args.table)
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
@@ -130,35 +141,69 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return code
 
 
+def _labels(inputs: list[Any], given: list[str]) -> None:
+    """--label names the inputs in order; default labels that repeat get " (2)", " (3)", ..."""
+    if given:
+        if len(given) != len(inputs):
+            raise InputError(f"{len(given)} --label for {len(inputs)} inputs: give one per input, in input order",
+                             field="label")
+        for inp, name in zip(inputs, given):
+            if not name:
+                raise InputError("a label must not be empty", field="label")
+            inp.label = name
+        return
+    seen: dict[str, int] = {}
+    for inp in inputs:
+        seen[inp.label] = seen.get(inp.label, 0) + 1
+        if seen[inp.label] > 1:
+            inp.label = f"{inp.label} ({seen[inp.label]})"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness import api
-    from harness.estimators.compare import ranking_lines
-    from harness.estimators.formats import interval, num, pval, text_table
+    from harness.estimators.compare import compare_inputs
+    from harness.estimators.compare_text import text
+    from harness.estimators.equivalence import check_margin
+    from harness.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, run_dir
 
-    comparison = api.compare(args.run_a, args.run_b, baseline=args.baseline, family=args.family, n_boot=args.bootstrap,
-                             seed=args.seed, failure_rule=args.failures, missing=args.missing,
-                             allow_partial=args.allow_partial, allow_unpublishable=args.allow_unpublishable,
-                             verify=not args.no_verify, allow_skipped=args.allow_skipped, out=args.out, write=False,
-                             row_limits=row_limits(args))
-    result, run_a, run_b = comparison.result, comparison.run_a, comparison.run_b
-    for r, check in zip((run_a, run_b), comparison.checks):
-        _say_verified(r, check, "comparing")
-    head = ["condition", "A delta", "A 95% CI", "B delta", "B 95% CI", "B-A", "95% CI", "p", "p_holm"]
-    rows = [[r["condition"], num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
-             num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
-            for r in result["conditions"]]
-    text = "\n".join([
-        f"A = {run_a}, B = {run_b}; baseline {result['baseline']}; failure rule {result['failure_rule']}; "
-        f"{result['bootstrap']['n']} paired replicates, seed {result['bootstrap']['seed']}", "",
-        text_table(head, rows), "",
-        *ranking_lines(result)])
-    _emit(result, args.json, text)
-    from harness.view.compare import write_compare
+    n_inputs = len(args.runs) + len(args.table)
+    if n_inputs < 2:
+        raise InputError(f"compare needs at least two inputs (runs or --table files), got {n_inputs}")
+    margin = check_margin(args.margin)
+    if args.label and len(args.label) != n_inputs:
+        raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
+                         field="label")
+    runs = [run_dir(r) for r in args.runs]
+    for r in runs[1:]:
+        line = first_schedule_difference(runs[0], r, row_limits(args))
+        if line is not None:
+            raise InputError(f"schedule.jsonl of {runs[0]} and {r} differ from line {line}: not runs of one schedule",
+                             path=r / "schedule.jsonl", line=line)
+    out_dir = Path(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
+    if out_dir is not None and not out_dir.is_dir():
+        raise InputError("no such folder", path=out_dir, field="out")
+    inputs = []
+    for r in runs:
+        inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
+                                     row_limits=row_limits(args))
+        _say_verified(r, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
+        inputs.append(inp)
+    inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
+    _labels(inputs, args.label)
+    result = compare_inputs(inputs, baseline=args.baseline, placebo=args.placebo, family=args.family,
+                            n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
+                            margin=margin, allow_partial=args.allow_partial,
+                            allow_unpublishable=args.allow_unpublishable)
+    # The first two inputs, as `compare RUN_A RUN_B` has always named them.
+    result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
+    _emit(result, args.json, text(result))
+    if out_dir is not None:
+        from harness.view.compare import write_compare
 
-    out_dir = Path(args.out) if args.out else run_b
-    written = write_compare(result, out_dir)
-    print("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}", file=sys.stderr)
+        written = write_compare(result, out_dir)
+        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}"), file=sys.stderr)
+    if not result["complete"]:
+        print("guardeval: warning: an incomplete input, compared with --allow-partial", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:
-        print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
+        print("guardeval: not publishable: an input has more than 2% quarantined calls", file=sys.stderr)
         return 1
     return 0

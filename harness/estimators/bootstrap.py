@@ -104,3 +104,40 @@ def bootstrap_p(samples: np.ndarray) -> float | None:
     below = (1 + int((s <= 0).sum())) / (b + 1)
     above = (1 + int((s >= 0).sum())) / (b + 1)
     return float(min(1.0, 2 * min(below, above)))
+
+
+def bootstrap_se(samples: np.ndarray) -> float | None:
+    """Standard deviation of the defined replicates (ddof 1; 0 with a single replicate)."""
+    s = samples[np.isfinite(samples)]
+    if len(s) == 0:
+        return None
+    return float(s.std(ddof=1)) if len(s) > 1 else 0.0
+
+
+def tost_p(samples: np.ndarray, margin: float) -> float | None:
+    """Equivalence p against (−margin, margin), two one-sided bootstrap tests with the +1 rule:
+    max((1 + #{Δ* ≤ −margin}) / (B + 1), (1 + #{Δ* ≥ margin}) / (B + 1)). Below α exactly
+    when the (1 − 2α) percentile interval lies inside the margins (up to interpolation)."""
+    s = samples[np.isfinite(samples)]
+    b = len(s)
+    if b == 0:
+        return None
+    low = (1 + int((s <= -margin).sum())) / (b + 1)
+    high = (1 + int((s >= margin).sum())) / (b + 1)
+    return float(max(low, high))
+
+
+def summarise(samples: np.ndarray, margin: float | None = None) -> dict[str, object]:
+    """ci (95%), ci90, p, se and, with `margin`, p_tost of one quantity's replicates: the
+    functions above, with one pass to drop undefined replicates and one quantile call."""
+    s = samples[np.isfinite(samples)]
+    b = len(s)
+    if b == 0:
+        return {"ci": None, "ci90": None, "p": None, "se": None, "p_tost": None}
+    lo, hi, lo90, hi90 = np.quantile(s, [(1 - LEVEL) / 2, (1 + LEVEL) / 2, (1 - 0.90) / 2, (1 + 0.90) / 2])
+    below = (1 + int((s <= 0).sum())) / (b + 1)
+    above = (1 + int((s >= 0).sum())) / (b + 1)
+    return {"ci": [float(lo), float(hi)], "ci90": [float(lo90), float(hi90)],
+            "p": float(min(1.0, 2 * min(below, above))),
+            "se": float(s.std(ddof=1)) if b > 1 else 0.0,
+            "p_tost": None if margin is None else tost_p(s, margin)}

@@ -1,147 +1,326 @@
-"""Two runs of one schedule (a replicate on another guard): effects side by side, the
-difference of effects under a paired cluster bootstrap (one resampled set of interactions
-per replicate, applied to both runs), and whether the ordering of conditions changes.
+"""Guards on one schedule (replicates on other guards or models), compared (docs/estimators.md,
+compare): every pair's difference of Δ and of the placebo-corrected effect under one paired
+cluster bootstrap (one resampled set of interactions per replicate, applied to every input),
+a leaderboard per condition, and whether rankings reverse.
 
-A pair of conditions whose order by effect is opposite in the two runs is tested through its
-difference of differences, (Δx − Δy)_B − (Δx − Δy)_A = diff_x − diff_y, in the same replicates;
-the ranking counts as changed only when a reversal survives Holm across the reversed pairs.
+Two orders are tested, each through a difference of differences in the same replicates, and
+a reversal counts only when it survives Holm: the conditions ordered by effect within a pair
+of guards, (Δx − Δy)_B − (Δx − Δy)_A; and the guards ordered by block rate under the
+baseline and under a condition (`ranking_stability`), Δ_B − Δ_A for the pair that swaps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from harness.errors import CheckFailed, InputError
+from harness.estimators import accuracy as acc
 from harness.estimators import effects as fx
-from harness.estimators.core import resolve_conditions, validated
-from harness.estimators.formats import interval, num, pval
+from harness.estimators.bootstrap import cluster_sums
+from harness.estimators.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
+from harness.estimators.core import DEFAULT_PLACEBO, resolve_conditions, validated
+from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin, equivalence, power_record
 from harness.estimators.holm import holm
+from harness.estimators.leaderboard import leaderboard
 from harness.estimators.quantities import Quantities
 from harness.estimators.quarantine import quarantine_summary
+from harness.estimators.ranking import kendall_tau_b, ranking, reversed_pairs
 from harness.estimators.table import MISSING
 
 ALPHA = 0.05
+RANKING_RULE = (f"changed when a reversed pair's difference of differences has a Holm-adjusted p < {ALPHA} "
+                "(Holm across the reversed pairs)")
+GUARD_ORDER = ("guards ordered by block rate; a pair of guards is reversed under a condition when its order "
+               "there is strictly opposite to its order under the baseline; its difference of differences is "
+               "the later guard's Δ minus the earlier guard's, on bases paired in both; Holm across the "
+               f"reversed pairs of the condition; changed when one has a Holm-adjusted p < {ALPHA}")
+
+__all__ = ["CompareInput", "compare", "compare_inputs", "ranking", "reversed_pairs"]
 
 
-def _same_structure(a: fx.Design, b: fx.Design) -> None:
-    same = (a.base_ids == b.base_ids and a.cluster_ids == b.cluster_ids and a.domains == b.domains
-            and set(a.conditions) == set(b.conditions) and np.array_equal(a.base_cluster, b.base_cluster))
-    if not same:
-        raise InputError("the two runs do not have the same bases, interactions, domains and conditions")
+@dataclass
+class CompareInput:
+    """One guard's decisions on the shared schedule: a run's table or a decision table."""
+
+    label: str
+    rows: Iterable[Any]
+    roles: Mapping[str, str] = field(default_factory=dict)
+    baseline: str | None = None     # the input's own default (a run's cohort baseline)
+    placebo: str | None = None      # the input's own default (a run's placebo)
+    complete: bool = True
+    source: dict[str, Any] = field(default_factory=dict)   # recorded as the input's `source`
 
 
-def ranking(deltas: Mapping[str, float | None]) -> list[str]:
-    """Conditions by effect, largest first (undefined last, ties by name)."""
-    return sorted(deltas, key=lambda c: (deltas[c] is None, -(deltas[c] or 0.0), c))
+def _check_structure(designs: Sequence[fx.Design], labels: Sequence[str]) -> None:
+    """Every input has the bases, interactions, domains and conditions of the first; else the
+    first base (or condition) that differs is named."""
+    d0 = designs[0]
+    for d, label in zip(designs[1:], labels[1:]):
+        if d.base_ids != d0.base_ids:
+            a, b = set(d0.base_ids), set(d.base_ids)
+            first = min(a ^ b)
+            who, other = (labels[0], label) if first in a else (label, labels[0])
+            raise InputError(f"inputs {labels[0]!r} and {label!r} do not have the same bases: base {first!r} is in "
+                             f"{who!r}, not in {other!r}", field="base_id")
+        for i, base in enumerate(d0.base_ids):
+            g0, g = d0.base_cluster[i], d.base_cluster[i]
+            if d0.cluster_ids[g0] != d.cluster_ids[g] or d0.domains[d0.cluster_domain[g0]] != d.domains[d.cluster_domain[g]]:
+                raise InputError(f"inputs {labels[0]!r} and {label!r} differ at base {base!r}: interaction or "
+                                 "domain", field="base_id")
+        if set(d.conditions) != set(d0.conditions):
+            first = min(set(d.conditions) ^ set(d0.conditions))
+            raise InputError(f"inputs {labels[0]!r} and {label!r} do not have the same conditions: {first!r} is "
+                             "in one only", field="condition")
 
 
-def reversed_pairs(a: Mapping[str, float | None], b: Mapping[str, float | None]) -> list[tuple[str, str]]:
-    """Pairs of conditions whose strict order by effect is opposite in the two runs."""
-    out = []
-    for x, y in combinations(sorted(a), 2):
-        if None in (a[x], a[y], b[x], b[y]):
-            continue
-        if (a[x] - a[y]) * (b[x] - b[y]) < 0:  # type: ignore[operator]
-            out.append((x, y))
-    return out
+def _check_named(designs: Sequence[fx.Design], labels: Sequence[str], name: str, what: str) -> None:
+    for d, label in zip(designs, labels):
+        if name not in d.conditions:
+            raise InputError(f"the {what} condition {name!r} has no rows in input {label!r}", field=what)
+
+
+def _f1(d: fx.Design, rule: str, c: int) -> dict[str, Any]:
+    v, counted = fx.row_values(d, rule)
+    label = d.base_label[d.row_base]
+    sel = counted & (d.row_cond == c) & ~np.isnan(label)
+    units = acc.evaluation_units(label[sel].astype(np.int64), v[sel].astype(np.int64), d.base_cluster[d.row_base[sel]])
+    return {"row_f1": units["row_f1"], "interaction_f1": units["interaction_f1"]}
+
+
+def _tau_statistic(qs: Quantities, c: str, rates_b: list[np.ndarray], rates_c: list[np.ndarray],
+                   has_b: list[np.ndarray], has_c: list[np.ndarray], base_cluster: np.ndarray, n_clusters: int) -> None:
+    """Kendall's τ_b between the guards' block rates under the baseline and under c, in every replicate."""
+    cols = []
+    for pb, pc, hb, hc in zip(rates_b, rates_c, has_b, has_c):
+        cols += [np.where(hb, pb, 0.0), hb.astype(np.float64), np.where(hc, pc, 0.0), hc.astype(np.float64)]
+    feats = cluster_sums(np.column_stack(cols), base_cluster, n_clusters)
+
+    def rates(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rb = np.where(sums[:, 1::4] > 0, sums[:, 0::4] / sums[:, 1::4], np.nan)
+            rc = np.where(sums[:, 3::4] > 0, sums[:, 2::4] / sums[:, 3::4], np.nan)
+        return rb, rc
+
+    # The point: block rates summed over bases as the leaderboard's are.
+    point_b = np.array([[pb[hb].mean() if hb.any() else np.nan for pb, hb in zip(rates_b, has_b)]])
+    point_c = np.array([[pc[hc].mean() if hc.any() else np.nan for pc, hc in zip(rates_c, has_c)]])
+    tau = float(kendall_tau_b(point_b, point_c)[0])
+    qs.add_statistic([("tau", c)], [tau if np.isfinite(tau) else None], feats,
+                     lambda sums: kendall_tau_b(*rates(sums))[:, None])
+
+
+def _eq(q: Mapping[str, Any] | None, margin: float, m: int | None) -> Any:
+    return equivalence(q, margin, m)
+
+
+def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = None, placebo: str | None = None,
+                   family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
+                   failure_rule: str = "drop", missing: str = "exclude", margin: float = DEFAULT_MARGIN,
+                   allow_partial: bool = False, allow_unpublishable: bool = False) -> CompareResult:
+    """The comparison of two or more inputs of one schedule (docs/estimators.md, compare).
+
+    Raises InputError for fewer than two inputs, duplicate labels, a bad option, a baseline or
+    placebo some input lacks, or inputs whose bases differ; CheckFailed for an incomplete input
+    unless `allow_partial`."""
+    if len(inputs) < 2:
+        raise InputError(f"compare needs at least two inputs, got {len(inputs)}")
+    labels = [i.label for i in inputs]
+    dup = next((x for x in labels if labels.count(x) > 1), None)
+    if dup is not None:
+        raise InputError(f"two inputs have the label {dup!r} (--label gives each its own)", field="label")
+    margin = check_margin(margin)
+    fx.check_rule(failure_rule)
+    if n_boot < 1:
+        raise InputError("the number of bootstrap replicates must be >= 1", field="bootstrap")
+    rows = [validated(i.rows) for i in inputs]
+    flags = []
+    for inp, r in zip(inputs, rows):
+        n_missing = sum(1 for x in r if x["status"] == MISSING)
+        ok = inp.complete and n_missing == 0
+        flags.append(ok)
+        if not ok and not allow_partial:
+            raise CheckFailed(f"input {inp.label!r} is incomplete ({n_missing} calls without a decision); "
+                              "use --allow-partial to compare anyway")
+    roles = dict(inputs[0].roles)
+    designs = [fx.build_design(r, list(roles), missing) for r in rows]
+    baseline = baseline or inputs[0].baseline or "original"
+    _check_named(designs, labels, baseline, "baseline")
+    if placebo is not None:
+        _check_named(designs, labels, placebo, "placebo")
+    else:
+        # The first input's placebo (its role, else by name), which every input must have.
+        placebo = inputs[0].placebo or next((c for c, r in roles.items() if r == "placebo"), None)
+        if placebo is None and DEFAULT_PLACEBO in designs[0].conditions:
+            placebo = DEFAULT_PLACEBO
+        if placebo is not None:
+            _check_named(designs, labels, placebo, "placebo")
+    _check_structure(designs, labels)
+    d0 = designs[0]
+    baseline, placebo, contrasts, fam = resolve_conditions(d0, baseline, placebo, family, roles)
+    # The corrected family: the interventions (no placebo, no corrected effect at all).
+    fam_corr = [c for c in fam if c != placebo] if placebo is not None else []
+    conds = d0.conditions
+    b = d0.cond_index(baseline)
+    pl = None if placebo is None else d0.cond_index(placebo)
+    labelled = bool((~np.isnan(d0.base_label)).any())
+    sign = 2 * d0.base_label - 1
+
+    qs = Quantities()
+    p_all, n_all = [], []
+    for k, d in enumerate(designs):
+        remap = [d.cond_index(c) for c in conds]
+        s, n = fx.base_counts(d, failure_rule)
+        s, n = s[:, remap], n[:, remap]
+        p = fx.base_rates(s, n)
+        p_all.append(p)
+        n_all.append(n)
+        for c in conds:
+            ci = d0.cond_index(c)
+            qs.add(("rate", k, c), p[:, ci], n[:, ci] > 0)
+            if labelled:
+                qs.add(("accuracy", k, c), np.where(sign > 0, p[:, ci], 1 - p[:, ci]), (n[:, ci] > 0) & ~np.isnan(d0.base_label))
+    eff: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+    corr: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+    for k in range(len(inputs)):
+        p, n = p_all[k], n_all[k]
+        for c in contrasts:
+            ci = d0.cond_index(c)
+            paired = (n[:, ci] > 0) & (n[:, b] > 0)
+            eff[(k, c)] = (p[:, ci] - p[:, b], paired)
+            qs.add(("delta", k, c), *eff[(k, c)])
+            if pl is not None and ci != pl:
+                # Δc − Δplacebo on bases with c, baseline and placebo: the baseline cancels.
+                corr[(k, c)] = (p[:, ci] - p[:, pl], paired & (n[:, pl] > 0))
+                qs.add(("corr", k, c), *corr[(k, c)])
+    pairs = list(combinations(range(len(inputs)), 2))
+    for j, k in pairs:
+        for c in contrasts:
+            (ea, ma), (eb, mb) = eff[(j, c)], eff[(k, c)]
+            qs.add(("diff", j, k, c), eb - ea, ma & mb)
+            if (k, c) in corr:
+                (ca, qa), (cb, qb) = corr[(j, c)], corr[(k, c)]
+                qs.add(("cdiff", j, k, c), cb - ca, qa & qb)
+        for x, y in combinations(contrasts, 2):
+            qs.add_combination(("dd", j, k, x, y), {("diff", j, k, x): 1.0, ("diff", j, k, y): -1.0})
+    for c in contrasts:
+        ci = d0.cond_index(c)
+        _tau_statistic(qs, c, [p[:, b] for p in p_all], [p[:, ci] for p in p_all],
+                       [n[:, b] > 0 for n in n_all], [n[:, ci] > 0 for n in n_all], d0.base_cluster, d0.n_clusters)
+    est = qs.run(d0.base_cluster, d0.cluster_domain, n_boot, seed, margin)
+
+    pair_out = [_pair(est, j, k, labels, contrasts, fam, fam_corr, margin) for j, k in pairs]
+    _holm_across_pairs(pair_out, contrasts, fam_corr)
+    f1 = {(k, c): _f1(d, failure_rule, d.cond_index(c)) for k, d in enumerate(designs) for c in conds} if labelled else None
+    quarantine = [quarantine_summary(r, len(r)) for r in rows]
+    first = pair_out[0]
+    result: CompareResult = {
+        "inputs": [{"label": inp.label, "source": inp.source, "complete": ok, "quarantine": q}
+                   for inp, ok, q in zip(inputs, flags, quarantine)],
+        "baseline": baseline, "placebo": placebo, "failure_rule": failure_rule,
+        "family": fam, "family_minus_placebo": fam_corr, "margin": margin, "power": power_record(),
+        "n_bases": d0.n_bases, "n_interactions": d0.n_clusters,
+        "difference": "B minus A (the later input minus the earlier), on bases paired in both",
+        "headline": "difference_minus_placebo",
+        "pairs": pair_out,
+        # The first pair (inputs 1 and 2) at the top level, as `compare RUN_A RUN_B` has always said it.
+        "a": first["a"], "b": first["b"],
+        "conditions": first["conditions"], "ranking_a": first["ranking_a"], "ranking_b": first["ranking_b"],
+        "ranking_changed": first["ranking_changed"], "reversed_pairs": first["reversed_pairs"],
+        "ranking_rule": RANKING_RULE,
+        "leaderboard": leaderboard(labels, conds, baseline, est, f1),
+        "ranking_stability": _stability(est, labels, contrasts, baseline),
+        "missing": missing,
+        "complete": all(flags),
+        "publishable": all(q["publishable"] for q in quarantine),
+        "allow_unpublishable": allow_unpublishable,
+        "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for every input"},
+    }
+    return result
+
+
+def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
+          fam: Sequence[str], fam_corr: Sequence[str], margin: float) -> Pair:
+    rows_out: list[PairRow] = []
+    for c in contrasts:
+        a, bb, d = est[("delta", j, c)], est[("delta", k, c)], est[("diff", j, k, c)]
+        ca, cb, cd = est.get(("corr", j, c)), est.get(("corr", k, c)), est.get(("cdiff", j, k, c))
+        g = lambda q, f: None if q is None else q[f]  # noqa: E731
+        rows_out.append(cast(PairRow, {
+            "condition": c, "in_family": c in fam, "in_family_minus_placebo": c in fam_corr,
+            "delta_a": a["estimate"], "ci_a": a["ci"], "n_bases_a": a["n_bases"],
+            "delta_b": bb["estimate"], "ci_b": bb["ci"], "n_bases_b": bb["n_bases"],
+            "difference": d["estimate"], "ci_difference": d["ci"], "p_difference": d["p"], "p_holm": None,
+            "p_holm_across_pairs": None,
+            "n_bases_difference": d["n_bases"], "n_clusters_difference": d["n_clusters"],
+            "equivalence": _eq(d, margin, len(fam) if c in fam else None),
+            "delta_minus_placebo_a": g(ca, "estimate"), "ci_minus_placebo_a": g(ca, "ci"),
+            "delta_minus_placebo_b": g(cb, "estimate"), "ci_minus_placebo_b": g(cb, "ci"),
+            "difference_minus_placebo": g(cd, "estimate"), "ci_difference_minus_placebo": g(cd, "ci"),
+            "p_difference_minus_placebo": g(cd, "p"), "p_holm_minus_placebo": None,
+            "p_holm_across_pairs_minus_placebo": None, "n_bases_difference_minus_placebo": g(cd, "n_bases"),
+            "equivalence_minus_placebo": _eq(cd, margin, len(fam_corr) if c in fam_corr else None),
+        }))
+    by = {r["condition"]: r for r in rows_out}
+    for c, adj in zip(fam, holm([by[c]["p_difference"] for c in fam])):
+        by[c]["p_holm"] = adj
+    for c, adj in zip(fam_corr, holm([by[c]["p_difference_minus_placebo"] for c in fam_corr])):
+        by[c]["p_holm_minus_placebo"] = adj
+    deltas_a = {c: est[("delta", j, c)]["estimate"] for c in contrasts}
+    deltas_b = {c: est[("delta", k, c)]["estimate"] for c in contrasts}
+    # Only a pair of conditions whose order reversed is tested (Holm across those pairs).
+    rev = reversed_pairs(deltas_a, deltas_b, contrasts)
+    dds = [est[("dd", j, k, x, y)] for x, y in rev]
+    pairs: list[Any] = [{"conditions": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"],
+                         "p": q["p"], "p_holm": adj} for (x, y), q, adj in zip(rev, dds, holm([q["p"] for q in dds]))]
+    return {"a": labels[j], "b": labels[k], "conditions": rows_out,
+            "ranking_a": ranking(deltas_a), "ranking_b": ranking(deltas_b), "reversed_pairs": pairs,
+            "ranking_changed": any(pr["p_holm"] is not None and pr["p_holm"] < ALPHA for pr in pairs)}
+
+
+def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Sequence[str]) -> None:
+    """One Holm family per condition over every pair's difference (and corrected difference)."""
+    for c in contrasts:
+        rows = [next(r for r in pr["conditions"] if r["condition"] == c) for pr in pairs]
+        for r, adj in zip(rows, holm([r["p_difference"] for r in rows])):
+            r["p_holm_across_pairs"] = adj
+        if c in fam_corr or any(r["difference_minus_placebo"] is not None for r in rows):
+            for r, adj in zip(rows, holm([r["p_difference_minus_placebo"] for r in rows])):
+                r["p_holm_across_pairs_minus_placebo"] = adj
+
+
+def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contrasts: Sequence[str],
+               baseline: str) -> RankingStability:
+    under_b = {labels[k]: est[("rate", k, baseline)]["estimate"] for k in range(len(labels))}
+    out: dict[str, ConditionStability] = {}
+    for c in contrasts:
+        under_c = {labels[k]: est[("rate", k, c)]["estimate"] for k in range(len(labels))}
+        rev = reversed_pairs(under_b, under_c, labels)
+        index = {labels[k]: k for k in range(len(labels))}
+        qs = [est[("diff", index[x], index[y], c)] for x, y in rev]
+        rows: list[Any] = [{"guards": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"], "p": q["p"],
+                 "p_holm": adj} for (x, y), q, adj in zip(rev, qs, holm([q["p"] for q in qs]))]
+        tau = est[("tau", c)]
+        out[c] = {"kendall_tau": tau["estimate"], "kendall_tau_ci": tau["ci"],
+                  "order_baseline": ranking(under_b), "order_condition": ranking(under_c),
+                  "reversed_pairs": rows,
+                  "ranking_changed": any(r["p_holm"] is not None and r["p_holm"] < ALPHA for r in rows)}
+    return {"order_by": "block rate", "rule": GUARD_ORDER, "by_condition": out}
 
 
 def compare(rows_a: Iterable[Any], rows_b: Iterable[Any], *, baseline: str = "original",
             family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
             failure_rule: str = "drop", missing: str = "exclude", roles: Mapping[str, str] | None = None,
             complete: tuple[bool, bool] = (True, True), allow_partial: bool = False,
-            allow_unpublishable: bool = False) -> dict[str, Any]:
-    ra, rb = validated(rows_a), validated(rows_b)
-    fx.check_rule(failure_rule)
-    if n_boot < 1:
-        raise InputError("the number of bootstrap replicates must be >= 1", field="bootstrap")
-    flags = []
-    for name, rows, comp in (("A", ra, complete[0]), ("B", rb, complete[1])):
-        n_missing = sum(1 for r in rows if r["status"] == MISSING)
-        ok = comp and n_missing == 0
-        flags.append(ok)
-        if not ok and not allow_partial:
-            raise CheckFailed(f"run {name} is incomplete ({n_missing} calls without a decision); "
-                              "use --allow-partial to compare anyway")
-    order = list(roles or ())
-    da, db = fx.build_design(ra, order, missing), fx.build_design(rb, order, missing)
-    _same_structure(da, db)
-    baseline, _, contrasts, fam = resolve_conditions(da, baseline, None, family, roles)
-    # Index B's columns by A's condition order.
-    remap = [db.cond_index(c) for c in da.conditions]
-    sa, na = fx.base_counts(da, failure_rule)
-    sb, nb = fx.base_counts(db, failure_rule)
-    sb, nb = sb[:, remap], nb[:, remap]
-    pa, pb = fx.base_rates(sa, na), fx.base_rates(sb, nb)
-    b = da.cond_index(baseline)
-    qs = Quantities()
-    for c in contrasts:
-        ci = da.cond_index(c)
-        pair_a = (na[:, ci] > 0) & (na[:, b] > 0)
-        pair_b = (nb[:, ci] > 0) & (nb[:, b] > 0)
-        eff_a, eff_b = pa[:, ci] - pa[:, b], pb[:, ci] - pb[:, b]
-        qs.add(("a", c), eff_a, pair_a)
-        qs.add(("b", c), eff_b, pair_b)
-        # Same bases on both sides: paired in both runs.
-        qs.add(("diff", c), eff_b - eff_a, pair_a & pair_b)
-    for x, y in combinations(contrasts, 2):
-        qs.add_combination(("dd", x, y), {("diff", x): 1.0, ("diff", y): -1.0})
-    est = qs.run(da.base_cluster, da.cluster_domain, n_boot, seed)
-    deltas_a = {c: est[("a", c)]["estimate"] for c in contrasts}
-    deltas_b = {c: est[("b", c)]["estimate"] for c in contrasts}
-    # Only a pair whose order reversed is tested (Holm across those pairs).
-    rev = [(x, y) if ("dd", x, y) in est else (y, x) for x, y in reversed_pairs(deltas_a, deltas_b)]
-    rows_out = []
-    for c in contrasts:
-        a, bb, d = est[("a", c)], est[("b", c)], est[("diff", c)]
-        rows_out.append({
-            "condition": c, "in_family": c in fam,
-            "delta_a": a["estimate"], "ci_a": a["ci"], "n_bases_a": a["n_bases"],
-            "delta_b": bb["estimate"], "ci_b": bb["ci"], "n_bases_b": bb["n_bases"],
-            "difference": d["estimate"], "ci_difference": d["ci"], "p_difference": d["p"], "p_holm": None,
-            "n_bases_difference": d["n_bases"], "n_clusters_difference": d["n_clusters"],
-        })
-    for c, adj in zip(fam, holm([next(r["p_difference"] for r in rows_out if r["condition"] == c) for c in fam])):
-        next(r for r in rows_out if r["condition"] == c)["p_holm"] = adj
-    pairs = [{"conditions": [x, y], "difference_of_differences": est[("dd", x, y)]["estimate"],
-              "ci": est[("dd", x, y)]["ci"], "p": est[("dd", x, y)]["p"], "p_holm": adj}
-             for (x, y), adj in zip(rev, holm([est[("dd", x, y)]["p"] for x, y in rev]))]
-    changed = any(pr["p_holm"] is not None and pr["p_holm"] < ALPHA for pr in pairs)
-    qa, qb = quarantine_summary(ra, len(ra)), quarantine_summary(rb, len(rb))
-    return {
-        "baseline": baseline, "failure_rule": failure_rule, "family": fam,
-        "n_bases": da.n_bases, "n_interactions": da.n_clusters,
-        "difference": "run B effect minus run A effect, on bases paired in both runs",
-        "conditions": rows_out,
-        "ranking_a": ranking(deltas_a), "ranking_b": ranking(deltas_b),
-        "ranking_changed": changed, "reversed_pairs": pairs,
-        "ranking_rule": (f"changed when a reversed pair's difference of differences has a Holm-adjusted p < {ALPHA} "
-                         "(Holm across the reversed pairs)"),
-        "missing": missing,
-        "complete": {"a": flags[0], "b": flags[1]},
-        "quarantine": {"a": qa, "b": qb},
-        "publishable": qa["publishable"] and qb["publishable"],
-        "allow_unpublishable": allow_unpublishable,
-        "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for both runs"},
-    }
-
-
-def ranking_lines(result: Mapping[str, Any]) -> list[str]:
-    """The two rankings, each reversed pair with the test of its difference of differences,
-    and the verdict (for the terminal, compare.md and compare.html)."""
-    pairs = result["reversed_pairs"]
-    lines = [f"ranking A: {' > '.join(result['ranking_a'])}", f"ranking B: {' > '.join(result['ranking_b'])}"]
-    lines += [f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
-              f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}"
-              for pr in pairs for x, y in [pr["conditions"]]]
-    if result["ranking_changed"]:
-        verdict = "yes (a reversal survives Holm across the reversed pairs)"
-    elif pairs:
-        verdict = "no (no reversal survives Holm across the reversed pairs)"
-    else:
-        verdict = "no (no pair of conditions reversed)"
-    return [*lines, f"ranking changed: {verdict}"]
+            allow_unpublishable: bool = False, placebo: str | None = None,
+            margin: float = DEFAULT_MARGIN) -> CompareResult:
+    """Two tables of one design, labelled A and B (see `compare_inputs`)."""
+    inputs = [CompareInput("A", rows_a, roles or {}, complete=complete[0]),
+              CompareInput("B", rows_b, roles or {}, complete=complete[1])]
+    return compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                          failure_rule=failure_rule, missing=missing, margin=margin, allow_partial=allow_partial,
+                          allow_unpublishable=allow_unpublishable)

@@ -11,6 +11,7 @@ import numpy as np
 from harness.estimators import effects as fx
 from harness.estimators import rounds as rd
 from harness.estimators import stability as st
+from harness.estimators.equivalence import equivalence
 from harness.estimators.exact import clopper_pearson, cluster_signs, sign_test
 from harness.estimators.frame import Frame
 from harness.estimators.quantities import Quantities
@@ -48,9 +49,12 @@ def _directions(f: Frame, c: int, ref: int, mask: np.ndarray | None, suffix: str
     return {k + suffix: v for k, v in fx.direction_counts(f.s, f.n, c, ref, mask).items()}
 
 
-def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping[str, str]) -> list[Contrast]:
+def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping[str, str],
+                     margin: float) -> list[Contrast]:
     d, rule, p = f.design, f.rule, f.p
     out: list[Contrast] = []
+    # The corrected effects' family: the interventions of the family (not the placebo).
+    corr_family = [c for c in family if c != f.placebo]
     for c in f.contrasts:
         ci = f.idx(c)
         head = est[("delta", rule, c)]
@@ -71,6 +75,8 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             "ci_minus_placebo": _value(corr, "ci"),
             "p_minus_placebo": _value(corr, "p"),
             "n_bases_minus_placebo": _value(corr, "n_bases"),
+            "equivalence": equivalence(head, margin, len(family) if c in family else None),
+            "equivalence_minus_placebo": equivalence(corr, margin, len(corr_family) if c in corr_family else None),
             **_directions(f, ci, f.b, paired),
             **_directions(f, ci, f.pl if f.pl is not None else f.b, corr_mask, "_minus_placebo"),
             "n_bases": head["n_bases"],

@@ -12,6 +12,7 @@ from harness.estimators import contrasts as cx
 from harness.estimators import effects as fx
 from harness.estimators import labelled as lab
 from harness.estimators import order as od
+from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin, power_record
 from harness.estimators.frame import make_frame
 from harness.estimators.holm import holm
 from harness.estimators.quantities import Quantities
@@ -97,7 +98,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
              family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
              failure_rule: str = "drop", missing: str = "exclude", roles: Mapping[str, str] | None = None,
              n_scheduled: int | None = None, complete: bool = True, allow_partial: bool = False,
-             allow_unpublishable: bool = False, source: object = None) -> Report:
+             allow_unpublishable: bool = False, source: object = None, margin: float = DEFAULT_MARGIN) -> Report:
     """The estimate report as a JSON-ready dict.
 
     Raises InputError for a bad table or option, CheckFailed for an incomplete run unless
@@ -106,6 +107,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     scheduled call without a decision as a failed call under each failure rule."""
     rows = validated(rows, path=source)
     fx.check_rule(failure_rule)
+    margin = check_margin(margin)
     if n_boot < 1:
         raise InputError("the number of bootstrap replicates must be >= 1", field="bootstrap")
     n_missing = sum(1 for r in rows if r["status"] == MISSING)
@@ -131,9 +133,9 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         lab.add_worst_case(qs, f)
     if part is not None:
         od.add_order(qs, f, part)
-    est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed)
+    est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed, margin)
 
-    contrast_out = cx.contrast_entries(f, est, fam, roles or {})
+    contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin)
     by_name = {x["condition"]: x for x in contrast_out}
     for c, adj in zip(fam, holm([by_name[c]["p"] for c in fam])):
         by_name[c]["p_holm"] = adj
@@ -152,6 +154,8 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "failure_rules": list(fx.RULES),
         "missing": missing,
         "family": fam,
+        "margin": margin,
+        "power": power_record(),
         "complete": is_complete,
         "publishable": quarantine["publishable"],
         "allow_partial": allow_partial,

@@ -17,6 +17,12 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("+/−/=", "bases whose block rate rose / fell / stayed under the condition, against the baseline"),
         ("bases", "bases with a defined rate under both the condition and the baseline"),
     ]),
+    "equivalence": ("Equivalence and power", [
+        ("verdict", "differs from 0: the 95% interval excludes 0; within ±M: the 90% interval lies inside (−M, M) "
+                    "(two one-sided tests at 0.05, M = --margin); inconclusive: neither"),
+        ("MDE", "minimum detectable effect, (z₀.₉₇₅ + z₀.₈₀)·SE with SE the bootstrap standard deviation: the "
+                "true effect this design detects with 80% power at α 0.05 (and at the first Holm step, α/m)"),
+    ]),
     "rules": ("Failure rules", [
         ("drop", "only valid calls count"),
         ("fail-closed", "a failed call counts as a block"),
@@ -76,6 +82,10 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("length_truncation", "the answer was cut off (finish_reason: length)"),
         ("replay_mismatch", "a resumed body differs from stimuli.jsonl, the answer belongs to another call, or "
                             "two calls received one generation id"),
+        ("response_cache_hit", "OpenRouter's response cache answered (X-OpenRouter-Cache-Status HIT, or zeroed usage "
+                               "with a cache source): a copy of an earlier generation, not a new repetition"),
+        ("stimulus_mutated", "OpenRouter's router metadata shows a pipeline stage (context compression, guardrail, "
+                             "plugin, server tools, response healing) that may have altered what the guard read or said"),
         ("threshold", "more than 2% of scheduled calls quarantined makes the report unpublishable"),
     ]),
     "accuracy": ("Against labels", [

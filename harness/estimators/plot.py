@@ -112,50 +112,6 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
     return fig
 
 
-def paired_figure(result: Mapping[str, Any], title: str | None = None,
-                  names: tuple[str, str] = ("A", "B")) -> Figure:
-    """compare: each condition's effect in run A and run B side by side, and B − A."""
-    rows = list(result["conditions"])
-    n = max(1, len(rows))
-    with plt.rc_context(_RC):
-        fig, (ax, dx) = plt.subplots(1, 2, figsize=(9.5, 2.1 + 0.6 * n), sharey=True, layout="constrained",
-                                     gridspec_kw={"width_ratios": (3, 2)})
-        ys = list(range(len(rows)))[::-1]
-        for y, r in zip(ys, rows):
-            for off, key, colour, marker, name in ((0.15, "a", "#8c8c8c", "o", names[0]),
-                                                   (-0.15, "b", "#1b4f8a", "D", names[1])):
-                if r.get(f"ci_{key}") is not None:
-                    ax.plot(r[f"ci_{key}"], [y + off] * 2, color=colour, lw=1.8)
-                if r.get(f"delta_{key}") is not None:
-                    ax.plot([r[f"delta_{key}"]], [y + off], marker=marker, ms=6, color=colour, ls="none",
-                            label=_label(name, 60))
-            if r.get("ci_difference") is not None:
-                dx.plot(r["ci_difference"], [y] * 2, color="#6a3d9a", lw=2.2)
-            if r.get("difference") is not None:
-                sig = r.get("p_holm") is not None and r["p_holm"] < 0.05
-                dx.plot([r["difference"]], [y], marker="s", ms=6, color="#6a3d9a", ls="none",
-                        label="B − A (paired)")
-                dx.annotate(f"p_Holm {_p(r.get('p_holm'))}{' *' if sig else ''}", (1.0, y), xycoords=("axes fraction", "data"),
-                            xytext=(-2, 7), textcoords="offset points", ha="right", fontsize=7.5)
-        for a in (ax, dx):
-            a.axvline(0.0, color="black", lw=0.8)
-            a.grid(axis="x", alpha=0.3)
-        ax.set_yticks(ys, [_label(r["condition"]) for r in rows])
-        ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel(f"Δ vs {_label(result['baseline'])} (proportion), 95% CI")
-        dx.set_xlabel("difference B − A, paired 95% CI")
-        fig.suptitle(_label(title or "guardeval compare", 160), fontsize=10.5, x=0.01, ha="left")
-        handles, labels = [], []
-        for a in (ax, dx):
-            h, l_ = a.get_legend_handles_labels()
-            handles += h
-            labels += l_
-        unique = dict(zip(labels, handles))
-        fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=3, fontsize=8, frameon=False,
-                   title="* Holm-adjusted p < 0.05 for B − A", title_fontsize=7.5, alignment="left")
-    return fig
-
-
 def save(fig: Figure, target: str | Path | IO[bytes], fmt: str | None = None) -> None:
     # No timestamps in the files: the same report gives the same bytes.
     metadata = {"Date": None} if (fmt or Path(str(target)).suffix.lstrip(".")) == "svg" else {"Software": None}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from harness.estimators.bootstrap import bootstrap_p, cluster_sums, iter_counts, percentile_ci
+from harness.estimators.bootstrap import cluster_sums, iter_counts, summarise
 
 Key = tuple[Hashable, ...]
 DENSE_FEATURE_CELLS = 1 << 23   # 64 MiB of float64 feature columns in the dense product
@@ -70,7 +70,9 @@ class Quantities:
         self._combos.append((key, dict(terms)))
 
     def run(self, base_cluster: np.ndarray, cluster_domain: np.ndarray, n_boot: int,
-            seed: int) -> dict[Key, dict[str, Any]]:
+            seed: int, margin: float | None = None) -> dict[Key, dict[str, Any]]:
+        """Every estimate with its 95% and 90% percentile intervals, bootstrap p, standard error
+        and, with `margin`, the equivalence (TOST) p against ±margin."""
         n_clusters = len(cluster_domain)
         ratio_keys = self.keys + self._cluster_keys
         stat_keys = [k for s in self._stats for k in s.keys]
@@ -136,10 +138,10 @@ class Quantities:
         for key, point in points.items():
             samples = columns[key]
             defined = point is not None
+            summary = summarise(samples, margin) if defined else dict.fromkeys(("ci", "ci90", "p", "se", "p_tost"))
             out[key] = {
                 "estimate": point,
-                "ci": percentile_ci(samples) if defined else None,
-                "p": bootstrap_p(samples) if defined else None,
+                **summary,
                 "n_undefined_replicates": int(np.isnan(samples).sum()) if defined else None,
             }
         for j, key in enumerate(self.keys):

@@ -15,6 +15,8 @@ QUARANTINE_CODES = (
     "provider_unknown",       # the answer does not say which upstream served it
     "length_truncation",      # the answer was cut off (finish_reason length)
     "replay_mismatch",        # resumed body differs, or a response answers another call (echoed id, generation id)
+    "response_cache_hit",     # OpenRouter's response cache answered: a copy of an earlier generation
+    "stimulus_mutated",       # a router pipeline stage (compression, guardrail, plugin, ...) may have altered it
 )
 THRESHOLD = 0.02
 

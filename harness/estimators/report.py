@@ -23,8 +23,13 @@ def dumps_json(report: Mapping[str, Any]) -> str:
 
 
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    from harness.estimators.equivalence import short
+
+    margin = report.get("margin")
     head = ["condition", "delta", "95% CI", "p", "p_holm", "delta-placebo", "95% CI (corr.)",
-            "+/-/=", "bases", "drop", "fail-closed", "fail-open"]
+            "+/-/=", "bases", "drop", "fail-closed", "fail-open",
+            f"delta: ±{margin:g} verdict; MDE" if margin else "delta: verdict; MDE",
+            "corr.: verdict; MDE"]
     rows = []
     for c in report["contrasts"]:
         rows.append([
@@ -34,8 +39,18 @@ def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
             num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]),
             f"{c['increase']}/{c['decrease']}/{c['tie']}", str(c["n_bases"]),
             *(num(c["by_rule"][r]) for r in report["failure_rules"]),
+            short(c.get("equivalence")), short(c.get("equivalence_minus_placebo")),
         ])
     return head, rows
+
+
+def null_lines(report: Mapping[str, Any]) -> list[str]:
+    """The sentences under the effects table: is each headline null informative?"""
+    from harness.estimators.equivalence import headline_sentences
+
+    if "margin" not in report:   # a report.json from before issue 20
+        return []
+    return headline_sentences(report)
 
 
 def summary_line(report: Mapping[str, Any]) -> str:
@@ -136,6 +151,7 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
         f"over {report['repeat_disagreement_n_bases']} bases",
         f"{report['flip_rate']['label']}: " + ", ".join(
             f"{safe(c)} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()),
+        *null_lines(report),
         f"bootstrap: {report['bootstrap']['n']} replicates, seed {report['bootstrap']['seed']}; "
         "definitions: docs/estimators.md",
     ]
@@ -151,7 +167,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     out = ["# guardeval estimate", "", summary_line(report), "", *pin, *sections.notes(report),
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
            "Δc − Δplacebo on the bases present in all three conditions.", "", "## Effects", "",
-           md_table(head, rows), ""]
+           md_table(head, rows), "", *(f"- {line}" for line in null_lines(report)),
+           f"- MDE: {report['power']['rule']}" if "power" in report else "", ""]
     cov_head = ["condition", "expected", "received", "valid", "failed", "missing", "quarantined", "block rate"]
     cov_rows = [[c, *(str(v[k]) for k in cov_head[1:7]), num(report["block_rate"].get(c), sign=False)]
                 for c, v in report["coverage"].items()]

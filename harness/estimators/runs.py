@@ -63,7 +63,8 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
-                 allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Report:
+                 allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
+                 margin: float = 0.05) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
     verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
@@ -71,7 +72,7 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
     report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                       n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
-                      allow_unpublishable=allow_unpublishable)
+                      allow_unpublishable=allow_unpublishable, margin=margin)
     m = table.manifest
     # What the report was made from and how: `guardeval report` checks the first against the run
     # as it is then, and makes the estimate again under the second to check the numbers.
@@ -80,7 +81,8 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
                         "options": {"baseline": baseline, "placebo": placebo,
                                     "family": list(family) if family is not None else None, "n_boot": n_boot,
                                     "seed": seed, "failure_rule": failure_rule, "missing": missing,
-                                    "allow_partial": allow_partial, "allow_unpublishable": allow_unpublishable},
+                                    "allow_partial": allow_partial, "allow_unpublishable": allow_unpublishable,
+                                    "margin": margin},
                         "verified": verification["checked"], "verify_skipped": verification["skipped"]}
     if write:
         from harness.estimators.report import write_reports
@@ -92,7 +94,8 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "baseline": (str, type(None)), "placebo": (str, type(None)), "family": (list, type(None)), "n_boot": (int,),
-    "seed": (int,), "failure_rule": (str,), "missing": (str,), "allow_partial": (bool,), "allow_unpublishable": (bool,)}
+    "seed": (int,), "failure_rule": (str,), "missing": (str,), "allow_partial": (bool,), "allow_unpublishable": (bool,),
+    "margin": (float,)}
 
 
 def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
@@ -126,3 +129,47 @@ def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowL
     if dumps_json(ours) != dumps_json(theirs):
         raise CheckFailed(f"{where}: its numbers are not the estimate of this run under its own options (edited?): "
                           f"{again}")
+
+
+def first_schedule_difference(run_a: Path, run_b: Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> int | None:
+    """The first line (1-based) at which the two runs' schedule.jsonl differ, None when they are
+    the same; each line is read under the row bounds, so a hostile file cannot exhaust memory."""
+    from itertools import zip_longest
+
+    from harness.cohorts.limits import bounded_lines
+
+    lines_a = bounded_lines(run_a / "schedule.jsonl", row_limits)
+    lines_b = bounded_lines(run_b / "schedule.jsonl", row_limits)
+    for n, (a, b) in enumerate(zip_longest(lines_a, lines_b), start=1):
+        if a is None or b is None or a[1] != b[1]:
+            return n
+    return None
+
+
+def compare_input_from_run(path: str | Path, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
+                           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
+    """A run as an input of `compare`: verified first (see `verified`), labelled by its guard's
+    name unless `label` is given."""
+    from harness.estimators.compare import CompareInput
+
+    verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
+    run, table, rows = load_run(path, row_limits)
+    m = table.manifest
+    guard = m.get("guard") or {}
+    source = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+              "verified": verification["checked"], "verify_skipped": verification["skipped"],
+              "guard": {"name": guard.get("name"), "model": guard.get("model")}}
+    name = label or str(guard.get("name") or run.name)
+    return CompareInput(name, rows, table.roles, table.baseline, table.placebo, table.complete, source)
+
+
+def compare_input_from_table(path: str | Path, label: str | None,
+                             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
+    """A JSONL decision table as an input of `compare`, labelled by its file name unless `label` is given."""
+    from harness.canon import file_sha256
+    from harness.estimators.compare import CompareInput
+    from harness.estimators.table import load_table
+
+    p = Path(path)
+    rows = load_table(p, row_limits)
+    return CompareInput(label or p.name, rows, source={"table": str(p), "sha256": file_sha256(p)})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from harness.estimators.equivalence import Equivalence
+
 Interval = list[float]          # [low, high]
 Counts = dict[str, int]
 
@@ -36,6 +38,8 @@ class Contrast(TypedDict):
     ci_minus_placebo: Interval | None
     p_minus_placebo: float | None
     n_bases_minus_placebo: int | None
+    equivalence: Equivalence | None
+    equivalence_minus_placebo: Equivalence | None
     increase: int
     decrease: int
     tie: int
@@ -147,6 +151,8 @@ class Report(TypedDict):
     failure_rules: list[str]
     missing: str
     family: list[str]
+    margin: float
+    power: dict[str, Any]
     complete: bool
     publishable: bool
     allow_partial: bool

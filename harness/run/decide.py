@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from guards.openrouter import providers
+from guards.openrouter import providers, routing
 from guards.openrouter.errors import REFUSED_PREFIX
 from guards.parsers import Parsed
 from harness.run.records import Decision
@@ -23,9 +23,12 @@ PROVIDER_DRIFT = "provider_drift"
 PROVIDER_UNKNOWN = "provider_unknown"
 LENGTH_TRUNCATION = "length_truncation"
 REPLAY_MISMATCH = "replay_mismatch"
+RESPONSE_CACHE_HIT = "response_cache_hit"    # OpenRouter's response cache answered (a copy of another generation)
+STIMULUS_MUTATED = "stimulus_mutated"        # a router pipeline stage may have altered input or output
 # No input-truncation code: the harness never cuts a prompt (one longer than the context is a
 # `context_overflow` failure of the call, recorded as provider_error).
-QUARANTINE_CODES = (FINGERPRINT_MISMATCH, PROVIDER_DRIFT, PROVIDER_UNKNOWN, LENGTH_TRUNCATION, REPLAY_MISMATCH)
+QUARANTINE_CODES = (FINGERPRINT_MISMATCH, PROVIDER_DRIFT, PROVIDER_UNKNOWN, LENGTH_TRUNCATION, REPLAY_MISMATCH,
+                    RESPONSE_CACHE_HIT, STIMULUS_MUTATED)
 # A transient failure that ran out of attempts because the provider kept failing inside its
 # answer: a provider error, not merely an exhausted call.
 _PROVIDER_FAILURES = frozenset({"choice_error"})
@@ -64,18 +67,9 @@ def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha
             parsed = parser(raw.get("content"), raw.get("finish_reason"))
             status, decision, score, components = parsed.status, parsed.decision, parsed.score, parsed.components
             detail = parsed.detail
-        if expected_request_sha256 is not None and raw.get("request_sha256") != expected_request_sha256:
-            quarantine = FINGERPRINT_MISMATCH
-        elif raw.get("answers_call_id") not in (None, raw["call_id"]):
-            quarantine = REPLAY_MISMATCH
-        elif allowed_providers and raw.get("provider") is None:
-            # OpenRouter's published response schema has no `provider` field: without it the
-            # pin cannot be checked here (`guardeval audit providers` checks it afterwards).
-            quarantine = PROVIDER_UNKNOWN
-        elif allowed_providers and not providers.is_allowed(raw.get("provider"), allowed_providers):
-            quarantine = PROVIDER_DRIFT
-        elif status == "truncated":
-            quarantine = LENGTH_TRUNCATION
+        quarantine, why = _quarantine(raw, status, expected_request_sha256, allowed_providers)
+        if why is not None:
+            detail = why
     else:
         raise ValueError(f"raw record {raw.get('seq')} has no final outcome ({outcome!r})")
     return {
@@ -90,3 +84,37 @@ def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha
         "quarantine_reason": quarantine,
         "detail": detail,
     }
+
+
+def _quarantine(raw: Mapping[str, Any], status: str, expected_request_sha256: str | None,
+                allowed: Sequence[str]) -> tuple[str | None, str | None]:
+    """(quarantine code, what it was: the decision's detail, or None to keep the parser's) of an
+    answered call. The checks run in this order; the first that holds names the reason."""
+    if expected_request_sha256 is not None and raw.get("request_sha256") != expected_request_sha256:
+        return FINGERPRINT_MISMATCH, None
+    if raw.get("answers_call_id") not in (None, raw["call_id"]):
+        return REPLAY_MISMATCH, None
+    hit, source = routing.cache_hit(raw.get("response_headers"), raw.get("usage"))
+    if hit:
+        return RESPONSE_CACHE_HIT, f"response cache hit: a replay of generation {source or '(source not named)'}"
+    meta = raw.get("openrouter_metadata")
+    stage = routing.mutating_stage(meta)
+    if stage is not None:
+        return STIMULUS_MUTATED, f"router pipeline stage {stage} may have altered the input or the output"
+    if allowed:
+        # The documented provider is router metadata's (selected endpoint, attempts); the
+        # top-level `provider` (absent from OpenRouter's published schema) is the fallback. The
+        # dispatcher stores the resolved one as `provider`; reading both again keeps this a
+        # function of the raw line as written.
+        served, _ = routing.served_by(meta, raw.get("provider"))
+        if served is None:
+            return PROVIDER_UNKNOWN, None     # `guardeval audit providers` checks it afterwards
+        if not providers.is_allowed(served, allowed):
+            return PROVIDER_DRIFT, f"answered by {served!r}, outside the pin ({', '.join(allowed)})"
+        outside = routing.tried_outside(meta, lambda p: providers.is_allowed(p, allowed))
+        if outside is not None:
+            return PROVIDER_DRIFT, (f"answered by {served!r} after the router tried {outside!r}, outside the pin "
+                                    f"({', '.join(allowed)})")
+    if status == "truncated":
+        return LENGTH_TRUNCATION, None
+    return None, None

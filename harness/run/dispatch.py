@@ -436,6 +436,14 @@ class Dispatcher:
             "answers_call_id": reply.answers_call_id if reply is not None else None,
             "outcome": outcome, "final": final,
         }
+        if reply is not None:
+            # What OpenRouter's router did (guards.openrouter.routing): read by `decide`.
+            if reply.response_headers:
+                rec["response_headers"] = reply.response_headers
+            if reply.router_metadata is not None:
+                rec["openrouter_metadata"] = reply.router_metadata
+            if reply.previous_errors:
+                rec["previous_errors"] = reply.previous_errors
         if (reply is not None and reply.redacted) or (exc is not None and exc.redacted):
             # The API key was cut out of this line (docs/design.md §11): `response` is what was
             # received less the key, and `response_sha256` is of the text stored here.

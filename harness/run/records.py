@@ -34,6 +34,10 @@ class Attempt(TypedDict):
     final: bool                     # the call's last attempt
     seq: NotRequired[int]           # set once written
     redacted: NotRequired[bool]     # True on a line the API key was cut out of
+    # OpenRouter only, when the answer has them (guards.openrouter.routing):
+    response_headers: NotRequired[dict[str, str]]       # cache status / source id, generation id
+    openrouter_metadata: NotRequired[dict[str, Any]]    # router metadata, as received
+    previous_errors: NotRequired[list[dict[str, Any]]]  # {provider, code, status} of earlier failed tries
 
 
 class RawLine(Attempt):

@@ -1,5 +1,5 @@
-"""compare.md, compare.html and compare.png: two runs of one schedule side by side (the
-result of `harness.estimators.compare.compare`), with a paired plot of their effects."""
+"""compare.md, compare.html, compare.png (and leaderboard.png with three or more inputs): guards
+on one schedule side by side (the result of `harness.estimators.compare.compare_inputs`)."""
 
 from __future__ import annotations
 
@@ -8,62 +8,70 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.estimators.compare import ranking_lines
-from harness.estimators.formats import interval, md_table, num, pval
-from harness.estimators.plot import figure_bytes, paired_figure, save
+from harness.estimators import compare_text as CT
+from harness.estimators.compare_plot import leaderboard_figure, paired_figure
+from harness.estimators.formats import md_table
+from harness.estimators.plot import figure_bytes, save
 from harness.view import tables as T
 from harness.view.files import write_atomically
 
-HEAD = ["condition", "A Δ", "A 95% CI", "B Δ", "B 95% CI", "B − A", "95% CI", "p", "p_Holm"]
-
-
-def _rows(result: Mapping[str, Any]) -> list[list[str]]:
-    return [[str(r["condition"]), num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
-             num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"])]
-            for r in result["conditions"]]
-
-
-def _who(run: Mapping[str, Any]) -> str:
-    g = run.get("guard") or {}
-    return f"{g.get('name')} ({g.get('model')}), run {run.get('run_id')}"
-
-
-def _ranking(result: Mapping[str, Any]) -> list[str]:
-    return ranking_lines(result)
-
 
 def _title(result: Mapping[str, Any]) -> str:
-    return f"guardeval compare · A {_who(result['run_a'])} · B {_who(result['run_b'])}"
+    return "guardeval compare · " + " · ".join(CT.input_lines(result))
+
+
+def _pair_title(result: Mapping[str, Any], pair: Mapping[str, Any]) -> str:
+    who = {i["label"]: i for i in result["inputs"]}
+    return f"guardeval compare · A {CT.who(who[pair['a']])} · B {CT.who(who[pair['b']])}"
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    bs = result["bootstrap"]
-    return "\n".join([
-        "# guardeval compare", "",
-        f"- A: {_who(result['run_a'])}", f"- B: {_who(result['run_b'])}",
-        f"- baseline {result['baseline']}; failure rule {result['failure_rule']}; {bs['n']} paired replicates, "
-        f"seed {bs['seed']}", "",
-        "![paired effects](compare.png)", "",
-        md_table(HEAD, _rows(result)), "",
-        *(f"- {line}" for line in _ranking(result)), ""])
+    out = ["# guardeval compare", "", *(f"- {line}" for line in CT.input_lines(result)),
+           f"- {CT.method_line(result)}", "", "![paired effects](compare.png)", ""]
+    for pair in result["pairs"]:
+        out += [f"## {CT.pair_title(pair)}", "", "Headline: B − A of the placebo-corrected effect.", "",
+                md_table(*CT.corrected_table(pair)), "", "B − A of Δ:", "", md_table(*CT.delta_table(pair)), "",
+                *(f"- {line}" for line in CT.ranking_lines(pair)), ""]
+    out += ["## Leaderboard", ""]
+    if len(result["inputs"]) > 2:
+        out += ["![each guard's corrected effect per condition](leaderboard.png)", ""]
+    for c in result["leaderboard"]:
+        out += [f"### {c}", "", md_table(*CT.leaderboard_table(result, c)), ""]
+    out += ["## Ranking stability", "", *(f"- {line.strip()}" for line in CT.stability_lines(result)), "",
+            f"- {result['ranking_stability']['rule']}", f"- {result['power']['rule']}", ""]
+    return "\n".join(out)
+
+
+def _svg(fig: Any) -> str:
+    return base64.b64encode(figure_bytes(fig, "svg")).decode()
 
 
 def html(result: Mapping[str, Any]) -> str:
-    svg = base64.b64encode(figure_bytes(paired_figure(result, _title(result)), "svg")).decode()
-    body = "".join([
-        f"<h1>{T.esc(_title(result))}</h1>",
-        f'<dl class="facts"><dt>A</dt><dd>{T.esc(_who(result["run_a"]))}</dd><dt>B</dt>'
-        f'<dd>{T.esc(_who(result["run_b"]))}</dd><dt>baseline</dt><dd>{T.esc(result["baseline"])}</dd>'
-        f'<dt>failure rule</dt><dd>{T.esc(result["failure_rule"])}</dd></dl>',
-        f'<img class="plot" alt="paired effects of the two runs" src="data:image/svg+xml;base64,{svg}">',
-        T.table(HEAD, _rows(result)),
-        "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in _ranking(result)) + "</ul>",
-    ])
+    parts = [f"<h1>{T.esc(_title(result))}</h1>",
+             "<ul>" + "".join(f"<li>{T.esc(x)}</li>" for x in [*CT.input_lines(result), CT.method_line(result)])
+             + "</ul>"]
+    for pair in result["pairs"]:
+        fig = paired_figure(result, pair, _pair_title(result, pair))
+        parts += [f"<h2>{T.esc(CT.pair_title(pair))}</h2>",
+                  f'<img class="plot" alt="paired effects of {T.esc(pair["a"])} and {T.esc(pair["b"])}" '
+                  f'src="data:image/svg+xml;base64,{_svg(fig)}">',
+                  "<p class=\"lead\">Headline: B − A of the placebo-corrected effect.</p>",
+                  T.table(*CT.corrected_table(pair)), "<p>B − A of Δ</p>", T.table(*CT.delta_table(pair)),
+                  "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in CT.ranking_lines(pair)) + "</ul>"]
+    parts += ["<h2>Leaderboard</h2>",
+              f'<img class="plot" alt="each guard\'s corrected effect per condition" '
+              f'src="data:image/svg+xml;base64,{_svg(leaderboard_figure(result, _title(result)))}">']
+    for c in result["leaderboard"]:
+        parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c))]
+    parts += ["<h2>Ranking stability</h2>",
+              "<ul>" + "".join(f"<li>{T.esc(line.strip())}</li>" for line in CT.stability_lines(result)) + "</ul>",
+              f'<p class="note">{T.esc(result["ranking_stability"]["rule"])}</p>',
+              f'<p class="note">{T.esc(result["power"]["rule"])}</p>']
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
             "style-src 'unsafe-inline'\">"
             f"<title>{T.esc(_title(result))}</title><style>{_css()}</style></head>"
-            f"<body><main>{body}</main></body></html>\n")
+            f"<body><main>{''.join(parts)}</main></body></html>\n")
 
 
 def _css() -> str:
@@ -75,6 +83,12 @@ def _css() -> str:
 def write_compare(result: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     md, page = markdown(result), html(result)
-    return [write_atomically(out / "compare.md", lambda tmp: tmp.write_text(md, encoding="utf-8")),
-            write_atomically(out / "compare.html", lambda tmp: tmp.write_text(page, encoding="utf-8")),
-            write_atomically(out / "compare.png", lambda tmp: save(paired_figure(result, _title(result)), tmp, "png"))]
+    first = result["pairs"][0]
+    written = [write_atomically(out / "compare.md", lambda tmp: tmp.write_text(md, encoding="utf-8")),
+               write_atomically(out / "compare.html", lambda tmp: tmp.write_text(page, encoding="utf-8")),
+               write_atomically(out / "compare.png",
+                                lambda tmp: save(paired_figure(result, first, _pair_title(result, first)), tmp, "png"))]
+    if len(result["inputs"]) > 2:
+        written.append(write_atomically(out / "leaderboard.png",
+                                        lambda tmp: save(leaderboard_figure(result, _title(result)), tmp, "png")))
+    return written

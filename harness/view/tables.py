@@ -13,7 +13,9 @@ from typing import Any
 import orjson
 
 from harness.estimators.definitions import DEFINITIONS
+from harness.estimators.equivalence import short
 from harness.estimators.formats import rules_differ, significant
+from harness.estimators.report import null_lines
 from harness.estimators.sections import Section
 
 
@@ -144,14 +146,15 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
                  "by_repetition", "by_repetition_minus_placebo", "flip_counts", "unanimous_shift", "accuracy_delta",
                  "accuracy_delta_ci", "leave_one_tool_out", "increase_minus_placebo", "decrease_minus_placebo",
                  "tie_minus_placebo", "accuracy_delta_minus_placebo", "accuracy_delta_ci_minus_placebo",
-                 "leave_one_tool_out_minus_placebo"}
+                 "leave_one_tool_out_minus_placebo", "equivalence", "equivalence_minus_placebo"}
 
 
 def contrasts_table(report: Mapping[str, Any]) -> str:
     # A column per failure rule only when the rules give different answers.
     rules = list(report["failure_rules"]) if rules_differ(report) else []
     head = ["condition", "role", "Δ [95% CI]", "p", "p_Holm", "Δ − placebo [95% CI]", "p (corr.)", "+/−/=",
-            "bases", "clusters", "block rate", "same-round flip rate", *(f"Δ {r}" for r in rules)]
+            "bases", "clusters", "block rate", "same-round flip rate", *(f"Δ {r}" for r in rules),
+            f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
     rows, attrs = [], []
     for c in report["contrasts"]:
         sig = significant(c)
@@ -164,9 +167,13 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
             f"{c.get('increase')}/{c.get('decrease')}/{c.get('tie')}", c.get("n_bases"), c.get("n_clusters"),
             c.get("block_rate"), c.get("same_round_flip_rate"),
             *(signed((c.get("by_rule") or {}).get(r)) for r in rules),
+            f"{short(c.get('equivalence'))} · {short(c.get('equivalence_minus_placebo'))}",
         ])
         attrs.append(' class="significant"' if sig else "")
     out = table(head, rows, num_from=2, cls="contrasts", row_attrs=attrs)
+    out += "".join(f'<p class="note">{esc(line)}</p>' for line in null_lines(report))
+    if "power" in report:
+        out += definitions("equivalence")
     if not rules:
         out += (f'<p class="note">The three failure rules agree (no failed calls): every effect is the same under '
                 f'{", ".join(map(esc, report["failure_rules"]))}.</p>')
@@ -251,7 +258,7 @@ HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "pla
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
            "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
            "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
-           "worst_case", "order"}
+           "worst_case", "order", "margin", "power"}
 
 
 def more_sections(report: Mapping[str, Any]) -> str:
