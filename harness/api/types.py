@@ -79,6 +79,11 @@ class RunResult(_Record):
     fingerprint: str | None                 # the run's fingerprint when the session ended (`verify --expect`)
     _outcome: Any = field(default=None, repr=False, compare=False)
 
+    @property
+    def retry(self) -> Any:
+        """What `retry_failed` did (`harness.run.retry.RetrySession`: targets, rounds)."""
+        return self._outcome.retry
+
     def message(self) -> str:
         """The run's totals in words, as the CLI's last line: `960/960 calls decided: ok 960`."""
         from harness.run.runner import finish_message

@@ -18,6 +18,21 @@ from harness.terminal import safe, safe_json
 
 
 RUN_HELP = "run folder (the one holding manifest.json)"
+# harness.run.supersede's FAILURE_STATUSES and DEFAULT_STATUSES, spelled here so that building
+# the parser imports nothing (tests/test_retry_failed.py checks that they agree).
+FAILURE_STATUSES = ("exhausted", "provider_error", "refused", "truncated", "unparseable")
+DEFAULT_RETRY = "exhausted,provider_error"
+
+
+def _retry_statuses(text: str) -> str:
+    """--retry-failed's list, checked at parse time (a bad status: exit 2 with the usage)."""
+    from harness.run.supersede import parse_statuses
+
+    try:
+        parse_statuses(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def register(sub: Any) -> None:
@@ -39,8 +54,14 @@ def register(sub: Any) -> None:
     row_limit_options(p)
     p.set_defaults(func=cmd_launch)
 
-    p = sub.add_parser("resume", help="resume a stopped or crashed run")
+    p = sub.add_parser("resume", help="resume a stopped or crashed run",
+                       description="Send the run's undecided calls; with --retry-failed, also give the calls "
+                                   "whose decision failed new attempts (their new decisions supersede the old).")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
+    p.add_argument("--retry-failed", nargs="?", const=DEFAULT_RETRY, type=_retry_statuses, metavar="STATUS,...",
+                   help="also send again the calls whose live decision has one of these failure statuses (default: "
+                        f"{DEFAULT_RETRY}; any of {', '.join(FAILURE_STATUSES)}; never ok); each call's new decision "
+                        "supersedes its old one, on the record (docs/design.md §6)")
     _dispatch_options(p)
     p.add_argument("--allow-changed-callable", action="store_true",
                    help="python guard: resume although its code changed since launch (the run then mixes code; "
@@ -180,11 +201,25 @@ def _warn_if_plain_http(url: str | None) -> None:
 
 def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
     from harness import api
+    from harness.run.supersede import parse_statuses
 
+    retry = getattr(args, "retry_failed", None)
     result = api.resume(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
                         max_cost=args.max_cost, max_calls=max_calls, fixed_concurrency=args.fixed_concurrency,
                         progress=not args.no_progress, row_limits=row_limits(args),
+                        retry_failed=parse_statuses(retry) if retry is not None else None,
                         allow_changed_callable=getattr(args, "allow_changed_callable", False))
+    if result.retry.targets is not None:
+        t = result.retry.targets
+        rounds = ", ".join(f"round {k}: {v}" for k, v in result.retry.rounds.items())
+        if t.calls:
+            print(f"guardeval: retried {len(t.calls)} call(s) whose decision was {' or '.join(t.statuses)} "
+                  f"({rounds})", file=sys.stderr)
+        else:
+            print(f"guardeval: nothing to retry: no call's decision is {' or '.join(t.statuses)}", file=sys.stderr)
+        if any(s in ("unparseable", "truncated") for s in t.statuses):
+            print("guardeval: note: unparseable and truncated are the guard's own answers; retrying them samples "
+                  "the guard again (the report counts the retries)", file=sys.stderr)
     for torn in result.torn:
         print(f"guardeval: recovered a torn last line into {safe(torn)}", file=sys.stderr)
     if result.recovered:
@@ -258,6 +293,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                + (f", replicate of {st['parent_run']}" if st["parent_run"] else "")))
     if st["statuses"]:
         print(safe("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items()))))
+    failed = sum(st["statuses"].get(k, 0) for k in DEFAULT_RETRY.split(","))
+    if failed and not st["running"]:
+        print(safe(f"  {failed} call(s) failed ({DEFAULT_RETRY.replace(',', ' or ')}); when the provider is back, "
+                   f"try them again with: guardeval resume {args.run} --retry-failed"))
     if st["quarantined"]:
         print(safe(f"  quarantined: {st['quarantined']} ("
                    + ", ".join(f"{k} {v}" for k, v in sorted(st["quarantine_by_reason"].items())) + ")"))
@@ -268,6 +307,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         reason = stop.get("reason") or "every pending call handled"
         print(safe(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
                    + (f": {stop['fatal']}" if stop.get("fatal") else "")))
+    retried = st["retried"]
+    if retried["calls"]:
+        rounds = ", ".join(f"round {k} {v}" for k, v in retried["rounds"].items())
+        last = retried["sessions"][-1] if retried["sessions"] else {}
+        print(safe(f"  retried: {retried['calls']} call(s) ({rounds}); counted at their newest decision"
+                   + (f"; last retry session {last.get('at')}" if last else "")))
     if st["generation_replays"]:
         print(f"  answered under a generation id another call also got: {st['generation_replays']} "
               "(quarantined as replay_mismatch by estimate)")

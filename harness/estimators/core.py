@@ -179,6 +179,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "components": {c: v for c, v in components.items() if v},
         "worst_case": lab.worst_case(f, est) if labelled else None,
         "order": od.order(f, est, part) if part is not None else None,
+        "retried": od.retried(design),
         "bootstrap": {"n": n_boot, "seed": seed, "rng": "numpy.random.default_rng(seed)",
                       "resampling": RESAMPLING, "interval": "percentile 95%", "p_value": P_VALUE_RULE},
     }

@@ -60,6 +60,8 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "order": ("Order (dispatch drift)", [
         ("thirds", "calls ranked by the start of their final attempt and cut into three equal parts"),
         ("drift", "least-squares slope over the thirds, (third 3 − third 1)/2, with its bootstrap interval and p"),
+        ("retried", "a call whose failed decision was superseded by a retry (`resume --retry-failed`) is counted "
+                    "at the retry's decision and ranked by the retry's start: a later measurement"),
     ]),
     "worst case": ("Worst case over representations (seed 004)", [
         ("miss rate", "unsafe bases allowed, per repetition round: under the baseline, or under at least one "

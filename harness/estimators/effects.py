@@ -42,6 +42,7 @@ class Design:
     tools: list[str]
     row_score: np.ndarray         # the guard's score, nan where none
     row_time: np.ndarray          # final attempt start, seconds since the epoch; nan where unknown
+    row_retry: np.ndarray         # retry round of the row's decision: 0 first, k its k-th retry
     missing_as_failure: bool = False  # --missing as-failure: a missing call counts as a failure
 
     @property
@@ -95,9 +96,10 @@ def build_design(rows: Sequence[dict[str, Any]], condition_order: Sequence[str] 
     row_score = np.fromiter((np.nan if r.get("score") is None else r["score"] for r in rows), dtype=np.float64, count=n)
     row_time = np.fromiter((np.nan if r.get("started") is None else r["started"] for r in rows),
                            dtype=np.float64, count=n)
+    row_retry = np.fromiter((r.get("retry_round") or 0 for r in rows), dtype=np.int64, count=n)
     return Design(base_ids, conditions, [inter for _, inter in clusters], domains, base_cluster,
                   cluster_domain, base_label, row_base, row_cond, row_rep, row_dec, row_kind, row_status,
-                  [r.get("components") for r in rows], base_tool, tools, row_score, row_time,
+                  [r.get("components") for r in rows], base_tool, tools, row_score, row_time, row_retry,
                   missing == "as-failure")
 
 

@@ -5,6 +5,11 @@ that time and the run is cut into three thirds of equal call counts. Within each
 paired effect is computed as usual from the calls of that third only, and so is each
 condition's block rate. The drift of a quantity is its least-squares slope over the thirds
 (x = 0, 1, 2): (third 3 − third 1) / 2 per third, with a cluster-bootstrap interval.
+
+A call retried by `resume --retry-failed` is counted at its newest decision, whose final attempt
+started at the retry: a later measurement, so it falls in a later third. How many calls of each
+third come from a retry is reported beside the thirds (`retried_by_third`), and `retried` gives
+the retry rounds with their call counts and start times.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 from harness.estimators.effects import Design, base_counts_where, base_rates
 from harness.estimators.frame import Frame
 from harness.estimators.quantities import Quantities
-from harness.estimators.types import Drift, Order
+from harness.estimators.types import Drift, Order, Retried
 
 N_PARTS = 3
 # Least-squares slope over x = 0, 1, 2 with equal weights: (y3 − y1) / 2.
@@ -74,7 +79,21 @@ def order(f: Frame, est: Mapping[tuple[Any, ...], dict[str, Any]], part: np.ndar
         "block_rate_by_dispatch_third": {c: [est[("order_rate", c, t)]["estimate"] for t in thirds]
                                          for c in d.conditions},
         "block_rate_drift": {c: _drift(est[("order_rate_slope", c)]) for c in d.conditions},
+        "retried_by_third": [int(((part == t) & (d.row_retry > 0)).sum()) for t in thirds],
     }
+
+
+def retried(d: Design) -> Retried:
+    """The calls counted at a retry's decision (retry round > 0): how many, and per round how
+    many with the first and last start time of their final attempts."""
+    rounds: list[dict[str, Any]] = []
+    for r in np.unique(d.row_retry[d.row_retry > 0]):
+        sel = d.row_retry == r
+        times = d.row_time[sel & ~np.isnan(d.row_time)]
+        rounds.append({"round": int(r), "n_calls": int(sel.sum()),
+                       "first_started": _iso(float(times.min())) if len(times) else None,
+                       "last_started": _iso(float(times.max())) if len(times) else None})
+    return {"n_calls": int((d.row_retry > 0).sum()), "rounds": rounds}
 
 
 def part_summary(d: Design, part: np.ndarray) -> list[dict[str, object]]:

@@ -59,7 +59,9 @@ def summary_line(report: Mapping[str, Any]) -> str:
             f"baseline {report['baseline']}, placebo {report['placebo'] or 'none'}; "
             f"headline failure rule {report['failure_rule']}; "
             f"quarantined {q['count']} ({q['fraction']:.2%}){'' if q['publishable'] else ' — NOT PUBLISHABLE'}"
-            f"{'' if report['complete'] else '; INCOMPLETE run (partial estimate)'}")
+            f"{'' if report['complete'] else '; INCOMPLETE run (partial estimate)'}"
+            + (f"; {n} calls counted at a retry's decision (later measurements)"
+               if (n := (report.get("retried") or {}).get("n_calls")) else ""))
 
 
 # The table's column names, defined once under it (the long forms: docs/estimators.md and

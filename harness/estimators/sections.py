@@ -166,9 +166,29 @@ def order(report: Mapping[str, Any]) -> list[Section]:
               f"{interval(o['block_rate_drift'][c]['ci'])}", pval(o["block_rate_drift"][c]["p"])]
              for c, xs in o["block_rate_by_dispatch_third"].items()]
     spans = "; ".join(_third(t) for t in o["thirds"])
+    later = o.get("retried_by_third")
+    if later and any(later):
+        rows.append(["calls counted at a retry's decision", *(str(n) for n in later), "", ""])
     return [Section("order", "Order (dispatch drift)",
                     f"Calls ranked by {o['clock']} and cut into thirds ({spans}). Drift is the least-squares slope "
-                    "over the thirds, (third 3 − third 1)/2.", head, rows)]
+                    "over the thirds, (third 3 − third 1)/2." + (" A retried call is ranked by its retry: a later "
+                                                               "measurement." if later and any(later) else ""),
+                    head, rows)]
+
+
+def retried(report: Mapping[str, Any]) -> list[Section]:
+    """The calls counted at the decision of a retry (`resume --retry-failed`), by round."""
+    r = report.get("retried")
+    if not r or not r.get("n_calls"):
+        return []
+    head = ["retry round", "calls", "first attempt started", "last attempt started"]
+    rows = [[str(x["round"]), str(x["n_calls"]), str(x["first_started"] or "—"), str(x["last_started"] or "—")]
+            for x in r["rounds"]]
+    return [Section("retried", "Retried calls",
+                    f"{r['n_calls']} of {report['n_calls']} calls are counted at the decision of a retry "
+                    "(`guardeval resume --retry-failed`): their first decisions failed, and the new ones were "
+                    "measured later, at the times below; the superseded decisions stay in decisions.jsonl.",
+                    head, rows)]
 
 
 def _roc(x: Mapping[str, Any] | None, unit: str) -> str:
@@ -221,7 +241,7 @@ def worst_case(report: Mapping[str, Any]) -> list[Section]:
 
 def family_sections(report: Mapping[str, Any]) -> list[Section]:
     return [*contrast_diagnostics(report), *strata_corrected(report), *block_rates(report), *stability(report),
-            *order(report), *accuracy(report), *worst_case(report)]
+            *order(report), *retried(report), *accuracy(report), *worst_case(report)]
 
 
 def markdown_lines(sections: Sequence[Section]) -> list[str]:

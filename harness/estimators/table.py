@@ -3,7 +3,8 @@
 A row is one scheduled call: `base_id, interaction_id, domain, condition, repetition,
 decision (1/0/null), status`, optional `label`, `tool` (the base's tool), `score` (the guard's
 continuous score), `started` (ISO 8601 start of the call's final attempt), `components`,
-`quarantine_reason`. A bad row is refused with the file, line and field named; nothing is
+`quarantine_reason`, `retry_round` (0 or absent: the call's first decision; k: the decision of
+its k-th retry, `resume --retry-failed`). A bad row is refused with the file, line and field named; nothing is
 silently dropped.
 """
 
@@ -115,12 +116,18 @@ def validate_row(row: Any, *, path: object, line: int) -> dict[str, Any]:
                               or not math.isfinite(score)):
         raise InputError(f"must be a finite number or null, got {_shown(score)}", path=path, line=line,
                          field="score")
+    retry_round = row.get("retry_round")
+    if retry_round is None:
+        retry_round = 0
+    elif not _is_int(retry_round) or retry_round < 0:
+        raise InputError(f"must be an integer >= 0 or null, got {_shown(retry_round)}", path=path, line=line,
+                         field="retry_round")
     return {
         "base_id": row["base_id"], "interaction_id": row["interaction_id"], "domain": row["domain"],
         "condition": row["condition"], "repetition": rep, "decision": decision, "status": status,
         "label": label, "tool": tool, "score": None if score is None else float(score),
         "started": _epoch_seconds(row.get("started"), path=path, line=line),
-        "components": dict(comps) if comps else None, "quarantine_reason": q,
+        "components": dict(comps) if comps else None, "quarantine_reason": q, "retry_round": retry_round,
         "_line": line,
     }
 

@@ -127,6 +127,12 @@ class Order(TypedDict):
     drift: dict[str, Drift]
     block_rate_by_dispatch_third: dict[str, list[float | None]]
     block_rate_drift: dict[str, Drift]
+    retried_by_third: list[int]
+
+
+class Retried(TypedDict):
+    n_calls: int
+    rounds: list[dict[str, Any]]
 
 
 class Bootstrap(TypedDict):
@@ -174,6 +180,7 @@ class Report(TypedDict):
     components: dict[str, dict[str, dict[str, float | int]]]
     worst_case: WorstCase | None
     order: Order | None
+    retried: Retried
     bootstrap: Bootstrap
     accuracy: NotRequired[dict[str, dict[str, Any]]]
     source: NotRequired[dict[str, Any]]

@@ -32,6 +32,7 @@ from guards.parsers import Parsed
 from harness.canon import canonical_bytes, sha256_hex
 from harness.errors import WriteFailed
 from harness.lru import LRU
+from harness.run import supersede
 from harness.run.adaptive import RateController, WireGate
 from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
@@ -66,6 +67,7 @@ class DispatchResult:
     stop_reason: str | None = None      # None = every pending call was handled
     fatal_message: str | None = None
     statuses: dict[str, int] = field(default_factory=dict)
+    retried: dict[str, int] = field(default_factory=dict)   # new decisions of retried calls, by status
     min_concurrency: int = 0            # lowest adaptive limit reached
     rate_limited: int = 0               # attempts answered 429
     limit_cuts: int = 0                 # 429 episodes that cut the limit
@@ -137,6 +139,8 @@ class Dispatcher:
         # Each pending row carries its frozen `request_sha256` (stimuli.jsonl); it is kept here
         # only while its call is in flight (for `_finish`), so this stays as small as --concurrency.
         self.expected_sha: dict[str, str] = {}
+        # A retried call's live decision (`supersede`), while the call is in flight: its new one supersedes it.
+        self._supersedes: dict[str, supersede.Live] = {}
         self.result = DispatchResult()
         self.progress: RunProgress | None = None
         self._spacer = _Spacer(options.rpm)
@@ -250,6 +254,7 @@ class Dispatcher:
             self._write_failed(exc)
         finally:
             self.expected_sha.pop(row["call_id"], None)
+            self._supersedes.pop(row["call_id"], None)
             self._empty_retried.discard(row["call_id"])
             self._in_flight -= 1
             limiter.release()
@@ -257,6 +262,8 @@ class Dispatcher:
     async def _call(self, row: dict[str, Any]) -> None:
         call_id = row["call_id"]
         expected = self.expected_sha[call_id] = row["request_sha256"]
+        if "supersedes" in row:
+            self._supersedes[call_id] = row["supersedes"]
         # Repetitions of one instance send the same body: render and hash it once.
         cached = self._bodies.get(row["instance_sha256"])
         if cached is None:
@@ -458,8 +465,12 @@ class Dispatcher:
         rec, _, line_sha = logged
         decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
                           parser=self.parser, allowed_providers=self.guard.allowed_providers)
-        self.writer.append_decision(decision)
         st = decision["status"]
+        old = self._supersedes.get(rec["call_id"])
+        if old is not None:
+            decision = supersede.mark(decision, old)
+            self.result.retried[st] = self.result.retried.get(st, 0) + 1
+        self.writer.append_decision(decision)
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
         if self.progress is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,8 @@ from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
-from harness.run import callable_pin
+from harness.run import callable_pin, supersede
+from harness.run import retry as retries
 from harness.run.budget import Prices, Unpriced, projected_cost
 from harness.run.create import create_run_dir
 from harness.run.decide import decide
@@ -307,6 +308,7 @@ class RunOutcome:
     torn: list[Path]
     statuses: dict[str, int] = field(default_factory=dict)   # decisions of the whole run, by status
     fingerprint: str | None = None   # harness.run.fingerprint, taken when the session ended
+    retry: retries.RetrySession = field(default_factory=retries.RetrySession)
 
     @property
     def complete(self) -> bool:
@@ -316,8 +318,11 @@ class RunOutcome:
 def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
-            row_limits: RowLimits = DEFAULT_ROW_LIMITS, allow_changed_callable: bool = False) -> RunOutcome:
-    """Dispatch every undecided call of a run folder (launch and resume both end here)."""
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS, retry_failed: tuple[str, ...] | None = None,
+            allow_changed_callable: bool = False) -> RunOutcome:
+    """Dispatch every undecided call of a run folder (launch and resume both end here); with
+    `retry_failed` (failure statuses), also the calls whose live decision has one of them, their
+    new decisions superseding the old (`harness.run.supersede`)."""
     manifest = read_manifest(run_dir)
     config = run_config(run_dir, manifest).with_base_url(base_url)
     require_key(config, run_dir / "manifest.json")
@@ -342,12 +347,25 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
         result: DispatchResult | None = None
         try:
             recovered = _recover_decisions(run_dir, writer, parser, config)
+            retry = retries.prepare(
+                run_dir, writer, retry_failed,
+                lambda rec, sha, expected: decide(rec, sha, expected_request_sha256=expected.get(rec["call_id"]),
+                                                  parser=parser, allowed_providers=config.allowed_providers),
+                lambda cids: _stimuli_for(run_dir, cids))
             total = int(manifest["n_calls"])
             pending = PendingRows(run_dir, state.decided, cohort)
+            sources: list[PendingRows] = [pending]
+            rows: Iterable[dict[str, Any]] = pending
             writer.event("start", pending=total - len(state.decided), total=total,
-                         torn=[p.name for p in state.torn], recovered=recovered,
+                         torn=[p.name for p in state.torn], recovered=recovered + retry.recovered,
                          **({"callable": code} if code is not None else {}))
-            result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, pending, total,
+            if retry.targets is not None and retry.n_targets:
+                # Undecided calls first, then the retries (a later measurement either way).
+                again = PendingRows(run_dir, supersede.NotTargeted(retry.targets), cohort)
+                sources.append(again)
+                rows = itertools.chain(pending, retries.with_targets(again, retry.targets))
+                retries.record_start(run_dir, writer, retry)
+            result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, rows, total + retry.n_targets,
                                DispatchOptions(
                                    concurrency=concurrency or config.concurrency or _default_concurrency(config),
                                    rpm=rpm,
@@ -364,7 +382,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                              rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
                              limit_restores=result.limit_restores, background_429=result.background_429,
                              last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
-                             fatal=result.fatal_message)
+                             fatal=result.fatal_message, retried=result.retried)
             except WriteFailed:
                 pass   # the stop event is informational; the dispatcher has already stopped on this
         finally:
@@ -376,13 +394,14 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                     raise
                 if result.stop_reason != "write_failed":
                     result.stop_reason, result.fatal_message = "write_failed", str(exc)
-    if pending.error is not None:
-        raise pending.error
+    for source in sources:
+        if source.error is not None:
+            raise source.error
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
     statuses = decision_counts(run_dir)[1]
-    return RunOutcome(run_dir, total, decided, result, recovered, state.torn, statuses,
-                      run_fingerprint(run_dir, manifest).token)
+    return RunOutcome(run_dir, total, decided, result, recovered + retry.recovered, state.torn, statuses,
+                      run_fingerprint(run_dir, manifest).token, retry)
 
 
 def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -420,7 +439,7 @@ class PendingRows:
     row that names no instance of the run's cohort: there is nothing it could send.
     """
 
-    def __init__(self, run_dir: Path, decided: set[str], cohort: Cohort) -> None:
+    def __init__(self, run_dir: Path, decided: Container[str], cohort: Cohort) -> None:
         self.run_dir, self.decided, self.cohort = run_dir, decided, cohort
         self.error: CheckFailed | None = None
 
@@ -552,6 +571,11 @@ def finish_message(outcome: RunOutcome) -> str:
         text += ": " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.statuses.items()))
     if outcome.result.decided != outcome.decided:
         text += f" ({outcome.result.decided} in this session)"
+    if outcome.retry.targets is not None:
+        got = outcome.result.retried
+        text += f"; retried {sum(got.values())} of {outcome.retry.n_targets} failed"
+        if got:
+            text += ": " + ", ".join(f"{k} {v}" for k, v in sorted(got.items()))
     return text
 
 
@@ -561,8 +585,18 @@ def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
     return {"run_dir": str(outcome.run_dir), "total": outcome.total, "decided": outcome.decided,
             "complete": outcome.complete, "statuses": outcome.statuses,
             "session": {"dispatched": r.dispatched, "decided": r.decided, "statuses": r.statuses,
-                        "recovered": outcome.recovered, "torn": [str(p) for p in outcome.torn]},
+                        "recovered": outcome.recovered, "torn": [str(p) for p in outcome.torn],
+                        "retry": _retry_json(outcome)},
             "stop_reason": r.stop_reason, "fatal_message": r.fatal_message, "fingerprint": outcome.fingerprint}
+
+
+def _retry_json(outcome: RunOutcome) -> dict[str, Any] | None:
+    t = outcome.retry.targets
+    if t is None:
+        return None
+    return {"statuses": list(t.statuses), "targets": len(t.calls),
+            "rounds": {str(k): v for k, v in outcome.retry.rounds.items()},
+            "decided": sum(outcome.result.retried.values()), "new_statuses": outcome.result.retried}
 
 
 def raise_if_stopped(outcome: RunOutcome) -> None:

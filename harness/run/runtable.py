@@ -3,9 +3,10 @@
 Calls with no decision yet appear with status `missing`, so the estimator can see coverage
 and refuse an incomplete run. Calls answered under a generation id that another call also
 received are quarantined here as `replay_mismatch` (a check across calls: `harness.run.replay`).
-Each row also carries the base's tool (under the baseline condition), the guard's score, and
+Each row also carries the base's tool (under the baseline condition), the guard's score,
 `started`: the start time of the final attempt, the one its decision was derived from (read
-from raw.jsonl, for the dispatch-order diagnostics).
+from raw.jsonl, for the dispatch-order diagnostics), and `retry_round` (0, or the retry its
+live decision came from).
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ def _parsed_fields(line: bytes) -> tuple[int, str] | None:
     return rec["seq"], rec["started"]
 
 
+def _retry_round(d: dict[str, Any] | None) -> int:
+    rnd = d.get("retry_round") if d else None
+    return rnd if type(rnd) is int and rnd > 0 else 0
+
+
 def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
     run = Path(run_dir)
     manifest = read_manifest(run)
@@ -117,6 +123,8 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
     # The paths once: joining them per line cost more than the rest of the loop on a large run.
     dec_path, sched_path = run / DECISIONS, run / SCHEDULE
     for lineno, _, rec in iter_jsonl(dec_path):
+        # A retried call's newer decision supersedes its earlier one (harness.run.supersede;
+        # `verify` checks the chain): the last decision of a call is its live one.
         decisions[_checked(rec, _DECISION_FIELDS, dec_path, lineno)["call_id"]] = rec
     replayed = generation_replays(run)
     starts = final_attempt_starts(run / RAW, {d["raw_seq"] for d in decisions.values()
@@ -137,6 +145,8 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
             "started": starts.get(d["raw_seq"]) if d and type(d.get("raw_seq")) is int else None,
             "components": d.get("components") if d else None,
             "quarantine_reason": quarantine_reason(d, replayed),
+            # 0: the call's first decision; k: its k-th retry (`resume --retry-failed`), a later measurement
+            "retry_round": _retry_round(d),
         })
     roles = {c.name: c.role for c in cohort.conditions}
     return RunTable(rows=rows, n_scheduled=n, complete=all(r["status"] != "missing" for r in rows), roles=roles,

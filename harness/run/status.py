@@ -19,10 +19,11 @@ from typing import Any
 import orjson
 
 from guards.base import valid_cost
+from harness.run import supersede
 from harness.run.fingerprint import last_line, run_fingerprint
 from harness.run.head import head_problems
 from harness.run.layout import DECISIONS, EVENTS, RAW
-from harness.run.lines import decision_fields, iter_jsonl, iter_lines, iter_raw_fields, parsed_decision_fields
+from harness.run.lines import iter_jsonl, iter_lines, iter_raw_fields
 from harness.run.lock import RunLock
 from harness.run.manifest import read_manifest, run_config
 from harness.run.workers import halves
@@ -31,16 +32,20 @@ from harness.run.workers import halves
 def run_status(run_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
     raw_counts = _RawCounts(run_dir / RAW)   # workers read the raw log while this reads decisions
+    rounds: dict[int, int] = {}
     try:
-        decided, statuses, quarantine = decision_counts(run_dir)
+        decided, statuses, quarantine = decision_counts(run_dir, rounds)
         attempts, spend, retries, replayed, finals = raw_counts.result()
     finally:
         raw_counts.close()
     last_stop, last_event = None, None
+    sessions: list[dict[str, Any]] = []
     events = run_dir / EVENTS
     if events.exists():
         for _, _, ev in iter_jsonl(events):
             kind = ev.get("event")
+            if kind == "retry":
+                sessions.append({k: ev.get(k) for k in ("at", "statuses", "calls")})
             # A session is its start and its stop; the `note`s a session writes in between say
             # nothing about whether it ended.
             if kind in ("start", "stop"):
@@ -64,25 +69,32 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "generation_replays": replayed,
         "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6),
         "spend_simulated": run_config(run_dir, manifest).is_simulated, "last_stop": last_stop,
+        # `resume --retry-failed`: calls retried (each once in round 1), superseding decisions by
+        # round, and each retry session's start (events.jsonl).
+        "retried": {"calls": rounds.get(1, 0), "rounds": {str(k): v for k, v in sorted(rounds.items())},
+                    "sessions": sessions},
         # Final answers in the log without a decision line: `resume` re-derives them.
         "undecided_answers": len(finals - decided),
         "problems": problems, "fingerprint": fp.token,
     }
 
 
-def decision_counts(run_dir: Path) -> tuple[set[str], dict[str, int], dict[str, int]]:
-    """(distinct decided call ids, decisions by status, quarantined by reason) of the whole run.
-    A call decided twice (a damaged log) counts once among the ids, and at each of its lines."""
+def decision_counts(run_dir: Path, rounds: dict[int, int] | None = None) -> tuple[set[str], dict[str, int],
+                                                                                 dict[str, int]]:
+    """(distinct decided call ids, live decisions by status, quarantined by reason) of the whole
+    run. A retried call counts once, at its live decision (`supersede.count_live`); a call
+    decided twice without supersession (a damaged log) counts once among the ids, and at each of
+    its lines. `rounds`, when given, gets the superseding decisions by retry round."""
     statuses: dict[str, int] = {}
     quarantine: dict[str, int] = {}
     decided: set[str] = set()
     path = run_dir / DECISIONS
     for lineno, line in iter_lines(path):
-        cid, status, reason = decision_fields(line) or parsed_decision_fields(line, path, lineno)
+        cid, status, reason, sup, rnd = supersede.decision_line(line, path, lineno)
         decided.add(cid)
-        statuses[status] = statuses.get(status, 0) + 1
-        if reason:
-            quarantine[reason] = quarantine.get(reason, 0) + 1
+        supersede.count_live(statuses, quarantine, status, reason, sup)
+        if sup is not None and rounds is not None:
+            rounds[rnd] = rounds.get(rnd, 0) + 1
     return decided, statuses, quarantine
 
 

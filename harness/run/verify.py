@@ -41,10 +41,10 @@ import numpy as np
 import orjson
 
 from harness.bounded import read_bounded
-from harness.canon import canonical_sha256
+from harness.canon import canonical_sha256, dumps_line
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import CheckFailed, GuardevalError, InputError
-from harness.run import callable_pin, verify_raw
+from harness.run import callable_pin, supersede, verify_raw
 from harness.run.fingerprint import run_fingerprint
 from harness.run.head import head_problems
 from harness.run.layout import DECISIONS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
@@ -123,6 +123,7 @@ class _Verifier:
             sched_rep, sched_sha = self._schedule()
             self.stim = StimuliState(len(self.sched))
             self.finals = bytearray(len(self.sched))
+            self.chain = supersede.Checker(len(self.sched))   # a retried call's decisions: one chain
             stim_rep, render_checks, stim_sha = self._stimuli(checks=renders is not None)
             raw_rep, chain_rep, n_raw = self._raw(facts)
             dec_rep, n_dec, undecided = self._decisions()
@@ -452,6 +453,7 @@ class _Verifier:
             raw.add(f, self._derived(f, expected))
             if f.final and slot is not None:
                 self.finals[slot] = 1
+                self.chain.final_at(slot, len(raw.seq_ok) - 1)
             prev = f.digest.hex()
         chain = Report()
         _check_chain_head(self.run_dir, chain, last_seq, prev)
@@ -471,9 +473,13 @@ class _Verifier:
         decided = bytearray(len(self.sched))
         decided_odd: set[Any] = set()
         n_dec = 0
-        for lineno, _, d, canon in iter_checked(self.run_dir / DECISIONS, rep, DECISIONS):
+        chain = self.chain
+        for lineno, body, d, canon in iter_checked(self.run_dir / DECISIONS, rep, DECISIONS):
             n_dec += 1
             try:
+                superseding, problems = chain.see(body, d)
+                for problem in problems:
+                    rep.add(DECISIONS, lineno, problem)
                 cid = d["call_id"]
                 slot = calls.slot(cid)
                 if slot is None:
@@ -483,12 +489,14 @@ class _Verifier:
                 else:
                     twice = bool(decided[slot])
                     decided[slot] = 1
-                if twice:
+                if twice and not superseding and not problems:
                     rep.add(DECISIONS, lineno, "call decided twice")
                 pos = raw.position(d["raw_seq"])
                 if pos is None:
                     rep.add(DECISIONS, lineno, f"raw_seq {d['raw_seq']} not in raw.jsonl")
                     continue
+                if slot is not None:
+                    chain.decided_at(slot, pos)
                 if raw.line_sha(pos) != d["raw_line_sha256"]:
                     rep.add(DECISIONS, lineno, "raw_line_sha256 does not match the raw line")
                 if raw.call_id(pos) != cid:
@@ -496,6 +504,8 @@ class _Verifier:
                 if self.parser is not None:
                     if pos in raw.derive_errors:
                         raise raw.derive_errors[pos]
+                    if "supersedes" in d or "retry_round" in d:
+                        canon = dumps_line(supersede.base_record(d))   # what `decide` writes
                     if raw.derived[16 * pos:16 * pos + 16] != verify_raw.digest16(canon):
                         rep.add(DECISIONS, lineno, "decision differs from its re-derivation from the raw line")
             except (KeyError, TypeError, ValueError) as exc:
@@ -503,6 +513,7 @@ class _Verifier:
         # A final answer in the log whose decision line is gone (deleted, or a crash between the
         # two writes) would otherwise pass unseen: the estimate would just have fewer calls.
         undecided = int(np.count_nonzero(np.frombuffer(self.finals, np.uint8) > np.frombuffer(decided, np.uint8)))
+        undecided += chain.stale_finals()     # a retry's answer (harness.run.supersede)
         if undecided:
             rep.add(DECISIONS, None, f"{undecided} logged final answer(s) have no decision line (deleted, or a crash "
                                      "between the two writes); `guardeval resume RUN` re-derives them from the log "

@@ -27,10 +27,11 @@ from harness.run.manifest import read_manifest, run_row_limits
 from harness.run.replay import generation_replays, quarantine_reason
 
 # The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
-# `latency_s`, `provider` and `finish_reason` are those of its final attempt.
+# `latency_s`, `provider` and `finish_reason` are those of its final attempt; `retry_round` is 0,
+# or the retry (`resume --retry-failed`) whose decision the row carries.
 EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition", "repetition", "label", "tool",
                   "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost", "provider",
-                  "finish_reason")
+                  "finish_reason", "retry_round")
 CALL_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -38,7 +39,7 @@ CALL_ID = re.compile(r"[0-9a-f]{32}")
 class AttemptSummary:
     n: int = 0
     cost: float | None = None                     # sum of valid costs; None when none was reported
-    last: dict[str, Any] = field(default_factory=dict)   # head fields of the latest attempt
+    last: dict[str, Any] = field(default_factory=dict)   # head fields of the latest final attempt (else latest)
     where: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) of each line
 
 
@@ -84,7 +85,10 @@ def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None
             cost = reported_cost(usage)       # with a BYOK call's upstream charge
             if cost is not None:
                 s.cost = (s.cost or 0.0) + cost
-            s.last = head
+            # The final attempt, its decision's; a retry cut short (harness.run.supersede) left
+            # attempts after it that no decision is derived from.
+            if head.get("final") is True or s.last.get("final") is not True:
+                s.last = head
             s.where.append((offset, len(line)))
         n += 1
         if lineno == 1:     # `started` comes after the request: parse the first line whole
@@ -96,6 +100,8 @@ def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None
 
 
 def _decisions(run: Path) -> dict[str, dict[str, Any]]:
+    """Each call's live decision: a retry's supersedes the earlier (harness.run.supersede), and
+    comes later in the file."""
     out: dict[str, dict[str, Any]] = {}
     for _, _, rec in iter_jsonl(run / DECISIONS):
         cid = rec.get("call_id")
@@ -131,6 +137,7 @@ def load_calls(run_dir: str | Path) -> RunCalls:
             "quarantine_reason": quarantine_reason(d, replayed), "attempts": a.n if a else 0,
             "latency_s": final.get("latency_s"), "cost": a.cost if a else None, "provider": final.get("provider"),
             "finish_reason": final.get("finish_reason"),
+            "retry_round": rnd if type(rnd := d.get("retry_round")) is int and rnd > 0 else 0,
             # beyond the export frame: what the call browser and `show` need
             "index": s.get("index"), "instance_sha256": s.get("instance_sha256"),
             "components": d.get("components"), "detail": d.get("detail"), "raw_seq": d.get("raw_seq"),
@@ -228,11 +235,12 @@ def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
         rec = parse_line(body, run / STIMULI, lineno)
         if rec.get("call_id") == call_id:
             stimulus = rec.get("request_sha256")
-    decision = None
+    decisions = []
     for _, lineno, body in _lines_naming(run / DECISIONS, call_id):
         rec = parse_line(body, run / DECISIONS, lineno)
         if rec.get("call_id") == call_id:
-            decision = rec
+            rec["line"], rec["line_sha256"] = lineno, sha256_hex(body)
+            decisions.append(rec)
     cohort = load_cohort(run / COHORT_DIR, limits=run_row_limits(run, read_manifest(run)))
     try:
         instance = cohort.instance(schedule["base_id"], schedule["condition"])
@@ -240,5 +248,7 @@ def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
         instance = None
     finally:
         cohort.close()
+    # The live decision is the last (a retry's supersedes the one before it); `decisions` holds
+    # them all, oldest first.
     return {"schedule": schedule, "instance": instance, "stimulus_sha256": stimulus, "attempts": attempts,
-            "decision": decision}
+            "decision": decisions[-1] if decisions else None, "decisions": decisions}

@@ -20,7 +20,7 @@ from harness.view.calls import EXPORT_COLUMNS, RunCalls
 from harness.view.files import out_file, write_atomically
 
 FORMATS = ("csv", "jsonl", "parquet")
-_INTS = ("repetition", "label", "decision", "attempts")
+_INTS = ("repetition", "label", "decision", "attempts", "retry_round")
 _FLOATS = ("score", "latency_s", "cost")
 
 

@@ -291,6 +291,11 @@ def _svg_data_uri(report: Mapping[str, Any], title: str) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(figure_bytes(forest_figure(report, title), "svg")).decode()
 
 
+def _retried_words(report: Mapping[str, Any]) -> str:
+    n = (report.get("retried") or {}).get("n_calls")
+    return f"; {n} calls counted at a retry's decision (later measurements)" if n else ""
+
+
 def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any],
                selection: Selection | None = None) -> str:
     sel = selection or select_calls(calls)
@@ -299,7 +304,8 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
     summary = T.esc(T.fmt(
         f"{report.get('n_bases')} bases, {report.get('n_interactions')} interactions, {report.get('n_calls')} calls; "
         f"baseline {report.get('baseline')}, placebo {report.get('placebo') or 'none'}; headline failure rule "
-        f"{report.get('failure_rule')}" + ("" if report.get("complete", True) else "; INCOMPLETE run")))
+        f"{report.get('failure_rule')}" + ("" if report.get("complete", True) else "; INCOMPLETE run")
+        + _retried_words(report)))
     accuracy, components, more = report.get("accuracy"), report.get("components"), T.more_sections(report)
     # The families report.md shows, as the same tables (harness/estimators/sections.py).
     def shown(sections: list[S.Section], *groups: str, heading: str = "") -> str:
@@ -318,7 +324,7 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         shown(S.block_rates(report) + S.stability(report), "block rates", "stability",
               heading="<h2>Block rates and stability</h2>"),
         "<h2>Strata</h2>", T.strata_tables(report), T.definitions("strata"), shown(S.strata_corrected(report)),
-        shown(S.order(report), "order", heading="<h2>Dispatch order</h2>"),
+        shown(S.order(report) + S.retried(report), "order", heading="<h2>Dispatch order</h2>"),
         "<h2>Coverage</h2>", T.coverage_table(report), T.definitions("coverage"),
         "<h2>Quarantine</h2>", T.quarantine_table(report), T.definitions("quarantine"),
         "<h2>Against labels</h2>" + shown(S.labels(report) + S.accuracy(report))

@@ -77,7 +77,7 @@ def story_text(story: Mapping[str, Any]) -> str:
     if d is None:
         out.append("decision: none yet (the call is pending)")
     else:
-        final = attempts[-1] if attempts else {}
+        final = next((a for a in attempts if a.get("seq") == d.get("raw_seq")), attempts[-1] if attempts else {})
         dec = {1: "1 (block)", 0: "0 (allow)"}.get(d.get("decision"), _one(d.get("decision")))
         out += [f"decision: status {_one(d.get('status'))}, decision {dec}, score {_one(d.get('score'))}, "
                 f"attributable {_one(d.get('attributable'))}",
@@ -85,4 +85,19 @@ def story_text(story: Mapping[str, Any]) -> str:
                 f"  quarantine {_one(d.get('quarantine_reason'))}  detail {_one(d.get('detail'))}",
                 f"  raw_seq {_one(d.get('raw_seq'))}  raw_line_sha256 {_one(d.get('raw_line_sha256'))}"
                 f"{_mark(d.get('raw_line_sha256'), final.get('line_sha256'))}"]
+        out += _history(story.get("decisions") or [])
     return "\n".join(out)
+
+
+def _history(decisions: list[Mapping[str, Any]]) -> list[str]:
+    """A retried call's decisions, oldest first: each later one supersedes the one before."""
+    if len(decisions) < 2:
+        return []
+    out = ["", f"decisions ({len(decisions)}; the last is counted, each earlier one superseded by a retry)"]
+    for d in decisions:
+        sup = d.get("supersedes") if isinstance(d.get("supersedes"), Mapping) else None
+        what = (f"retry round {_one(d.get('retry_round'))}, supersedes sha256 {_one(sup.get('decision_sha256'))}"
+                if sup is not None else "first decision")
+        out.append(f"  decisions.jsonl line {_one(d.get('line'))}: status {_one(d.get('status'))}, raw_seq "
+                   f"{_one(d.get('raw_seq'))}, {what}; line sha256 {_one(d.get('line_sha256'))}")
+    return out
