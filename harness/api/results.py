@@ -15,14 +15,17 @@ from harness.errors import InputError
 def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | None = None,
              family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0, failure_rule: str = "drop",
              missing: str = "exclude", allow_partial: bool = False, allow_unpublishable: bool = False,
-             verify: bool = True, allow_skipped: bool = False, write: bool = True,
+             verify: bool = True, allow_skipped: bool = False, write: bool = True, margin: float | None = None,
              row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Estimate:
     """Paired effects with cluster-bootstrap intervals (`guardeval estimate RUN`). The run is
     verified first (CheckFailed when it does not hold; `verify=False` skips that, and the report
-    says so). With `write`, report.json, report.md, effects.png and report.html go into the run."""
+    says so). `margin`: the equivalence margin (`--margin`). With `write`, report.json, report.md,
+    effects.png and report.html go into the run."""
+    from harness.estimators.equivalence import DEFAULT_MARGIN
     from harness.estimators.runs import estimate_run
 
     report = estimate_run(run, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                          margin=DEFAULT_MARGIN if margin is None else margin,
                           failure_rule=failure_rule, missing=missing, allow_partial=allow_partial,
                           allow_unpublishable=allow_unpublishable, write=write, verify=verify,
                           allow_skipped=allow_skipped, row_limits=row_limits)

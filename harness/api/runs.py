@@ -148,7 +148,7 @@ def status(run: str | Path) -> RunStatus:
     runs it now (`guardeval status`)."""
     from harness.run.status import run_status
 
-    return RunStatus(**run_status(run_folder(run)))
+    return RunStatus.from_dict(run_status(run_folder(run)))
 
 
 def verify(run: str | Path, *, allow_skipped: bool = False, expect: str | None = None,

@@ -131,6 +131,18 @@ class RunStatus(_Record):
     undecided_answers: int                  # final answers without a decision line (`resume` re-derives them)
     problems: list[Any]                     # what the log's head says is wrong (a cut raw log, ...)
     fingerprint: str                        # the run's fingerprint now
+    retried: dict[str, Any] | None = None   # calls given new attempts by `resume --retry-failed`, by round
+    extra: dict[str, Any] = field(default_factory=dict)   # fields of `status --json` newer than this record
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunStatus:
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in data.items() if k in names},
+                   extra={k: v for k, v in data.items() if k not in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        return {**{k: v for k, v in d.items() if k != "extra"}, **self.extra}
 
 
 @dataclass(frozen=True)
@@ -275,3 +287,4 @@ class CallRecord(_Record):
     cost: float | None
     provider: str | None
     finish_reason: str | None
+    retry_round: int | None = None          # the `resume --retry-failed` round that decided it (None: none)
