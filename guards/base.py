@@ -39,12 +39,18 @@ class Reply:
     previous_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
+# The most one attempt can plausibly cost, in USD. The dearest hosted models price a million
+# output tokens at a few hundred dollars, and a guard call is one prompt and a short answer: a
+# cost above this is a provider's nonsense (1e308 made the spend `inf`), not a bill to add up.
+MAX_CALL_COST_USD = 1000.0
+
+
 def valid_cost(value: Any) -> TypeGuard[int | float]:
-    """A provider's cost that counts as spend: a finite, non-negative number (not a bool).
-    Anything else is unknown, never a refund (docs/design.md §7)."""
+    """A provider's cost that counts as spend: a finite number from 0 to MAX_CALL_COST_USD (not
+    a bool). Anything else is unknown, never a refund (docs/design.md §7)."""
     if type(value) is int:
-        return value >= 0
-    return type(value) is float and math.isfinite(value) and value >= 0
+        return 0 <= value <= MAX_CALL_COST_USD
+    return type(value) is float and math.isfinite(value) and 0 <= value <= MAX_CALL_COST_USD
 
 
 class Guard(abc.ABC):

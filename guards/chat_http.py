@@ -158,8 +158,8 @@ class ChatCompletionsGuard(Guard):
             raise _cleaned(self._status_error(status, parse_retry_after(headers.get("retry-after")), text, reply),
                            clean)
         try:
-            data = orjson.loads(text)
-        except orjson.JSONDecodeError:
+            data = _loads(text)
+        except ValueError:
             raise TransientError("malformed", "HTTP 200 with a body that is not JSON", reply) from None
         if not isinstance(data, dict):
             raise TransientError("malformed", "HTTP 200 with a JSON body that is not an object", reply)
@@ -275,6 +275,27 @@ def _refused(exc: BaseException) -> bool:
             return True
         cur, seen = cur.__cause__ or cur.__context__, seen + 1
     return False
+
+
+_CONSTANTS = ("NaN", "Infinity")
+
+
+def _loads(text: str) -> Any:
+    """The body as JSON. A body that is JSON but for `NaN` or `Infinity` as a number (a
+    provider's `"cost": NaN`) is read with those as floats: the answer was given and paid for,
+    and the number is then invalid where it is read (`cost_invalid`), rather than the whole
+    body being discarded as malformed. ValueError when it is not JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        if not any(c in text for c in _CONSTANTS):
+            raise
+    import json
+
+    try:
+        return json.loads(text)   # reads NaN, Infinity and -Infinity as floats
+    except RecursionError:        # nesting orjson refuses past 1024 levels: not an answer either
+        raise ValueError("nested too deeply") from None
 
 
 def _usage(usage: Any) -> dict[str, Any]:

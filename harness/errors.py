@@ -26,6 +26,7 @@ class InputError(GuardevalError):
         if field is not None:
             where.append(f"field '{field}'")
         self.path, self.line, self.field = path, line, field
+        self.message = message      # without the place: for a caller that names the place itself
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 

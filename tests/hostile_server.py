@@ -6,7 +6,8 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
 
   ok                          a valid answer (`usage.cost` 0.001, 1000 + 20 tokens)
   cost/<value>                a valid answer whose usage.cost is the JSON literal <value>
-                              (`-1000`, `0`, `"abc"`, `1e308`), or no cost at all for `none`
+                              (`-1000`, `0`, `"abc"`, `1e308`; `NaN`, `Infinity` written
+                              unquoted though JSON has no such literal), or no cost at all for `none`
   endless                     HTTP 200, a chunked body that never ends
   big-length                  HTTP 200 announcing Content-Length 2,000,000,000, then sending
                               bytes until the client goes away
@@ -29,7 +30,9 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
                               4xx/5xx) or in the content and X-Call-Id header (200); forms:
                               plain, json (every character \\uXXXX), json-mixed (every other
                               character escaped), percent (%XX), partial (a 20-character run),
-                              or `all`: each request the next of those five in turn
+                              or `all`: each request the next of those five in turn; and upper,
+                              mixed-case, reversed, hex, hex-upper, b64-0, b64-1, b64-2 (base64
+                              of the key after 0-2 bytes), b64-bearer (of `Bearer KEY`), b64-url
   key-encoding                a valid answer labelled with the caller's Bearer key as its
                               `Content-Encoding` (an encoding the client cannot read, named by a header)
   status/<code>               that status with an OpenRouter-style error body (413, ...)
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import gzip
 import re
 import urllib.parse
@@ -86,13 +90,31 @@ def key_form(key: str, form: str) -> str:
         return "".join(f"%{ord(c):02X}" for c in key)
     if form == "partial":
         return key[len(key) // 3:len(key) // 3 + 20]
+    if form == "upper":
+        return key.upper()
+    if form == "mixed-case":
+        return "".join(c.upper() if i % 3 == 0 else c for i, c in enumerate(key))
+    if form == "reversed":
+        return key[::-1]
+    if form == "hex":
+        return key.encode().hex()
+    if form == "hex-upper":
+        return key.encode().hex().upper()
+    if form.startswith("b64-"):
+        # b64-0, b64-1, b64-2: the key after 0-2 other bytes; b64-bearer: the Authorization value;
+        # b64-url: URL-safe alphabet.
+        what = {"b64-0": key.encode(), "b64-1": b"x" + key.encode(), "b64-2": b"xy" + key.encode(),
+                "b64-bearer": b"Bearer " + key.encode(), "b64-url": b"?" + key.encode()}[form]
+        encode = base64.urlsafe_b64encode if form == "b64-url" else base64.b64encode
+        return encode(what).decode()
     raise ValueError(form)
 
 
 def leaked(text: str, key: str, run: int = 12) -> str | None:
     """A run of `run` characters of `key` found in `text` plain, after undoing JSON escapes
     (once or twice, as a JSON string inside a JSON file holds them), or after undoing percent
-    encoding; None when there is none. Written apart from guards/redact.py on purpose."""
+    encoding, in any case, reversed, or in a stretch of hex or base64 decoded; None when there
+    is none. Written apart from guards/redact.py on purpose."""
     def unjson(t: str) -> str:
         # One left-to-right pass, as a JSON reader does: `\\u0073` is a backslash, then text.
         return re.sub(r'\\(u[0-9a-fA-F]{4}|[/"\\bfnrt])',
@@ -100,9 +122,28 @@ def leaked(text: str, key: str, run: int = 12) -> str | None:
 
     views = [text, unjson(text), unjson(unjson(text))]
     views += [urllib.parse.unquote(v) for v in views]
+    # Encodings: every stretch of hex digits (both pairings) and of base64 characters (all four
+    # starting offsets, both alphabets) decoded, as text.
+    decoded: list[str] = []
     for view in views:
+        for m in re.finditer(r"[0-9a-fA-F]{%d,}" % (2 * run), view):
+            for skip in (0, 1):
+                digits = m[0][skip:]
+                decoded.append(bytes.fromhex(digits[:len(digits) // 2 * 2]).decode("latin-1"))
+        for m in re.finditer(r"[A-Za-z0-9+/_-]{%d,}" % (run * 4 // 3), view):
+            for skip in range(4):
+                chars = m[0][skip:]
+                chars = chars[:len(chars) // 4 * 4]
+                for alt in (b"+/", b"-_"):
+                    try:
+                        decoded.append(base64.b64decode(chars.encode(), altchars=alt).decode("latin-1"))
+                    except ValueError:
+                        pass
+    for view in views + decoded:
+        low = view.lower()
         for i in range(len(key) - run + 1):
-            if key[i:i + run] in view:
+            piece = key[i:i + run].lower()
+            if piece in low or piece[::-1] in low:
                 return key[i:i + run]
     return None
 
@@ -186,6 +227,10 @@ class Hostile:
         if mode == "ok":
             return web.json_response(answer(call_id=call_id))
         if mode == "cost":
+            if args[0] in ("NaN", "Infinity", "-Infinity"):
+                # Not JSON, but what a careless encoder writes: the literal, unquoted.
+                text = orjson.dumps(answer(cost="COST", call_id=call_id)).decode().replace('"COST"', args[0])
+                return web.Response(text=text, content_type="application/json")
             cost = None if args[0] == "none" else orjson.loads(args[0])
             return web.json_response(answer(cost=cost, call_id=call_id))
         if mode in ("endless", "big-length"):

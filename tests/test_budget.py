@@ -13,7 +13,9 @@ PRICES = Prices(in_per_mtok=1.0, out_per_mtok=5.0, per_call=0.005)
 TOKENS = {"prompt_tokens": 1000, "completion_tokens": 20}     # $0.0011 at PRICES
 
 
-@pytest.mark.parametrize("value, ok", [(0, True), (0.5, True), (10**30, True), (-1000, False), (-0.0, True),
+# Above MAX_CALL_COST_USD ($1,000) a cost is implausible: unknown, like a negative one.
+@pytest.mark.parametrize("value, ok", [(0, True), (0.5, True), (10**30, False), (1000, True), (1000.5, False),
+                                       (1e308, False), (-1000, False), (-0.0, True),
                                        (math.inf, False), (math.nan, False), ("1", False), (True, False),
                                        (None, False), ([1], False)])
 def test_valid_cost(value, ok):

@@ -120,9 +120,12 @@ async def test_no_key_and_a_clean_answer_are_left_as_received(hostile, monkeypat
     assert not isinstance(reply, AttemptError) and not reply.redacted   # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("value, valid", [("-1000", False), ("0", True), ('"abc"', False), ("1e308", True),
+@pytest.mark.parametrize("value, valid", [("-1000", False), ("0", True), ('"abc"', False), ("1e308", False),
+                                          ("1000", True), ("1000.5", False), ("NaN", False), ("Infinity", False),
                                           ("none", None), ("true", False), ("[1]", False), ("0.25", True)])
-async def test_usage_cost_is_kept_only_when_it_is_a_finite_non_negative_number(hostile, value, valid):
+async def test_usage_cost_is_kept_only_when_it_is_a_plausible_non_negative_number(hostile, value, valid):
+    # A cost above MAX_CALL_COST_USD (1e308) is implausible, and NaN or Infinity (not JSON at
+    # all) keep the answer: the body is read, only the cost is invalid.
     base, _ = hostile
     reply = await _send(f"{base}/cost/{value}/v1")
     assert not isinstance(reply, AttemptError), reply

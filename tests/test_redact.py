@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import string
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,21 @@ def test_forms_are_replaced_and_json_stays_json():
         out = r(body)
         assert leaked(out, KEY) is None, (form, out)
         assert json.loads(out)["error"]["message"] == f"bad key {MARK} here", (form, out)
+
+
+NEW_FORMS = ("upper", "mixed-case", "reversed", "hex", "hex-upper", "b64-0", "b64-1", "b64-2", "b64-bearer", "b64-url")
+
+
+@pytest.mark.parametrize("form", NEW_FORMS)
+def test_case_reversal_hex_and_base64_at_every_alignment_are_replaced(form):
+    r = Redactor(KEY)
+    echo = key_form(KEY, form)
+    assert leaked(echo, KEY) is not None, form      # the detector sees the spelling
+    for spelled in (echo, json.dumps(echo)[1:-1], "".join(f"\\u{ord(c):04x}" for c in echo)):
+        body = '{"error": {"message": "bad key %s here"}}' % spelled
+        out = r(body)
+        assert leaked(out, KEY) is None, (form, out)
+        assert MARK in json.loads(out)["error"]["message"], (form, out)
 
 
 def test_short_runs_and_other_text_are_left_alone():
@@ -48,11 +64,15 @@ def test_an_escaped_backslash_is_not_read_as_an_escape():
 @settings(max_examples=200, deadline=None)
 @given(key=st.text(string.ascii_letters + string.digits + "-_", min_size=20, max_size=80),
        start=st.integers(0, 60), length=st.integers(12, 80),
-       form=st.sampled_from(["plain", "json", "json-mixed", "percent"]),
+       form=st.sampled_from(["plain", "json", "json-mixed", "percent", "upper", "reversed", "hex", "b64-0", "b64-1",
+                             "b64-2"]),
        before=st.text(string.printable, max_size=40), after=st.text(string.printable, max_size=40))
 def test_any_run_of_twelve_in_any_form_is_gone(key, start, length, form, before, after):
-    start = min(start, len(key) - 12)
-    piece = key[start:start + length]
+    # Base64 hides 12 bytes in 16 characters only in whole 3-byte groups: 16 characters of the
+    # key leave 12 whole at any alignment.
+    need = 16 if form.startswith("b64") else 12
+    start = min(start, len(key) - need)
+    piece = key[start:start + max(length, need)]
     text = before + key_form(piece, form) + after
     out = Redactor(key)(text)
     # The spelled run is gone; what the surrounding text might happen to share with the key

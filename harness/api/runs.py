@@ -101,7 +101,8 @@ def replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = Non
 def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | None = None,
            rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
            fixed_concurrency: bool = False, progress: bool = False, allow_changed_callable: bool = False,
-           retry_failed: Sequence[str] | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
+           retry_failed: Sequence[str] | None = None, rate_limit_stop_s: float | None = None,
+           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
     """Send a stopped or crashed run's undecided calls; with `retry_failed` (failure statuses,
     e.g. `("exhausted",)`), also the calls whose decision has one of them (`resume --retry-failed`).
     Refuses (InputError) a changed prompt rendering, or a python guard whose code changed since
@@ -116,18 +117,20 @@ def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | N
             raise InputError(str(exc), field="retry_failed") from None
     return _execute(run_folder(run), base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
                     max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
-                    allow_changed_callable=allow_changed_callable, retry_failed=statuses, row_limits=row_limits)
+                    allow_changed_callable=allow_changed_callable, retry_failed=statuses,
+                    rate_limit_stop_s=rate_limit_stop_s, row_limits=row_limits)
 
 
 def _execute(run_dir: Path, *, base_url: str | None, concurrency: int | None, rpm: float | None,
              max_cost: float | None, max_calls: int | None, fixed_concurrency: bool, progress: bool,
              row_limits: RowLimits, allow_changed_callable: bool = False,
-             retry_failed: tuple[str, ...] | None = None) -> RunResult:
+             retry_failed: tuple[str, ...] | None = None, rate_limit_stop_s: float | None = None) -> RunResult:
     from harness.run.runner import execute
 
     o = execute(run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
                 max_calls=max_calls, progress=progress, adaptive=not fixed_concurrency, row_limits=row_limits,
                 allow_changed_callable=allow_changed_callable, retry_failed=retry_failed,
+                rate_limit_stop_s=rate_limit_stop_s,
                 handle_signals=_main_thread())
     r = o.result
     return RunResult(run_dir=o.run_dir, total=o.total, decided=o.decided, complete=o.complete,

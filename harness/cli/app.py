@@ -65,6 +65,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         # argparse hands a subcommand's unknown options up to the top parser, which would print
         # the top-level usage; here the subcommand that got them prints its own.
+        self._given = list(sys.argv[1:] if args is None else args)
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -73,7 +74,29 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {safe(message)}", file=sys.stderr)
+        for hint in self._typos():
+            print(f"{self.prog}: {safe(hint)}", file=sys.stderr)
         raise SystemExit(2)
+
+    def _typos(self) -> list[str]:
+        """`--cohrt demo` fails as "required: --cohort"; name the typo and the closest option.
+        Only a parser without subcommands knows its options (the top one would see the
+        subcommand's options as unknown)."""
+        if self._subparsers is not None:
+            return []
+        import difflib
+
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        hints = []
+        for token in getattr(self, "_given", []):
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and len(name) > 2 and name not in self._option_string_actions:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"unknown option {name}: did you mean {close[0]}?")
+        return hints
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,11 +109,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM outside dispatch (planning, the preflight, writing the run folder): unwinds like
+    Ctrl-C, so that a partial folder is removed and a lock released, instead of a silent -15.
+    The dispatcher takes the signal over while it runs and stops the run cleanly itself."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        # Exit 1 as for any interrupted work (docs/design.md §11); nothing half-written is kept.
+        print("guardeval: stopped by SIGTERM before any call was sent; nothing half-written was kept",
+              file=sys.stderr)
+        return 1
     except GuardevalError as exc:
         # Messages quote files, configs and providers: control characters are shown, not obeyed.
         print(f"guardeval: {safe(exc)}", file=sys.stderr)
@@ -105,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # write): which one and why, exit 1, no traceback.
         print(f"guardeval: {safe(os_error_text(exc))}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
                    help="exit 0 even when more than 2%% of a run's calls are quarantined")
     p.add_argument("--margin", type=float, default=0.05, metavar="M",
                    help="equivalence margin, a proportion in (0, 1): a null is 'within ±M' when the 90%% interval "
-                        "lies inside (-M, M) (default 0.05)")
+                        "lies inside (-M, M) (default: 0.05)")
     p.add_argument("--json", action="store_true",
                    help=f"print the {'report' if what == 'estimate' else 'comparison'} as JSON on stdout")
 

@@ -88,6 +88,15 @@ def check_plan(plan: Any, args: argparse.Namespace, *, max_calls: int | None, ou
     return bool(result.ok)
 
 
+SIM_HINT = ("`guardeval sim-server` listens on a free port unless given --port: start it, and pass the URL it "
+            "printed (`listening on http://127.0.0.1:PORT`) as --base-url")
+
+
 def refuse(plan: Any) -> InputError:
+    if plan.config.is_simulated:
+        # The sim preset's base_url is a fixed port; the server picks a free one.
+        return InputError(f"the simulated provider cannot serve {plan.config.name} at "
+                          f"{plan.config.effective_base_url} (see the preflight above); nothing was sent or written. "
+                          + SIM_HINT)
     return InputError(f"OpenRouter cannot serve {plan.config.name} as configured (see the preflight above); nothing "
                       "was sent or written. Fix the config, or skip the check with --no-preflight")

@@ -55,8 +55,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("resume", help="resume a stopped or crashed run",
-                       description="Send the run's undecided calls; with --retry-failed, also give the calls "
-                                   "whose decision failed new attempts (their new decisions supersede the old).")
+                       description="Send every undecided call of a run. The dispatch options its launch was given "
+                                   "(--concurrency, --fixed-concurrency, --rpm, --max-cost, --rate-limit-stop; "
+                                   "recorded in manifest.json) are used again unless given here. With --retry-failed, "
+                                   "also give the calls whose decision failed new attempts (their new decisions "
+                                   "supersede the old).")
     p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--retry-failed", nargs="?", const=DEFAULT_RETRY, type=_retry_statuses, metavar="STATUS,...",
                    help="also send again the calls whose live decision has one of these failure statuses (default: "
@@ -73,8 +76,11 @@ def register(sub: Any) -> None:
     p.add_argument("run", metavar="RUN", help=RUN_HELP + " whose schedule to replicate")
     p.add_argument("--guard", required=True, help="guard config (TOML) of the other guard")
     p.add_argument("--run-dir", help="the run folder itself (default: runs/<run-id>/)")
-    _dispatch_options(p, max_calls=False)
+    _dispatch_options(p)
     preflight.add_option(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan, a token and cost projection, whether the key is set and the preflight; "
+                        "send no call, write nothing")
     row_limit_options(p)
     p.set_defaults(func=cmd_replicate)
 
@@ -106,20 +112,23 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_demo)
 
 
-def _dispatch_options(p: argparse.ArgumentParser, *, max_calls: bool = True) -> None:
-    """The options every command that sends calls shares (launch, resume, replicate)."""
+def _dispatch_options(p: argparse.ArgumentParser) -> None:
+    """The options every command that sends calls shares (launch, resume, replicate). `resume`
+    reuses what the launch was given (manifest `launch_options`) for any it is not given."""
     p.add_argument("--base-url", type=base_url,
                    help="send to this URL (http or https) instead of the guard config's base_url")
     p.add_argument("--concurrency", type=positive_int,
                    help="calls in flight at most (default: the guard config's concurrency, else 16; 1 for mlx)")
-    p.add_argument("--fixed-concurrency", action="store_true",
-                   help="keep --concurrency fixed: no cut on 429 episodes, Retry-After honoured per call only")
+    p.add_argument("--fixed-concurrency", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep --concurrency fixed: no cut on 429 episodes, Retry-After honoured per call only "
+                        "(default: adaptive)")
     p.add_argument("--rpm", type=positive_float, help="cap on requests per minute (default: no cap)")
     p.add_argument("--max-cost", type=nonneg_float,
                    help="USD: stop launching calls when spent + in flight would pass it (default: no limit)")
-    if max_calls:
-        p.add_argument("--max-calls", type=positive_int,
-                       help="dispatch at most N calls, a pilot; continue with resume (default: all)")
+    p.add_argument("--rate-limit-stop", type=positive_float, metavar="SECONDS",
+                   help="stop (resumable) when nothing but 429s has come back for this long (default: 600)")
+    p.add_argument("--max-calls", type=positive_int,
+                   help="dispatch at most N calls, a pilot; continue with resume (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
 
@@ -131,8 +140,20 @@ def _existing_run(path: str) -> Path:
     return p
 
 
+def check_new_run_dir(run_dir: Path) -> None:
+    """The store's check, and for a folder that already holds a run, what was probably meant."""
+    from harness.run.create import check_new_run_dir as check
+
+    try:
+        check(run_dir)
+    except InputError as exc:
+        if not run_dir.is_symlink() and (run_dir / "manifest.json").is_file():
+            raise InputError(f"{exc.message}: it holds a run; continue that run with: guardeval resume "
+                             f"{run_dir} (or give a new --run-dir)", path=run_dir) from None
+        raise
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
-    from harness.run.create import check_new_run_dir
     from harness.run.runner import materialise, plan_launch, require_key, resolve_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
@@ -145,29 +166,48 @@ def cmd_launch(args: argparse.Namespace) -> int:
     require_key(plan.config, plan.config.source)   # before the preflight, which would send it
     if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
         raise preflight.refuse(plan)
+    _record_options(plan, args)
     materialise(plan, run_dir)
     print(f"run: {safe(run_dir)}", file=sys.stderr)
     return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The dispatch options as the command line gave them (None: not given)."""
+    return {"concurrency": args.concurrency, "fixed_concurrency": args.fixed_concurrency, "rpm": args.rpm,
+            "max_cost": args.max_cost, "rate_limit_stop_s": args.rate_limit_stop}
+
+
+def _record_options(plan: Any, args: argparse.Namespace) -> None:
+    from harness.run import launch_options
+
+    plan.manifest[launch_options.FIELD] = launch_options.record(_given(args))
+
+
 def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
+    plan.render_instances()
     plan.digest()   # hashes the schedule as it would be written; writes nothing
     proj = plan.projection(args.max_calls)
     cfg = plan.config
+    m = plan.manifest
+    reps, order, seed = m["reps"], m["order"], m["seed"]
     key = {"variable": cfg.api_key_env, "set": cfg.key_is_set(), "needed": cfg.needs_key}
     if args.json:
         # The preflight's checks go to stderr here: stdout carries only the JSON.
         ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr)
         _print_json({"dry_run": True, "n_calls": plan.n_calls, "bases": len(plan.cohort.base_ids),
-                     "conditions": len(plan.cohort.conditions), "reps": args.reps, "order": args.order,
-                     "seed": args.seed, "guard": {"name": cfg.name, "backend": cfg.backend, "model": cfg.model,
-                                                  "base_url": cfg.effective_base_url},
+                     "conditions": len(plan.cohort.conditions), "reps": reps, "order": order,
+                     "seed": seed, "parent_run": (m.get("parent_run") or {}).get("run_id"),
+                     "guard": {"name": cfg.name, "backend": cfg.backend, "model": cfg.model,
+                               "base_url": cfg.effective_base_url},
                      "prompt": plan.prompt.id, "schedule_sha256": plan.manifest["schedule_sha256"],
                      "run_dir": str(run_dir), "max_calls": args.max_calls, "projection": proj, "key": key,
                      "preflight_ok": ready})
         return 0 if ready else 2
-    print(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
-          f"{len(plan.cohort.conditions)} conditions x {args.reps} repetitions; order {args.order}, seed {args.seed}")
+    parent = (m.get("parent_run") or {}).get("run_id")
+    print(safe(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
+               f"{len(plan.cohort.conditions)} conditions x {reps} repetitions; order {order}, seed {seed}"
+               + (f"; the schedule of {parent}, byte for byte" if parent else "")))
     where = f"calling {cfg.callable}" if cfg.backend == "python" else f"at {cfg.effective_base_url}"
     print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) {where}, prompt {plan.prompt.id}"))
     if cfg.api_key_env:
@@ -199,14 +239,17 @@ def _warn_if_plain_http(url: str | None) -> None:
               "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
-def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
+def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None,
+         options: dict[str, Any] | None = None) -> int:
     from harness import api
     from harness.run.supersede import parse_statuses
 
     retry = getattr(args, "retry_failed", None)
-    result = api.resume(run_dir, base_url=base_url, concurrency=args.concurrency, rpm=args.rpm,
-                        max_cost=args.max_cost, max_calls=max_calls, fixed_concurrency=args.fixed_concurrency,
+    o = options if options is not None else _given(args)
+    result = api.resume(run_dir, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
+                        max_cost=o["max_cost"], max_calls=max_calls, fixed_concurrency=o["fixed_concurrency"],
                         progress=not args.no_progress, row_limits=row_limits(args),
+                        rate_limit_stop_s=o["rate_limit_stop_s"],
                         retry_failed=parse_statuses(retry) if retry is not None else None,
                         allow_changed_callable=getattr(args, "allow_changed_callable", False))
     if result.retry.targets is not None:
@@ -246,28 +289,35 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from harness.run import launch_options
     from harness.run.manifest import read_manifest, run_config
 
     run_dir = _existing_run(args.run)
-    _warn_if_plain_http(run_config(run_dir, read_manifest(run_dir)).with_base_url(args.base_url).effective_base_url)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    manifest = read_manifest(run_dir)
+    _warn_if_plain_http(run_config(run_dir, manifest).with_base_url(args.base_url).effective_base_url)
+    options, reused = launch_options.merged(_given(args), launch_options.recorded(manifest, run_dir / "manifest.json"))
+    if reused:
+        print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
+    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls, options=options)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
-    from harness.run.create import check_new_run_dir
     from harness.run.runner import materialise, plan_replicate, require_key, resolve_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
     _warn_if_plain_http(plan.config.effective_base_url)
+    if args.dry_run:
+        return _dry_run(plan, run_dir, args)
     check_new_run_dir(run_dir)
     require_key(plan.config, plan.config.source)   # before the preflight, which would send it
-    if not preflight.check_plan(plan, args, max_calls=None, out=sys.stderr):
+    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
         raise preflight.refuse(plan)
+    _record_options(plan, args)
     materialise(plan, run_dir)
     print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url)
+    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 STATE_TEXT = {
@@ -304,7 +354,7 @@ def cmd_status(args: argparse.Namespace) -> int:
           + (" (simulated provider: not billed)" if st["spend_simulated"] else ""))
     stop = st["last_stop"]
     if stop:
-        reason = stop.get("reason") or "every pending call handled"
+        reason = _stop_text(stop)
         print(safe(f"  last stop: {stop.get('at')}, {reason}, {stop.get('decided')}/{stop.get('total')} decided"
                    + (f": {stop['fatal']}" if stop.get("fatal") else "")))
     retried = st["retried"]
@@ -323,6 +373,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(safe(f"  damaged: raw.jsonl: {problem} (guardeval verify {args.run} names the damage)"))
     print(f"  fingerprint {st['fingerprint']}")
     return 0
+
+
+STOP_TEXT = {
+    "max_calls": "stopped by --max-calls (a pilot)",
+    "budget": "stopped by --max-cost",
+    "fatal": "stopped by a fatal provider error",
+    "unreachable": "stopped: the provider looked unreachable",
+    "rate_limited": "stopped: the provider answered nothing but 429s",
+    "no_room": "stopped: no room on the disk to record answers",
+    "write_failed": "stopped: a write failed",
+}
+
+
+def _stop_text(stop: dict[str, Any]) -> str:
+    reason = stop.get("reason")
+    if reason is None:
+        # Runs from before the pilot's stop was recorded: a stop with calls pending was a pilot.
+        pending = isinstance(stop.get("total"), int) and isinstance(stop.get("decided"), int) \
+            and stop["decided"] < stop["total"]
+        return "stopped with calls pending (a --max-calls pilot)" if pending else "every pending call handled"
+    return STOP_TEXT.get(str(reason), str(reason))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("show", help="one call's story: schedule row, messages, every attempt, decision, hashes")
     p.add_argument("run", metavar="RUN", help="run folder")
-    p.add_argument("call_id", metavar="CALL_ID", help="the call's id (32 hex digits, as in schedule.jsonl)")
+    p.add_argument("call_id", metavar="CALL_ID", help="the call's id (32 hex digits, as in schedule.jsonl) or a unique prefix of it "
+                        "(the Calls table shows ten digits)")
     p.add_argument("--json", action="store_true", help="print the story as JSON on stdout")
     p.set_defaults(func=cmd_show)
 

@@ -33,6 +33,14 @@ NO_PLACEBO = ("no placebo: --placebo was not given, no condition has the role pl
 __all__ = ["Quantities", "estimate", "exit_status", "resolve_conditions", "validated"]
 
 
+class Incomplete(CheckFailed):
+    """Calls of the run have no decision and --allow-partial was not given (exit 1)."""
+
+    def __init__(self, missing: int, scheduled: int, how: str = "use --allow-partial to estimate anyway") -> None:
+        self.missing, self.scheduled = missing, scheduled
+        super().__init__(f"incomplete run: {missing} of {scheduled} scheduled calls have no decision ({how})")
+
+
 def validated(rows: Iterable[Any], *, path: object = None, lines: Iterable[int] | None = None) -> ValidatedRows:
     return rows if isinstance(rows, ValidatedRows) else validate_rows(rows, path=path, lines=lines)
 
@@ -114,8 +122,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     n_sched = len(rows) if n_scheduled is None else int(n_scheduled)
     is_complete = bool(complete) and n_missing == 0 and n_sched <= len(rows)
     if not is_complete and not allow_partial:
-        raise CheckFailed(f"incomplete run: {n_missing + max(0, n_sched - len(rows))} of {n_sched} scheduled "
-                          "calls have no decision (use --allow-partial to estimate anyway)")
+        raise Incomplete(n_missing + max(0, n_sched - len(rows)), n_sched)
     design = fx.build_design(rows, condition_order=list(roles or ()), missing=missing)
     explicit_placebo = placebo is not None
     baseline, placebo, contrasts, fam = resolve_conditions(design, baseline, placebo, family, roles)

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from harness.errors import CheckFailed, InputError
-from harness.estimators.core import estimate, validated
+from harness.estimators.core import Incomplete, estimate, validated
 from harness.estimators.table import ValidatedRows
 from harness.estimators.types import Report
 from harness.run.fingerprint import run_fingerprint
@@ -69,10 +69,15 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
     `write`, report.json, report.md and effects.png go into the run folder."""
     verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
     run, table, rows = load_run(path, row_limits)
-    report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
-                      n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
-                      n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
-                      allow_unpublishable=allow_unpublishable, margin=margin)
+    try:
+        report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
+                          n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
+                          n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
+                          allow_unpublishable=allow_unpublishable, margin=margin)
+    except Incomplete as exc:
+        # A run folder can also be finished: say how, before the way around it.
+        raise Incomplete(exc.missing, exc.scheduled, f"finish it with: guardeval resume {run}; or use "
+                         "--allow-partial to estimate it as it is") from None
     m = table.manifest
     # What the report was made from and how: `guardeval report` checks the first against the run
     # as it is then, and makes the estimate again under the second to check the numbers.

@@ -36,12 +36,17 @@ from harness.run import supersede
 from harness.run.adaptive import RateController, WireGate
 from harness.run.budget import Budget, Gate, Prices, Unpriced
 from harness.run.decide import decide
-from harness.run.layout import utcnow
+from harness.run.layout import RAW, utcnow
 from harness.run.progress import RunProgress
 from harness.run.records import Attempt
+from harness.run.room import Room
+from harness.run.stalls import DEFAULT_RATE_LIMIT_STOP_S, Stalls
 from harness.run.writer import RunWriter
 
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
+# Stops that leave the calls in flight pending: the provider gives nothing usable, or the disk
+# could not record what it gave.
+HALTS = frozenset({"unreachable", "rate_limited", "no_room"})
 
 
 @dataclass
@@ -58,6 +63,8 @@ class DispatchOptions:
     handle_signals: bool = True
     adaptive: bool = True               # False: --fixed-concurrency (429s only back off per call)
     simulated_spend: bool = False       # the simulated provider's costs: labelled as such in progress
+    rate_limit_stop_s: float = DEFAULT_RATE_LIMIT_STOP_S   # nothing but 429s this long: stop (resumable)
+    max_response_bytes: int = 4 << 20   # the config's: room kept on the disk for each answer
 
 
 @dataclass
@@ -152,8 +159,10 @@ class Dispatcher:
         self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
         self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
-        self._unreachable_streak = 0
-        self._unreachable_limit = max(10, 2 * options.concurrency)
+        self._stalls = Stalls(options.concurrency, options.rate_limit_stop_s)
+        self._halted = anyio.Event()    # set by a stop in HALTS: waiting calls give up at once
+        self._room = Room(writer.run_dir, writer.run_dir / RAW, options.max_response_bytes)
+        self._largest_request = 8 << 10     # before the first body is rendered
         # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
         self._control = RateController(max(1, options.concurrency))
         self._gate = WireGate(self._control.limit)
@@ -197,6 +206,13 @@ class Dispatcher:
             if self.opt.max_calls is not None and self.result.dispatched >= self.opt.max_calls:
                 self._stop = "max_calls"
                 return False
+            short = self._room.shortfall(self._in_flight + 1, self._largest_request)
+            if short is not None:
+                if self._in_flight:
+                    await anyio.sleep(0.01)   # room for fewer at once: wait for those in flight
+                    continue
+                self._halt("no_room", short)
+                return False
             gate = self.budget.gate(self._in_flight)
             if gate is Gate.WAIT:
                 # No price known and nothing answered yet: one call at a time until something is.
@@ -225,10 +241,26 @@ class Dispatcher:
                 scope.cancel()
                 return
 
+    def _halt(self, reason: str, message: str) -> None:
+        """Stop admitting calls; those in flight or waiting to retry stay pending for `resume`."""
+        if self._stop not in HALTS and self.result.stop_reason is None:   # a fatal error or the budget says more
+            self._stop = self.result.stop_reason = reason
+            self.result.fatal_message = message
+        self._halted.set()
+
+    async def _sleep(self, delay: float) -> None:
+        """A wait between attempts that a halt cuts short (the call then stays pending)."""
+        with anyio.move_on_after(delay):
+            await self._halted.wait()
+        if self._halted.is_set():
+            raise _CircuitOpen()
+
     async def _ticker(self) -> None:
         # Keeps the display moving (rate, ETA) even when no call finishes for a while.
         while True:
             await anyio.sleep(0.5)
+            if not self._halted.is_set() and (stall := self._stalls.check()) is not None:
+                self._halt(*stall)   # every call is waiting out a 429: nothing new will say so
             try:
                 self.writer.flush()
             except WriteFailed as exc:
@@ -271,6 +303,7 @@ class Dispatcher:
             data = canonical_bytes(body)
             cached = self._bodies.put(row["instance_sha256"], (body, sha256_hex(data)))
             self._request_json.put(cached[1], data)
+            self._largest_request = max(self._largest_request, len(data))
         body, request_sha = cached
         if request_sha != expected:
             # The re-rendered stimulus is not the one frozen at launch: never send it.
@@ -289,8 +322,8 @@ class Dispatcher:
             except TransientError as exc:
                 if max_attempts <= 1:
                     return  # recorded as the final attempt; decision `exhausted` written
-                await anyio.sleep(wait.delay(1, exc))
-            retrying = AsyncRetrying(stop=stop_after_attempt(max_attempts - 1), wait=wait,
+                await self._sleep(wait.delay(1, exc))
+            retrying = AsyncRetrying(stop=stop_after_attempt(max_attempts - 1), wait=wait, sleep=self._sleep,
                                      retry=retry_if_exception_type(TransientError), reraise=True)
             async for attempt in retrying:
                 with attempt:
@@ -299,7 +332,7 @@ class Dispatcher:
         except TransientError:
             pass  # recorded as the final attempt; decision `exhausted` already written
         except _CircuitOpen:
-            pass  # left pending: the provider looks unreachable
+            pass  # left pending: the provider looks unreachable or rate-limits all, or no room to log
         except FatalError as exc:
             # After --max-calls has closed admission (`_stop` set, no stop reason) a fatal error
             # must still stop the run: a pilot that met a 401 did not succeed.
@@ -308,10 +341,17 @@ class Dispatcher:
                 self.result.fatal_message = str(exc)
 
     async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
-        if self._stop == "unreachable":
+        if self._halted.is_set():
             raise _CircuitOpen()
         await self._spacer.wait()
         await self._pass_gate()
+        request = self._request_json.get(request_sha)
+        size = len(request) if request is not None else self._largest_request
+        if self._halted.is_set() or (short := self._room.shortfall(self._gate.active, size)) is not None:
+            self._gate.release()
+            if not self._halted.is_set():
+                self._halt("no_room", short or "")
+            raise _CircuitOpen()
         started, t0 = utcnow(), time.monotonic()
         try:
             try:
@@ -319,31 +359,34 @@ class Dispatcher:
             finally:
                 self._gate.release()
         except TransientError as exc:
-            self._note_unreachable(exc)
+            if (stall := self._stalls.failed(exc.error_class, str(exc))) is not None:
+                self._halt(*stall)
             if exc.error_class == "http_429":
                 self._on_rate_limited(t0, exc.retry_after)
-            # While the provider looks down, a call's last failure is not final: it stays pending
-            # for `resume` instead of being written off as `exhausted`.
-            final = last and self._stop != "unreachable"
+            # While the provider looks down (or refuses everything), a call's last failure is not
+            # final: it stays pending for `resume` instead of being written off as `exhausted`.
+            final = last and not self._halted.is_set()
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="transient",
                                final=final, exc=exc)
             if final:
                 self._finish(rec)
-            elif self._stop == "unreachable":
+            elif self._halted.is_set():
                 raise _CircuitOpen() from None
             elif self.progress is not None:
                 self.progress.retry()
             raise
         except FatalError as exc:
+            self._stalls.answered()
             self._record(call_id, body, request_sha, started=started, t0=t0, outcome="fatal", final=False, exc=exc)
             raise
         except CallFailed as exc:
+            self._stalls.answered()
             self._answered(t0)
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="call_failed",
                                final=True, exc=exc)
             self._finish(rec)
             return
-        self._unreachable_streak = 0
+        self._stalls.answered()
         self._answered(t0)
         if not last and _empty_answer(reply) and call_id not in self._empty_retried:
             # Documented: a provider warming up may answer with no content. Retried once; a
@@ -364,7 +407,7 @@ class Dispatcher:
         begin while a call waits for its slot, so it is checked again once the slot is held)."""
         while True:
             while (delay := self._pause_until - time.monotonic()) > 0:
-                await anyio.sleep(delay)
+                await self._sleep(delay)
             await self._gate.acquire()
             if self._pause_until <= time.monotonic():
                 return
@@ -398,17 +441,6 @@ class Dispatcher:
         self.result.limit_restores = control.restores
         self.result.background_429 = control.background
 
-    def _note_unreachable(self, exc: TransientError) -> None:
-        """Circuit breaker: many failed attempts in a row, no answer between, means an outage."""
-        if exc.error_class in ("connection", "timeout") or exc.error_class.startswith("http_5"):
-            self._unreachable_streak += 1
-            if self._unreachable_streak >= self._unreachable_limit and self._stop != "unreachable":
-                self._stop = self.result.stop_reason = "unreachable"
-                self.result.fatal_message = (f"{self._unreachable_streak} attempts in a row failed with no answer "
-                                             f"in between; last: {exc}")
-        else:
-            self._unreachable_streak = 0
-
     def _record(self, call_id: str, body: dict[str, Any], request_sha: str, *, started: str, t0: float,
                 outcome: str, final: bool, reply: Reply | None = None, exc: AttemptError | None = None,
                 error_class: str | None = None, error: str | None = None) -> tuple[Attempt, int, str]:
@@ -416,6 +448,8 @@ class Dispatcher:
             reply = reply or exc.reply
             error_class, error = exc.error_class, str(exc)
         response = reply.raw if reply is not None else None
+        if response is not None:
+            self._room.saw_answer(len(response))
         usage = dict(reply.usage) if reply is not None else {}
         added = self.budget.charge(usage, answered=outcome == "reply")
         if added and self.progress is not None:

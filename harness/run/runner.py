@@ -39,6 +39,7 @@ from harness.run.lines import STIMULUS_LINE, iter_jsonl, parse_line
 from harness.run.lock import RunLock
 from harness.run.manifest import load_run_prompt, read_manifest, row_limits_record, run_config, run_row_limits
 from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
+from harness.run.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from harness.run.status import decision_counts
 from harness.run.writer import RunWriter
 from harness.terminal import safe
@@ -174,7 +175,7 @@ def load_guard_and_prompt(guard_path: str | Path | GuardConfig, base_url: str | 
     try:
         prompt = load_prompt(config.prompt)
     except InputError as exc:
-        raise InputError(f"{exc}", path=guard_path, field="prompt") from None
+        raise InputError(exc.message, path=guard_path, field="prompt") from None
     try:
         get_parser(prompt.parser)
     except KeyError as exc:
@@ -309,6 +310,7 @@ class RunOutcome:
     statuses: dict[str, int] = field(default_factory=dict)   # decisions of the whole run, by status
     fingerprint: str | None = None   # harness.run.fingerprint, taken when the session ended
     retry: retries.RetrySession = field(default_factory=retries.RetrySession)
+    simulated: bool = False     # sent to the simulated provider (for the hint when it is not there)
 
     @property
     def complete(self) -> bool:
@@ -319,7 +321,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
             row_limits: RowLimits = DEFAULT_ROW_LIMITS, retry_failed: tuple[str, ...] | None = None,
-            allow_changed_callable: bool = False) -> RunOutcome:
+            rate_limit_stop_s: float | None = None, allow_changed_callable: bool = False) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here); with
     `retry_failed` (failure statuses), also the calls whose live decision has one of them, their
     new decisions superseding the old (`harness.run.supersede`)."""
@@ -373,11 +375,15 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
                                    retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
                                    prices=_prices(config),
                                    progress=progress, handle_signals=handle_signals, adaptive=adaptive,
-                                   simulated_spend=config.is_simulated),
+                                   simulated_spend=config.is_simulated,
+                                   rate_limit_stop_s=rate_limit_stop_s or DEFAULT_RATE_LIMIT_STOP_S,
+                                   max_response_bytes=config.max_response_bytes),
                                len(state.decided), state.spent, state.unpriced, backend_options=_backend_options())
             decided = len(state.decided)
             try:
-                writer.event("stop", reason=result.stop_reason, decided=decided, total=total,
+                # A pilot's stop says so: `status` must not read it as every pending call handled.
+                pilot = result.stop_reason is None and max_calls is not None and decided < total
+                writer.event("stop", reason="max_calls" if pilot else result.stop_reason, decided=decided, total=total,
                              adaptive=adaptive, min_concurrency=result.min_concurrency,
                              rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
                              limit_restores=result.limit_restores, background_429=result.background_429,
@@ -401,7 +407,7 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
     # after the calls, so that it never delays the first request of a large resume.
     statuses = decision_counts(run_dir)[1]
     return RunOutcome(run_dir, total, decided, result, recovered + retry.recovered, state.torn, statuses,
-                      run_fingerprint(run_dir, manifest).token, retry)
+                      run_fingerprint(run_dir, manifest).token, retry, config.is_simulated)
 
 
 def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -609,8 +615,15 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "fatal":
         raise RunStopped(f"stopped by a fatal provider error: {said}. Fix the cause, then {hint}")
     if r.stop_reason == "unreachable":
-        raise RunStopped(f"stopped: the provider looks unreachable ({said}); calls left pending. "
+        where = (" Is `guardeval sim-server` running? It listens on a free port: give the URL it printed as "
+                 "--base-url." if outcome.simulated else "")
+        raise RunStopped(f"stopped: the provider looks unreachable ({said}); calls left pending.{where} "
                          f"When it is back, {hint}")
+    if r.stop_reason == "rate_limited":
+        raise RunStopped(f"stopped: the provider answered nothing but rate limits ({said}); calls left pending. "
+                         f"When it serves again, {hint}")
+    if r.stop_reason == "no_room":
+        raise RunStopped(f"stopped: {said}; calls left pending. Free some space, then {hint}")
     if r.stop_reason == "budget":
         raise RunStopped(f"stopped: --max-cost reached. {hint}")
     if r.stop_reason and r.stop_reason.startswith("signal"):

@@ -33,6 +33,8 @@ EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition",
                   "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost", "provider",
                   "finish_reason", "retry_round")
 CALL_ID = re.compile(r"[0-9a-f]{32}")
+MIN_PREFIX = 1
+CALL_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},32}}")
 
 
 @dataclass
@@ -212,14 +214,42 @@ def _count_newlines(mm: mmap.mmap, start: int, end: int, chunk: int = 64 << 20) 
     return sum(mm[i:min(i + chunk, end)].count(b"\n") for i in range(start, end, chunk))
 
 
+def resolve_call_id(run: Path, text: str, shown: int = 5) -> str:
+    """The call id that `text` names: a whole id, or a unique prefix of it (the Calls table
+    shows ten digits). An ambiguous or unknown prefix is exit 2, the ambiguous one with a few of
+    the ids it matches."""
+    if CALL_ID.fullmatch(text):
+        return text
+    prefix = text.lower()
+    if not CALL_PREFIX.fullmatch(prefix):
+        raise InputError(f"not a call id (32 hex digits, or a unique prefix of them): {text!r}",
+                         field="CALL_ID")
+    path = run / SCHEDULE
+    found: list[str] = []
+    n = 0
+    if path.stat().st_size:
+        pattern = re.compile(rb'"call_id":"(' + prefix.encode() + rb'[0-9a-f]*)"')
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            for m in pattern.finditer(mm):
+                n += 1
+                if len(found) < shown:
+                    found.append(m[1].decode())
+    if n == 0:
+        raise InputError(f"no call id in this run's schedule begins with {prefix}", path=path)
+    if n > 1:
+        more = f", and {n - len(found)} more" if n > len(found) else ""
+        raise InputError(f"{prefix} is the prefix of {n} call ids ({', '.join(found)}{more}): give more digits",
+                         field="CALL_ID")
+    return found[0]
+
+
 def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
     """One call's whole story, read straight from the files (no full scan of a large run):
     its schedule row, cohort row, every attempt, its decision."""
     run = Path(run_dir)
-    if not CALL_ID.fullmatch(call_id):
-        raise InputError(f"not a call id (32 lower-case hex digits): {call_id!r}", field="CALL_ID")
     if not (run / SCHEDULE).is_file():
         raise InputError("not a run folder (no schedule.jsonl)", path=run)
+    call_id = resolve_call_id(run, call_id)
     schedule = next((parse_line(b, run / SCHEDULE, n) for _, n, b in _lines_naming(run / SCHEDULE, call_id)), None)
     if schedule is None or schedule.get("call_id") != call_id:
         raise InputError(f"no call {call_id} in this run's schedule", path=run / SCHEDULE)

@@ -27,7 +27,7 @@ import orjson
 
 from harness.bounded import read_json
 from harness.canon import canonical_bytes
-from harness.errors import InputError
+from harness.errors import GuardevalError, InputError
 from harness.estimators import sections as S
 from harness.run.layout import STIMULI
 from harness.run.lines import iter_jsonl
@@ -269,7 +269,7 @@ def _header(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any
         ("created", m.get("created"), ""),
         ("first attempt / last answer", f"{calls.first_started or '—'} / {calls.last_finished or '—'}", ""),
         ("calls", f"{len(calls.rows):,} scheduled, {decided:,} decided, {calls.n_raw:,} attempts", ""),
-        ("spend", "—" if calls.spend is None else f"${calls.spend:.4f} (usage.cost reported by the provider)", ""),
+        ("spend", "—" if calls.spend is None else f"${calls.spend:.4f} ({_spend_source(calls)})", ""),
         ("verify", ("passed" if verify["ok"] else "FAILED") + f" ({verify['how']}; {verify.get('checked') or ''})"
          + (f": {problems}" if problems else ""), "ok" if verify["ok"] else "bad"),
         ("report made", datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -277,6 +277,20 @@ def _header(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any
     ]
     items = "".join(f'<dt>{T.esc(k)}</dt><dd class="{cls}">{T.esc(T.fmt(v))}</dd>' for k, v, cls in facts)
     return f'<dl class="facts header">{items}</dl>'
+
+
+def _spend_source(calls: RunCalls) -> str:
+    """Whose numbers the spend is: the simulated provider's made-up costs are labelled as
+    `status` and the progress line label them."""
+    from guards.config import config_from_manifest
+
+    try:
+        simulated = config_from_manifest(calls.manifest.get("guard") or {}, calls.run / "manifest.json").is_simulated
+    except GuardevalError:
+        simulated = False
+    if simulated:
+        return "simulated provider: usage.cost made up by guardeval sim-server, not billed"
+    return "usage.cost reported by the provider"
 
 
 def _title(calls: RunCalls) -> str:
