@@ -8,7 +8,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # Top to bottom; a layer may import only from layers below it (and from itself).
-LAYERS = ["harness.cli", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
+# harness.api (the public Python API) sits between the CLI, which calls it, and the view.
+LAYERS = ["harness.cli", "harness.api", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
 ALLOWED_UP = {("harness/__main__.py", "harness.cli")}   # the `python -m harness` entry point
 
 
@@ -111,7 +112,7 @@ OPENS_ELSEWHERE = {
     "harness/cli/estimate.py:cmd_estimate": "the hash of an --table file",
     "harness/cli/plan.py:cmd_plan": "the hash of an --table file",
     "harness/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
-    "harness/cli/demo.py:run_demo": "the path of the report.html the demo just wrote, for its message",
+    "harness/cli/demo.py:_estimate": "the path of the report.html the demo just wrote, for its message",
 }
 RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",
              "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG",

@@ -104,7 +104,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.estimators import estimate, exit_status
     from harness.estimators.equivalence import check_margin
     from harness.estimators.report import human_text, write_reports
-    from harness.estimators.runs import estimate_run, open_run
     from harness.estimators.table import load_table
 
     if (args.run is None) == (args.table is None):
@@ -122,15 +121,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             written = write_reports(report, Path(args.out))
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
-        from harness.view.html import write_report_html
+        from harness import api
 
-        run = open_run(args.run)
-        report = estimate_run(run, baseline=args.baseline, write=True, verify=not args.no_verify,
-                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
+        report = api.estimate(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
+                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common).report  # type: ignore[assignment]
         _say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        html = write_report_html(run, report, just_estimated=True)
-        print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
+        print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.run}"), file=sys.stderr)
     for note in report["notes"]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))

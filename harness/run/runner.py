@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import anyio
 import orjson
 
-from guards.config import GuardConfig, load_guard_config
+from guards.config import GuardConfig, config_from_manifest, load_guard_config
 from guards.openrouter.preflight import EMPTY_INSTANCE, Workload
 from guards.parsers import get_parser
 from guards.prompts import Prompt, load_prompt
@@ -27,8 +27,8 @@ from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
+from harness.run import callable_pin, supersede
 from harness.run import retry as retries
-from harness.run import supersede
 from harness.run.budget import Prices, Unpriced, projected_cost
 from harness.run.create import create_run_dir
 from harness.run.decide import decide
@@ -163,8 +163,15 @@ def _render_request(render: Callable[[Mapping[str, Any]], dict[str, Any]],
     return sha256_hex(data), len(data) // 4
 
 
-def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
-    config = load_guard_config(guard_path).with_base_url(base_url)
+def load_guard_and_prompt(guard_path: str | Path | GuardConfig, base_url: str | None) -> tuple[GuardConfig, Prompt]:
+    """A guard config (a file, a preset name, or a GuardConfig checked by the same rules) and its
+    prompt. A python guard's callable is imported here: exit 2 before anything is written."""
+    if isinstance(guard_path, GuardConfig):
+        config = config_from_manifest(guard_path.to_manifest(), Path(guard_path.source or "<guard config>"))
+        config = GuardConfig(**{**config.to_manifest(), "source": guard_path.source}).with_base_url(base_url)
+        guard_path = config.source or "<guard config>"
+    else:
+        config = load_guard_config(guard_path).with_base_url(base_url)
     try:
         prompt = load_prompt(config.prompt)
     except InputError as exc:
@@ -173,6 +180,7 @@ def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple
         get_parser(prompt.parser)
     except KeyError as exc:
         raise InputError(str(exc), path=guard_path, field="prompt") from None
+    callable_pin.record(config, where=guard_path)
     return config, prompt
 
 
@@ -189,12 +197,13 @@ def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, 
         # `copy`: the run folder carries the prompt's files (verify and resume read them there).
         "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser, "copy": PROMPT_DIR},
         "guard": config.to_manifest(), "guard_sha256": config.sha256,
+        **({callable_pin.FIELD: pin} if (pin := callable_pin.record(config)) is not None else {}),
         "parent_run": parent,
         **({"row_limits": limits} if limits is not None else {}),
     }
 
 
-def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, seed: int, order: str,
+def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig, reps: int, seed: int, order: str,
                 base_url: str | None, run_id: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     if reps < 1:
         raise InputError("--reps must be >= 1", field="reps")
@@ -216,7 +225,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
     return plan
 
 
-def plan_replicate(parent_dir: Path | RunFolder, *, guard_path: str | Path, base_url: str | None,
+def plan_replicate(parent_dir: Path | RunFolder, *, guard_path: str | Path | GuardConfig, base_url: str | None,
                    row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     # The parent stays open for as long as the plan is written: its schedule is read twice
     # (hashed now, copied later), through one descriptor. Closed when the plan is dropped.
@@ -320,24 +329,27 @@ def execute(run: Path | RunFolder, *, base_url: str | None = None, concurrency: 
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
             row_limits: RowLimits = DEFAULT_ROW_LIMITS, retry_failed: tuple[str, ...] | None = None,
-            rate_limit_stop_s: float | None = None) -> RunOutcome:
+            rate_limit_stop_s: float | None = None, allow_changed_callable: bool = False) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here); with
     `retry_failed` (failure statuses), also the calls whose live decision has one of them, their
     new decisions superseding the old (`harness.run.supersede`)."""
     with opened(run) as folder:
         return _execute(folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
                         max_calls=max_calls, progress=progress, handle_signals=handle_signals, adaptive=adaptive,
-                        row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s)
+                        row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s,
+                        allow_changed_callable=allow_changed_callable)
 
 
 def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None, rpm: float | None,
              max_cost: float | None, max_calls: int | None, progress: bool, handle_signals: bool, adaptive: bool,
              row_limits: RowLimits, retry_failed: tuple[str, ...] | None,
-             rate_limit_stop_s: float | None) -> RunOutcome:
+             rate_limit_stop_s: float | None, allow_changed_callable: bool) -> RunOutcome:
     run_dir = folder.path
     manifest = read_manifest(folder)
     config = run_config(folder, manifest).with_base_url(base_url)
     require_key(config, folder.file(MANIFEST))
+    # A python guard: its code must be the launch's (or the change accepted): exit 2 otherwise.
+    code = callable_pin.check_resume(folder.file(MANIFEST), manifest, config, allow_changed=allow_changed_callable)
     with folder.lock():
         # A prompt that no longer renders the launch's bodies would write every pending call off
         # as a replay mismatch: refused here (InputError).
@@ -367,7 +379,8 @@ def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None
             sources: list[PendingRows] = [pending]
             rows: Iterable[dict[str, Any]] = pending
             writer.event("start", pending=total - len(state.decided), total=total,
-                         torn=[p.name for p in state.torn], recovered=recovered + retry.recovered)
+                         torn=[p.name for p in state.torn], recovered=recovered + retry.recovered,
+                         **({"callable": code} if code is not None else {}))
             if retry.targets is not None and retry.n_targets:
                 # Undecided calls first, then the retries (a later measurement either way).
                 again = PendingRows(folder, supersede.NotTargeted(retry.targets), cohort)

@@ -43,7 +43,7 @@ import orjson
 from harness.canon import canonical_sha256, dumps_line
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError, InputError
-from harness.run import supersede, verify_raw
+from harness.run import callable_pin, supersede, verify_raw
 from harness.run.folder import LineTooLong, RunFolder, opened, reason
 from harness.run.layout import COHORT_DIR, DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.lines import STIMULUS_LINE
@@ -159,6 +159,7 @@ class _Verifier:
             if renders is not None:
                 renders.close()
         self._head(head, cohort_rep, sched_sha, stim_sha)
+        self._callable(head)
         # Re-render mismatches were found after the pass: put them back in line order.
         stim_problems = [*stim_rep.torn, *heapq.merge(stim_rep.problems, render_rep.problems,
                                                       key=lambda p: p["line"] or 0)]
@@ -198,6 +199,15 @@ class _Verifier:
         except Exception as exc:  # noqa: BLE001 - the rest of verification must not depend on the guard
             self.skip(check, f"the manifest's guard config cannot render ({type(exc).__name__}: {exc})")
             return None
+
+    def _callable(self, rep: Report) -> None:
+        """A python guard's code against its pin (`harness.run.callable_pin`)."""
+        problems, skipped = callable_pin.verify_findings(self.manifest)
+        for message in problems:
+            data = self.folder.read_small(MANIFEST, MAX_MANIFEST_BYTES, what="a run manifest")
+            rep.add(MANIFEST, line_containing(data, f'"{callable_pin.FIELD}"'), message)
+        if skipped:
+            self.skip("callable source", skipped)
 
     # -- manifest and cohort -----------------------------------------------------------------
     def _load_cohort(self, rep: Report) -> None:
