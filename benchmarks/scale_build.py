@@ -41,6 +41,7 @@ from harness.cohorts.builders.common import build_rows  # noqa: E402
 from harness.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
 from harness.cohorts.model import write_cohort  # noqa: E402
 from harness.run.decide import decide  # noqa: E402
+from harness.run.folder import RunFolder  # noqa: E402
 from harness.run.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
 from harness.run.lines import iter_jsonl  # noqa: E402
 from harness.run.manifest import load_run_prompt, read_manifest  # noqa: E402
@@ -147,14 +148,15 @@ def _attempt_record(call_id: str, attempt: int, request_sha: str, *, status: int
     }
 
 
-def _scheduled(run: Path) -> Iterator[tuple[dict[str, Any], str]]:
-    for (_, _, row), (_, _, stim) in zip(iter_jsonl(run / SCHEDULE), iter_jsonl(run / STIMULI), strict=True):
+def _scheduled(run: RunFolder) -> Iterator[tuple[dict[str, Any], str]]:
+    for (_, _, row), (_, _, stim) in zip(iter_jsonl(run, SCHEDULE), iter_jsonl(run, STIMULI), strict=True):
         assert row["call_id"] == stim["call_id"]
         yield row, stim["request_sha256"]
 
 
-def fill_run(run: Path, *, decided: int, retry_every: int = 97) -> dict[str, int]:
+def fill_run(run_dir: Path, *, decided: int, retry_every: int = 97) -> dict[str, int]:
     """Answer and decide the first `decided` calls of the schedule."""
+    run = RunFolder(run_dir)
     manifest = read_manifest(run)
     cohort = load_run_cohort(run, manifest)
     config = GuardConfig(**manifest["guard"])

@@ -21,7 +21,7 @@ from harness.bounded import read_bounded
 from harness.canon import canonical_sha256
 from harness.errors import InputError
 
-BACKENDS = ("openrouter", "openai-compatible", "mlx")
+BACKENDS = ("openrouter", "openai-compatible", "mlx", "python")
 # The guard configs shipped with guardeval (haiku-4.5.toml, sim.toml).
 PRESETS = Path(__file__).resolve().parent / "presets"
 # A guard's answer is a few KB; a body past this (decoded) is a failed attempt, not a crash
@@ -57,6 +57,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "context_tokens": ((int,), False),
     "max_response_bytes": ((int,), False),
     "provider": ((dict,), False),
+    "callable": ((str,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
     "only": (list,), "order": (list,), "allow_fallbacks": (bool,), "require_parameters": (bool,),
@@ -87,6 +88,7 @@ class GuardConfig:
     context_tokens: int | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
+    callable: str | None = None   # backend python: "package.module:function"
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -108,6 +110,8 @@ class GuardConfig:
         """The config as recorded in a run manifest: no secrets (only the variable's name)."""
         d = asdict(self)
         d.pop("source", None)
+        if d["callable"] is None:
+            del d["callable"]   # only python guards have one: other configs hash as before
         return d
 
     @property
@@ -129,7 +133,7 @@ class GuardConfig:
     def is_local(self) -> bool:
         """Calls stay on this machine: an in-process model, or an endpoint on a loopback address
         (the simulated provider, a local vLLM or mlx_lm.server)."""
-        if self.backend == "mlx":
+        if self.backend in ("mlx", "python"):
             return True
         host = urlsplit(self.effective_base_url or "").hostname or ""
         if host == "localhost" or host.endswith(".localhost"):
@@ -415,6 +419,10 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
         _check_dialect(data, fail)
     if "base_url" in data and (problem := base_url_problem(data["base_url"])) is not None:
         raise fail(problem, "base_url")
+    if data["backend"] == "python":
+        _check_callable(data, fail)
+    elif "callable" in data:
+        raise fail("callable applies only to the python backend", "callable")
     if "api_key_env" in data and looks_like_token(data["api_key_env"]):
         # Probably a pasted key: refuse without echoing it.
         raise fail("must be the NAME of an environment variable (is a key pasted here?)", "api_key_env")
@@ -429,6 +437,16 @@ def _check_dialect(data: dict[str, Any], fail: Callable[..., InputError]) -> Non
                    "structured_output")
     if value == "json_object" and backend == "mlx":
         raise fail("the mlx backend constrains decoding itself: use true (json_schema) or false", "structured_output")
+
+
+def _check_callable(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
+    """The name's shape only: importing it is `guards.python_guard.resolve.load`."""
+    from guards.python_guard.resolve import name_problem
+
+    if "callable" not in data:
+        raise fail("missing required field (the python backend needs callable = \"package.module:function\")", "callable")
+    if (problem := name_problem(data["callable"])) is not None:
+        raise fail(problem, "callable")
 
 
 def _num(x: float) -> str:

@@ -415,11 +415,13 @@ def test_a_run_launched_with_a_raised_row_limit_is_read_without_the_flag(tmp_pat
 def test_a_manifest_row_limit_out_of_range_is_named(tmp_path, value, field):
     from harness.cohorts.limits import DEFAULT_ROW_LIMITS
     from harness.errors import InputError
+    from harness.run.folder import RunFolder
     from harness.run.manifest import run_row_limits
 
+    folder = RunFolder(tmp_path)
     with pytest.raises(InputError) as exc:
-        run_row_limits(tmp_path, {"row_limits": value})
+        run_row_limits(folder, {"row_limits": value})
     assert exc.value.field == field
-    assert run_row_limits(tmp_path, {}) == DEFAULT_ROW_LIMITS
-    wide = run_row_limits(tmp_path, {"row_limits": {"max_bytes": 5 << 20, "max_depth": 10}})
+    assert run_row_limits(folder, {}) == DEFAULT_ROW_LIMITS
+    wide = run_row_limits(folder, {"row_limits": {"max_bytes": 5 << 20, "max_depth": 10}})
     assert (wide.max_bytes, wide.max_depth) == (5 << 20, DEFAULT_ROW_LIMITS.max_depth)

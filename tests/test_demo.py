@@ -29,7 +29,7 @@ def test_the_installed_package_names_its_presets_and_demo_cohort(installed) -> N
     plan = json.loads(r.out)
     assert plan["n_calls"] == 960 and plan["guard"]["name"] == "haiku-4.5", plan
     r = installed.run("launch", "--cohort", "demo", "--guard", "haiku", "--dry-run")
-    assert r.code == 2 and "preset name: haiku-4.5, sim" in r.err
+    assert r.code == 2 and "preset name: haiku-4.5, python-example, sim" in r.err
     # A file of that name wins over the preset.
     (installed.outside / "sim").write_text("not toml [")
     r = installed.run("launch", "--cohort", "demo", "--guard", "sim", "--dry-run")

@@ -158,12 +158,14 @@ def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
 
 
 def test_run_carries_start_times_tools_and_scores(runs):
+    from harness.run.folder import RunFolder
     from harness.run.lines import iter_jsonl
     from harness.run.runtable import load_run_table
 
     table = load_run_table(runs["A"])
-    raw = {rec["seq"]: rec for _, _, rec in iter_jsonl(runs["A"] / "raw.jsonl")}
-    decisions = {rec["call_id"]: rec for _, _, rec in iter_jsonl(runs["A"] / "decisions.jsonl")}
+    folder = RunFolder(runs["A"])
+    raw = {rec["seq"]: rec for _, _, rec in iter_jsonl(folder, "raw.jsonl")}
+    decisions = {rec["call_id"]: rec for _, _, rec in iter_jsonl(folder, "decisions.jsonl")}
     for row in table.rows:
         final = raw[decisions[row["call_id"]]["raw_seq"]]
         assert row["started"] == final["started"] and final["call_id"] == row["call_id"]

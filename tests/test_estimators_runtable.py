@@ -9,6 +9,7 @@ import pytest
 
 from harness.canon import dumps_line
 from harness.run import runtable
+from harness.run.folder import RunFolder
 from harness.run.runtable import _tail_fields, final_attempt_starts
 
 
@@ -51,8 +52,10 @@ def test_starts_of_wanted_lines_only(tmp_path: Path):
     want = {1, 2, 3, 4, 5}
     expected = {1: "2026-01-01T00:00:01.000Z", 2: "2026-01-01T00:00:02.000Z", 3: "2026-01-01T00:00:03.000Z",
                 4: "2026-01-01T00:00:04.000Z"}
-    assert final_attempt_starts(path, want) == expected
-    assert final_attempt_starts(path, {2, 4}) == {2: expected[2], 4: expected[4]}
+    folder = RunFolder(tmp_path)
+    assert final_attempt_starts(folder, want) == expected
+    assert final_attempt_starts(folder, {2, 4}) == {2: expected[2], 4: expected[4]}
     # windows smaller than a line: each window grows until a whole line fits
-    assert final_attempt_starts(path, want, window=4096) == expected
-    assert final_attempt_starts(tmp_path / "none.jsonl", want) == {}
+    assert final_attempt_starts(folder, want, window=4096) == expected
+    path.unlink()
+    assert final_attempt_starts(RunFolder(tmp_path), want) == {}

@@ -8,7 +8,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # Top to bottom; a layer may import only from layers below it (and from itself).
-LAYERS = ["harness.cli", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
+# harness.api (the public Python API) sits between the CLI, which calls it, and the view.
+LAYERS = ["harness.cli", "harness.api", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
 ALLOWED_UP = {("harness/__main__.py", "harness.cli")}   # the `python -m harness` entry point
 
 
@@ -83,3 +84,105 @@ def test_no_import_circle():
                     seen.add(dep)
                     stack.append((dep, [*path, dep]))
     assert circles == []
+
+
+# -- the run folder is opened by one object (issue 19 §1) ---------------------------------------
+# What opens, reads, writes, lists or probes a file by its path. Where a run folder's files are
+# concerned, only `harness/run/folder.py` (RunFolder) may do these: it opens the folder once and
+# every file relative to it, never through a link, only regular files, every read bounded.
+PATH_CALLS = {"open", "read_bounded", "read_json", "file_sha256", "write_atomically"}
+OS_CALLS = {"os.open", "os.fdopen", "os.scandir", "os.listdir", "mmap.mmap"}
+PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir", "rglob", "glob", "touch",
+                "symlink_to", "is_file", "exists"}
+# The layers that handle run folders, and the few places in them that open files that are not
+# a run folder's (each with its reason). Anything else there that opens a path fails this test.
+RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/")
+OPENS_ELSEWHERE = {
+    "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
+    "harness/run/create.py": "builds a new run folder inside a partial folder it has just made, then renames it",
+    "harness/run/runner.py:Plan.write": "streams schedule/stimuli into that partial folder (create_run_dir's fill)",
+    "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
+    "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
+    "harness/view/html.py:asset": "the package's own CSS and JS",
+    "harness/view/html.py:write_report_html": "report.html to an --out file the user named",
+    "harness/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",
+    "harness/estimators/audits.py": "audit inputs (--table files)",
+    "harness/cli/cohort.py": "cohort build/inspect: cohort folders and source files",
+    "harness/cli/prompts.py": "prompt import: a template file and the prompts folder",
+    "harness/cli/estimate.py:cmd_estimate": "the hash of an --table file",
+    "harness/cli/plan.py:cmd_plan": "the hash of an --table file",
+    "harness/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
+    "harness/cli/demo.py:_estimate": "the path of the report.html the demo just wrote, for its message",
+}
+RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",
+             "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG",
+             "LEADERBOARD_PNG"}
+RUN_FILES = {"manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl",
+             ".lock", "cohort", "prompt", "report.json", "report.md", "effects.png", "report.html", "compare.md",
+             "compare.html", "compare.png", "leaderboard.png"}
+
+
+def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
+    """(enclosing function, what, line) of every call that opens or probes a path, and of every
+    path joined to a run file's name (`run / RAW`, `run / "report.json"`)."""
+    found: list[tuple[str, str, int]] = []
+    stack: list[str] = []
+
+    def name_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name) and node.id in RUN_NAMES:
+            return node.id
+        if isinstance(node, ast.Constant) and node.value in RUN_FILES:
+            return repr(node.value)
+        return None
+
+    class Visitor(ast.NodeVisitor):
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+            stack.append(node.name)
+            self.generic_visit(node)
+            stack.pop()
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+
+        def visit_Call(self, node: ast.Call) -> None:
+            fn, what = node.func, None
+            if isinstance(fn, ast.Name) and fn.id in PATH_CALLS:
+                what = fn.id
+            elif isinstance(fn, ast.Attribute):
+                dotted = f"{fn.value.id}.{fn.attr}" if isinstance(fn.value, ast.Name) else None
+                if dotted in OS_CALLS:
+                    what = dotted
+                elif fn.attr in PATH_METHODS:
+                    what = "." + fn.attr
+            if what:
+                found.append((".".join(stack), what, node.lineno))
+            self.generic_visit(node)
+
+        def visit_BinOp(self, node: ast.BinOp) -> None:
+            if isinstance(node.op, ast.Div) and (joined := name_of(node.right)):
+                found.append((".".join(stack), f"/ {joined}", node.lineno))
+            self.generic_visit(node)
+
+    Visitor().visit(tree)
+    return found
+
+
+def test_only_the_run_folder_object_opens_a_run_folders_files():
+    offenders = []
+    for f in sorted((REPO / "harness").rglob("*.py")):
+        rel = f.relative_to(REPO).as_posix()
+        if not rel.startswith(RUN_LAYERS) or rel in OPENS_ELSEWHERE:
+            continue
+        for where, what, line in _path_uses(ast.parse(f.read_text(encoding="utf-8"))):
+            if f"{rel}:{where}" not in OPENS_ELSEWHERE:
+                offenders.append(f"{rel}:{line} ({where or 'module'}): {what}")
+    assert offenders == [], "open run-folder files through harness.run.folder.RunFolder:\n" + "\n".join(offenders)
+
+
+def test_the_run_folder_rule_catches_what_it_forbids():
+    # The rule above is only as good as its detector: each way of reaching a run file is seen.
+    src = ("def f(run, name):\n"
+           "    open(run / RAW)\n    (run / 'report.json').write_text('x')\n    os.open(name, 0)\n"
+           "    mmap.mmap(3, 0)\n    read_json(run, 1, what='x')\n    (run / MANIFEST).is_file()\n")
+    whats = {what for _, what, _ in _path_uses(ast.parse(src))}
+    assert whats == {"open", "/ RAW", "/ 'report.json'", ".write_text", "os.open", "mmap.mmap", "read_json",
+                     "/ MANIFEST", ".is_file"}

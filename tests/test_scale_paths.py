@@ -112,9 +112,10 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
 
 
 def _open_state(run: Path):
+    from harness.run.folder import RunFolder
     from harness.run.writer import RunWriter
 
-    writer = RunWriter(run)
+    writer = RunWriter(RunFolder(run))
     try:
         st = writer.open()
         return st.last_seq, st.last_raw_sha, st.attempts, st.decided, st.final_raw, st.spent

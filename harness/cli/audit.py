@@ -109,16 +109,16 @@ def cmd_import_toolsafe(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_providers(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from guards.openrouter.http import shown
+    from harness.errors import InputError
+    from harness.run.folder import RunFolder
+    from harness.run.layout import MANIFEST
     from harness.run.provider_audit import audit_providers
 
-    run = Path(args.run)
-    if not (run / "manifest.json").is_file():
-        from harness.errors import InputError
-
-        raise InputError("not a run folder (no manifest.json)", path=run)
+    run = RunFolder(args.run)
+    if not run.has(MANIFEST):
+        raise InputError("not a run folder (no manifest.json)", path=run.path)
     res = audit_providers(run, base_url=args.base_url, concurrency=args.concurrency)
     lines = [f"run {res['run_id']}: {res['answers']} answered calls; allowed providers: "
              f"{', '.join(res['allowed_providers']) or '(none pinned)'}",

@@ -2,12 +2,14 @@
 
 Starts the simulated provider on 127.0.0.1 (a light fault mix: some 429s and 5xx, nothing
 that quarantines), launches 64 bases x 5 conditions x 3 repetitions = 960 calls, then runs
-the estimator on the finished run; the last line says where report.html is.
+the estimator on the finished run; the last line says where report.html is. With `--guard`,
+a python guard (`python-example`: the shipped keyword policy) answers instead, in-process.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from guards.config import PRESETS
 from harness.cohorts.builders.demo import BUNDLED_DEMO
@@ -19,7 +21,9 @@ DEMO_FAULTS = "429=0.04,500=0.02,503=0.02"
 DEMO_SEED = 2026
 
 
-def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> int:
+def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True, guard: str | None = None) -> int:
+    if guard is not None:
+        return _python_demo(guard, run_dir=run_dir, as_json=as_json, progress=progress)
     from guards.sim import SimServerProcess
 
     with SimServerProcess(["--seed", str(DEMO_SEED), "--latency-ms", "20:80", "--faults", DEMO_FAULTS]) as sim:
@@ -32,6 +36,30 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True) -> in
         outcome = execute(target, base_url=sim.base_url, concurrency=32, progress=progress)
         print(f"demo: {finish_message(outcome)}; fingerprint {outcome.fingerprint}", file=sys.stderr)
         raise_if_stopped(outcome)
+    return _estimate(target, as_json)
+
+
+def _python_demo(guard: str, *, run_dir: str | None, as_json: bool, progress: bool) -> int:
+    from guards.config import load_guard_config
+    from harness.errors import InputError
+
+    config = load_guard_config(guard)
+    if config.backend != "python":
+        raise InputError(f"demo --guard takes a python guard (backend = \"python\"); this one uses the "
+                         f"{config.backend!r} back-end: use `guardeval launch` for it", path=config.source, field="backend")
+    from harness import api
+
+    planned = api.plan_launch(BUNDLED_DEMO, config, reps=3, seed=DEMO_SEED, order="rounds", run_dir=run_dir)
+    print(safe(f"demo: run folder {planned.run_dir} ({planned.n_calls} calls, python guard {config.callable})"),
+          file=sys.stderr)
+    result = api.launch_plan(planned, progress=progress)
+    print(f"demo: {result.message()}", file=sys.stderr)
+    result.raise_if_stopped()
+    target = planned.run_dir
+    return _estimate(target, as_json)
+
+
+def _estimate(target: Path, as_json: bool) -> int:
     from harness.cli import main
 
     # The same command a user would run next: prints the effects table (or the JSON).

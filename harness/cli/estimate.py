@@ -104,7 +104,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.estimators import estimate, exit_status
     from harness.estimators.equivalence import check_margin
     from harness.estimators.report import human_text, write_reports
-    from harness.estimators.runs import estimate_run
     from harness.estimators.table import load_table
 
     if (args.run is None) == (args.table is None):
@@ -119,17 +118,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
         report["source"] = {"table": str(path), "sha256": file_sha256(path)}
         if args.out:
-            written = write_reports(report, args.out)
+            written = write_reports(report, Path(args.out))
             print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     else:
-        from harness.view.html import write_report_html
+        from harness import api
 
-        report = estimate_run(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
-                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common)
+        report = api.estimate(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
+                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common).report  # type: ignore[assignment]
         _say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        html = write_report_html(args.run, report, just_estimated=True)
-        print(safe(f"wrote report.json, report.md, effects.png, {html.name} in {args.run}"), file=sys.stderr)
+        print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.run}"), file=sys.stderr)
     for note in report["notes"]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))
@@ -165,7 +163,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.estimators.compare import compare_inputs
     from harness.estimators.compare_text import text
     from harness.estimators.equivalence import check_margin
-    from harness.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, run_dir
+    from harness.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, open_run
+    from harness.run.folder import RunFolder
+    from harness.run.layout import SCHEDULE
 
     n_inputs = len(args.runs) + len(args.table)
     if n_inputs < 2:
@@ -174,20 +174,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.label and len(args.label) != n_inputs:
         raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
                          field="label")
-    runs = [run_dir(r) for r in args.runs]
+    runs = [open_run(r) for r in args.runs]
     for r in runs[1:]:
         line = first_schedule_difference(runs[0], r, row_limits(args))
         if line is not None:
-            raise InputError(f"schedule.jsonl of {runs[0]} and {r} differ from line {line}: not runs of one schedule",
-                             path=r / "schedule.jsonl", line=line)
-    out_dir = Path(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
-    if out_dir is not None and not out_dir.is_dir():
+            raise InputError(f"schedule.jsonl of {runs[0].path} and {r.path} differ from line {line}: not runs of "
+                             "one schedule", path=r.file(SCHEDULE), line=line)
+    out_dir: Path | RunFolder | None = Path(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
+    if isinstance(out_dir, Path) and not out_dir.is_dir():
         raise InputError("no such folder", path=out_dir, field="out")
     inputs = []
     for r in runs:
         inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
                                      row_limits=row_limits(args))
-        _say_verified(r, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
+        _say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
         inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
     _labels(inputs, args.label)
@@ -202,7 +202,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from harness.view.compare import write_compare
 
         written = write_compare(result, out_dir)
-        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}"), file=sys.stderr)
+        where = out_dir.path if isinstance(out_dir, RunFolder) else out_dir
+        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {where}"), file=sys.stderr)
     if not result["complete"]:
         print("guardeval: warning: an incomplete input, compared with --allow-partial", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:

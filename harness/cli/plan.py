@@ -101,32 +101,33 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, Any]:
     from harness.estimators.plan import plan_rows
-    from harness.estimators.runs import load_run, run_dir, verified
+    from harness.estimators.runs import load_run, open_run, verified
+    from harness.run.layout import SCHEDULE
     from harness.run.runner import run_prompt_tokens
 
-    run = run_dir(args.run)
+    run = open_run(args.run)
     # A pilot that does not verify is refused as `estimate` refuses it (exit 1): nothing is planned from it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped,
                      row_limits=row_limits(args), doing="plan from")
     if check["checked"]:
         skipped = check["skipped"]
         note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
-        print(safe(f"guardeval: {run} verified before planning{note}"), file=sys.stderr)
+        print(safe(f"guardeval: {run.path} verified before planning{note}"), file=sys.stderr)
     else:
-        print(safe(f"guardeval: warning: {run} planned without verification (--no-verify)"), file=sys.stderr)
+        print(safe(f"guardeval: warning: {run.path} planned without verification (--no-verify)"), file=sys.stderr)
     _, table, rows = load_run(run, row_limits(args))
     config, tokens, n_bases = run_prompt_tokens(run, row_limits(args))
     prices = {"price_in_per_mtok": config.price_in_per_mtok, "price_out_per_mtok": config.price_out_per_mtok,
               "max_tokens": config.max_tokens}
     result = plan_rows(rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
-                       prompt_tokens=(tokens, n_bases), prices=prices, source=run / "schedule.jsonl", **common)
+                       prompt_tokens=(tokens, n_bases), prices=prices, source=run.file(SCHEDULE), **common)
     if config.is_simulated and result["cost_known"]:
         result["notes"].append("cost at the guard config's prices: the simulated provider does not bill")
     if not table.complete:
         result["notes"].append("the pilot is incomplete: its calls without a decision are "
                                + ("counted as failures" if args.missing == "as-failure" else "left out"))
     m = table.manifest
-    result["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+    result["source"] = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
                         "verified": check["checked"], "verify_skipped": check["skipped"],
                         "guard": {"name": config.name, "model": config.model, "simulated": config.is_simulated}}
     return result

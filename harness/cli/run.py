@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli import preflight
 from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
+
+if TYPE_CHECKING:
+    from harness.run.folder import RunFolder
 
 # Only the standard library and harness.cli/harness.errors are imported to build the parser: each
 # command imports what it needs when it runs (the runner brings the HTTP client, jsonschema, numpy),
@@ -66,6 +69,9 @@ def register(sub: Any) -> None:
                         f"{DEFAULT_RETRY}; any of {', '.join(FAILURE_STATUSES)}; never ok); each call's new decision "
                         "supersedes its old one, on the record (docs/design.md §6)")
     _dispatch_options(p)
+    p.add_argument("--allow-changed-callable", action="store_true",
+                   help="python guard: resume although its code changed since launch (the run then mixes code; "
+                        "each attempt's response records which answered)")
     row_limit_options(p)
     p.set_defaults(func=cmd_resume)
 
@@ -101,6 +107,9 @@ def register(sub: Any) -> None:
                        description="960 calls (64 bases x 5 conditions x 3 repetitions) against the simulated "
                                    "provider on 127.0.0.1, then the effects table.")
     p.add_argument("--run-dir", help="the run folder (default: runs/<run-id>/)")
+    p.add_argument("--guard", metavar="GUARD",
+                   help="a python guard (a config file, or the preset python-example) to run instead of the "
+                        "simulated provider's guard")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_demo)
@@ -127,21 +136,33 @@ def _dispatch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
 
 
-def _existing_run(path: str) -> Path:
-    p = Path(path)
-    if not (p / "manifest.json").is_file():
-        raise InputError("not a run folder (no manifest.json)", path=p)
-    return p
+def _existing_run(path: str) -> RunFolder:
+    """The run folder of a command, opened once (`RunFolder`: nothing in it is followed)."""
+    from harness.run.folder import RunFolder
+    from harness.run.layout import MANIFEST
+
+    folder = RunFolder(path)
+    if not folder.has(MANIFEST):
+        raise InputError("not a run folder (no manifest.json)", path=folder.path)
+    return folder
 
 
 def check_new_run_dir(run_dir: Path) -> None:
     """The store's check, and for a folder that already holds a run, what was probably meant."""
+    from harness.errors import GuardevalError
     from harness.run.create import check_new_run_dir as check
+    from harness.run.folder import opened
+    from harness.run.layout import MANIFEST
 
     try:
         check(run_dir)
     except InputError as exc:
-        if not run_dir.is_symlink() and (run_dir / "manifest.json").is_file():
+        try:
+            with opened(run_dir) as folder:   # never through a link; anything odd: just the store's message
+                holds_run = folder.has(MANIFEST)
+        except (GuardevalError, OSError):
+            holds_run = False
+        if holds_run:
             raise InputError(f"{exc.message}: it holds a run; continue that run with: guardeval resume "
                              f"{run_dir} (or give a new --run-dir)", path=run_dir) from None
         raise
@@ -202,8 +223,8 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
     print(safe(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
                f"{len(plan.cohort.conditions)} conditions x {reps} repetitions; order {order}, seed {seed}"
                + (f"; the schedule of {parent}, byte for byte" if parent else "")))
-    print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) at {cfg.effective_base_url}, "
-               f"prompt {plan.prompt.id}"))
+    where = f"calling {cfg.callable}" if cfg.backend == "python" else f"at {cfg.effective_base_url}"
+    print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) {where}, prompt {plan.prompt.id}"))
     if cfg.api_key_env:
         state = "set" if key["set"] else ("NOT SET: launch will refuse" if key["needed"] else "not set (optional here)")
         print(f"key: {cfg.api_key_env} is {state}")
@@ -233,21 +254,24 @@ def _warn_if_plain_http(url: str | None) -> None:
               "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
-def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None,
+def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None,
          options: dict[str, Any] | None = None) -> int:
-    from harness.run.runner import execute, finish_message, outcome_json, raise_if_stopped
+    from harness import api
+    from harness.run.folder import RunFolder
     from harness.run.supersede import parse_statuses
 
+    run_dir = run.path if isinstance(run, RunFolder) else run
     retry = getattr(args, "retry_failed", None)
     o = options if options is not None else _given(args)
-    outcome = execute(run_dir, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
-                      max_cost=o["max_cost"], max_calls=max_calls, progress=not args.no_progress,
-                      adaptive=not o["fixed_concurrency"], row_limits=row_limits(args),
-                      rate_limit_stop_s=o["rate_limit_stop_s"],
-                      retry_failed=parse_statuses(retry) if retry is not None else None)
-    if outcome.retry.targets is not None:
-        t = outcome.retry.targets
-        rounds = ", ".join(f"round {k}: {v}" for k, v in outcome.retry.rounds.items())
+    result = api.resume(run_dir, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
+                        max_cost=o["max_cost"], max_calls=max_calls, fixed_concurrency=o["fixed_concurrency"],
+                        progress=not args.no_progress, row_limits=row_limits(args),
+                        rate_limit_stop_s=o["rate_limit_stop_s"],
+                        retry_failed=parse_statuses(retry) if retry is not None else None,
+                        allow_changed_callable=getattr(args, "allow_changed_callable", False))
+    if result.retry.targets is not None:
+        t = result.retry.targets
+        rounds = ", ".join(f"round {k}: {v}" for k, v in result.retry.rounds.items())
         if t.calls:
             print(f"guardeval: retried {len(t.calls)} call(s) whose decision was {' or '.join(t.statuses)} "
                   f"({rounds})", file=sys.stderr)
@@ -256,19 +280,19 @@ def _run(run_dir: Path, args: argparse.Namespace, *, base_url: str | None, max_c
         if any(s in ("unparseable", "truncated") for s in t.statuses):
             print("guardeval: note: unparseable and truncated are the guard's own answers; retrying them samples "
                   "the guard again (the report counts the retries)", file=sys.stderr)
-    for torn in outcome.torn:
+    for torn in result.torn:
         print(f"guardeval: recovered a torn last line into {safe(torn)}", file=sys.stderr)
-    if outcome.recovered:
-        print(f"guardeval: re-derived {outcome.recovered} decision(s) from the raw log", file=sys.stderr)
+    if result.recovered:
+        print(f"guardeval: re-derived {result.recovered} decision(s) from the raw log", file=sys.stderr)
     if args.json:
-        _print_json(outcome_json(outcome))
+        _print_json(result.outcome_json())
     else:
-        print(safe(f"{run_dir}: {finish_message(outcome)}"))
+        print(safe(f"{run_dir}: {result.message()}"))
     # Written down elsewhere, the fingerprint pins this log: `verify --expect` checks it later.
-    print(f"guardeval: fingerprint {outcome.fingerprint} (keep it with your results; "
-          f"`guardeval verify RUN --expect {outcome.fingerprint}` checks the run against it)", file=sys.stderr)
-    raise_if_stopped(outcome)
-    if not outcome.complete:
+    print(f"guardeval: fingerprint {result.fingerprint} (keep it with your results; "
+          f"`guardeval verify RUN --expect {result.fingerprint}` checks the run against it)", file=sys.stderr)
+    result.raise_if_stopped()
+    if not result.complete:
         print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
               file=sys.stderr)
     return 0
@@ -283,15 +307,16 @@ def _print_json(obj: Any) -> None:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from harness.run import launch_options
+    from harness.run.layout import MANIFEST
     from harness.run.manifest import read_manifest, run_config
 
-    run_dir = _existing_run(args.run)
-    manifest = read_manifest(run_dir)
-    _warn_if_plain_http(run_config(run_dir, manifest).with_base_url(args.base_url).effective_base_url)
-    options, reused = launch_options.merged(_given(args), launch_options.recorded(manifest, run_dir / "manifest.json"))
+    folder = _existing_run(args.run)
+    manifest = read_manifest(folder)
+    _warn_if_plain_http(run_config(folder, manifest).with_base_url(args.base_url).effective_base_url)
+    options, reused = launch_options.merged(_given(args), launch_options.recorded(manifest, folder.file(MANIFEST)))
     if reused:
         print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls, options=options)
+    return _run(folder, args, base_url=args.base_url, max_calls=args.max_calls, options=options)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
@@ -324,9 +349,9 @@ STATE_TEXT = {
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from harness.run.status import run_status
+    from harness import api
 
-    st = run_status(_existing_run(args.run))
+    st = api.status(_existing_run(args.run)).to_dict()
     if args.json:
         _print_json(st)
         return 0
@@ -391,12 +416,12 @@ def _stop_text(stop: dict[str, Any]) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from harness import api
     from harness.run.fingerprint import parse_token
-    from harness.run.verify import verify_run
 
-    expect = parse_token(args.expect) if args.expect is not None else None
-    report = verify_run(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args),
-                        expect=expect)
+    expect = parse_token(args.expect) if args.expect is not None else None   # a bad token: exit 2 here
+    report = api.verify(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args),
+                        expect=args.expect).to_dict()
     if args.json:
         _print_json(report)
     else:
@@ -420,4 +445,4 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from harness.cli.demo import run_demo
 
-    return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress)
+    return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress, guard=args.guard)

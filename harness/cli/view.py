@@ -38,10 +38,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.estimators.runs import run_dir
+    from harness.estimators.runs import open_run
     from harness.view.html import write_report_html
 
-    path = write_report_html(run_dir(args.run), out=args.out)
+    path = write_report_html(open_run(args.run), out=args.out)
     print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
     print(safe(path))
     return 0
@@ -49,29 +49,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from harness.estimators.report import dumps_json
-    from harness.estimators.runs import run_dir
+    from harness.estimators.runs import open_run
     from harness.view.calls import find_call
     from harness.view.show import story_text
 
-    story = find_call(run_dir(args.run), args.call_id)
+    story = find_call(open_run(args.run), args.call_id)
     print(safe_json(dumps_json(story)) if args.json else story_text(story))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness.estimators.runs import run_dir, verified
+    from harness.estimators.runs import open_run, verified
+    from harness.run.manifest import read_manifest
     from harness.view.calls import load_calls
     from harness.view.export import export
 
+    run = open_run(args.run)
+    read_manifest(run)   # a manifest no reader takes is bad input (exit 2), as for every other reader
     # The frame is the run's data as others will analyse it: a run that does not verify is not
     # exported unless asked, as `estimate` refuses to estimate it.
-    check = verified(args.run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
+    check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
     if not check["checked"]:
         print(safe(f"guardeval: warning: {args.run} exported without verification (--no-verify)"), file=sys.stderr)
     elif check["skipped"]:
         print(safe("guardeval: exported with skipped verify checks (allowed): "
                    + ", ".join(str(s["check"]) for s in check["skipped"])), file=sys.stderr)
-    calls = load_calls(run_dir(args.run))
+    calls = load_calls(run)
     path = export(calls, args.format, args.out)
     if path is not None:
         print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)

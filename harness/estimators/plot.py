@@ -126,5 +126,5 @@ def figure_bytes(fig: Figure, fmt: str = "svg") -> bytes:
     return buf.getvalue()
 
 
-def forest_plot(report: Mapping[str, Any], path: str | Path, title: str | None = None) -> None:
-    save(forest_figure(report, title), path)
+def forest_plot(report: Mapping[str, Any], path: str | Path | IO[bytes], title: str | None = None) -> None:
+    save(forest_figure(report, title), path, "png" if not isinstance(path, (str, Path)) else None)

@@ -12,6 +12,8 @@ import orjson
 
 from harness.estimators import sections
 from harness.estimators.formats import interval, md_table, num, pval, rules_differ, significant
+from harness.run.folder import RunFolder, write_into
+from harness.run.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
 from harness.terminal import safe as terminal_safe
 
 JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
@@ -204,14 +206,14 @@ def markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_reports(report: Mapping[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
-    """report.json, report.md and effects.png (titled `title`) into `out_dir` (created if needed)."""
+def write_reports(report: Mapping[str, Any], out: Path | RunFolder, title: str | None = None) -> list[Path]:
+    """report.json, report.md and effects.png (titled `title`) into `out`: a run folder (each
+    file replaced, never written through a link) or the `--out` folder (created if needed)."""
     from harness.estimators.plot import forest_plot  # matplotlib loads only when a plot is drawn
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "report.json", out / "report.md", out / "effects.png"]
-    paths[0].write_text(dumps_json(report) + "\n", encoding="utf-8")
-    paths[1].write_text(markdown(report), encoding="utf-8")
-    forest_plot(report, paths[2], title=title)
-    return paths
+    if not isinstance(out, RunFolder):
+        out.mkdir(parents=True, exist_ok=True)
+    js, md = (dumps_json(report) + "\n").encode("utf-8"), markdown(report).encode("utf-8")
+    return [write_into(out, REPORT_JSON, lambda fh: fh.write(js)),
+            write_into(out, REPORT_MD, lambda fh: fh.write(md)),
+            write_into(out, EFFECTS_PNG, lambda fh: forest_plot(report, fh, title=title))]

@@ -14,16 +14,23 @@ from harness.estimators.core import Incomplete, estimate, validated
 from harness.estimators.table import ValidatedRows
 from harness.estimators.types import Report
 from harness.run.fingerprint import run_fingerprint
+from harness.run.folder import RunFolder
+from harness.run.layout import MANIFEST, REPORT_JSON, SCHEDULE
 
 
-def run_dir(path: str | Path) -> Path:
-    run = Path(path)
-    if not (run / "manifest.json").is_file() or not (run / "schedule.jsonl").is_file():
-        raise InputError("not a run folder (no manifest.json / schedule.jsonl)", path=run)
-    return run
+def open_run(run: str | Path | RunFolder) -> RunFolder:
+    """The run folder a command reads (`RunFolder`: opened once, nothing in it followed);
+    InputError when it has no manifest.json / schedule.jsonl."""
+    folder = run if isinstance(run, RunFolder) else RunFolder(run)
+    if not folder.has(MANIFEST) or not folder.has(SCHEDULE):
+        raise InputError("not a run folder (no manifest.json / schedule.jsonl)", path=folder.path)
+    return folder
 
 
-def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = False,
+run_dir = open_run   # the name code written before RunFolder calls
+
+
+def verified(path: str | Path | RunFolder, *, verify: bool = True, allow_skipped: bool = False,
              row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> dict[str, Any]:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
@@ -33,8 +40,9 @@ def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = Fal
         return {"checked": False, "skipped": []}
     from harness.run.verify import verify_run
 
-    run = run_dir(path)
-    result = verify_run(run, allow_skipped=allow_skipped, row_limits=row_limits)
+    folder = open_run(path)
+    run = folder.path
+    result = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
     if not result["ok"]:
         if result["problems"]:
             first = result["problems"][0]
@@ -49,17 +57,18 @@ def verified(path: str | Path, *, verify: bool = True, allow_skipped: bool = Fal
     return {"checked": True, "skipped": result["skipped"]}
 
 
-def load_run(path: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[Path, Any, ValidatedRows]:
+def load_run(path: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
+             ) -> tuple[RunFolder, Any, ValidatedRows]:
     """(run folder, RunTable, validated rows). A bad row names its line in schedule.jsonl."""
     from harness.run.runtable import load_run_table  # lead-owned run-store reader
 
-    run = run_dir(path)
-    table = load_run_table(run, row_limits)
-    rows = validated(table.rows, path=run / "schedule.jsonl", lines=range(1, len(table.rows) + 1))
-    return run, table, rows
+    folder = open_run(path)
+    table = load_run_table(folder, row_limits)
+    rows = validated(table.rows, path=folder.file(SCHEDULE), lines=range(1, len(table.rows) + 1))
+    return folder, table, rows
 
 
-def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str | None = None,
+def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
@@ -67,8 +76,9 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
                  margin: float = 0.05) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
-    verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
-    run, table, rows = load_run(path, row_limits)
+    run = open_run(path)   # one folder for the verification, the table and the reports
+    verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
+    run, table, rows = load_run(run, row_limits)
     try:
         report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                           n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
@@ -81,7 +91,7 @@ def estimate_run(path: str | Path, *, baseline: str | None = None, placebo: str 
     m = table.manifest
     # What the report was made from and how: `guardeval report` checks the first against the run
     # as it is then, and makes the estimate again under the second to check the numbers.
-    report["source"] = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+    report["source"] = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
                         "manifest_sha256": m.get("sha256"), "fingerprint": run_fingerprint(run, m).token,
                         "options": {"baseline": baseline, "placebo": placebo,
                                     "family": list(family) if family is not None else None, "n_boot": n_boot,
@@ -103,7 +113,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "margin": (float,)}
 
 
-def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
+def recheck_report(path: str | Path | RunFolder, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
     """Is `report` (a run's report.json, as read) the estimate of this run as it is now? Its
     recorded fingerprint must be the run's, and the estimate made again under its recorded
     options must give the same numbers; CheckFailed otherwise. A report.json is a file anyone
@@ -111,10 +121,10 @@ def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowL
     from harness.estimators.report import dumps_json
     from harness.run.manifest import read_manifest
 
-    run = run_dir(path)
-    where = run / "report.json"
+    run = open_run(path)
+    where = run.file(REPORT_JSON)
     src = report.get("source")
-    again = f"run `guardeval estimate {run}` to make it again"
+    again = f"run `guardeval estimate {run.path}` to make it again"
     if not isinstance(src, dict) or not isinstance(src.get("options"), dict) or "fingerprint" not in src:
         raise CheckFailed(f"{where}: records no fingerprint or options (made by an older guardeval, or edited): {again}")
     now = run_fingerprint(run, read_manifest(run)).token
@@ -136,22 +146,21 @@ def recheck_report(path: str | Path, report: Mapping[str, Any], row_limits: RowL
                           f"{again}")
 
 
-def first_schedule_difference(run_a: Path, run_b: Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> int | None:
+def first_schedule_difference(run_a: RunFolder, run_b: RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
+                              ) -> int | None:
     """The first line (1-based) at which the two runs' schedule.jsonl differ, None when they are
-    the same; each line is read under the row bounds, so a hostile file cannot exhaust memory."""
+    the same; each line is read under the run's line cap (RunFolder), so a hostile file cannot
+    exhaust memory."""
     from itertools import zip_longest
 
-    from harness.cohorts.limits import bounded_lines
-
-    lines_a = bounded_lines(run_a / "schedule.jsonl", row_limits)
-    lines_b = bounded_lines(run_b / "schedule.jsonl", row_limits)
+    lines_a, lines_b = run_a.lines(SCHEDULE), run_b.lines(SCHEDULE)
     for n, (a, b) in enumerate(zip_longest(lines_a, lines_b), start=1):
         if a is None or b is None or a[1] != b[1]:
             return n
     return None
 
 
-def compare_input_from_run(path: str | Path, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
+def compare_input_from_run(path: str | Path | RunFolder, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
                            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
     """A run as an input of `compare`: verified first (see `verified`), labelled by its guard's
     name unless `label` is given."""
@@ -161,10 +170,10 @@ def compare_input_from_run(path: str | Path, label: str | None, *, verify: bool 
     run, table, rows = load_run(path, row_limits)
     m = table.manifest
     guard = m.get("guard") or {}
-    source = {"run": str(run), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+    source = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
               "verified": verification["checked"], "verify_skipped": verification["skipped"],
               "guard": {"name": guard.get("name"), "model": guard.get("model")}}
-    name = label or str(guard.get("name") or run.name)
+    name = label or str(guard.get("name") or run.path.name)
     return CompareInput(name, rows, table.roles, table.baseline, table.placebo, table.complete, source)
 
 

@@ -161,7 +161,7 @@ class Dispatcher:
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._stalls = Stalls(options.concurrency, options.rate_limit_stop_s)
         self._halted = anyio.Event()    # set by a stop in HALTS: waiting calls give up at once
-        self._room = Room(writer.run_dir, writer.run_dir / RAW, options.max_response_bytes)
+        self._room = Room(writer.folder.path, writer.folder.file(RAW), options.max_response_bytes)
         self._largest_request = 8 << 10     # before the first body is rendered
         # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
         self._control = RateController(max(1, options.concurrency))

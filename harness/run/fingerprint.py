@@ -15,7 +15,6 @@ log (the chain behind it is what `verify` checks) and the decisions are hashed i
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +24,11 @@ import orjson
 
 from harness.canon import canonical_sha256
 from harness.errors import CheckFailed, InputError
+from harness.run.folder import RunFolder
 from harness.run.layout import DECISIONS, GENESIS, RAW
 
 TOKEN = re.compile(r"([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{24})")
 _TAIL = 1 << 16
-_MAX_LINE = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -66,21 +65,20 @@ def parse_token(text: str) -> str:
     return t
 
 
-def run_fingerprint(run_dir: Path, manifest: dict[str, Any]) -> Fingerprint:
+def run_fingerprint(folder: RunFolder, manifest: dict[str, Any]) -> Fingerprint:
     """The fingerprint of the run as it is on disk: complete lines only (a torn last line,
     which `resume` moves aside, is not part of the log)."""
-    n_raw, head = _raw_head(run_dir / RAW)
-    n_dec, dec_sha = _complete_lines_sha256(run_dir / DECISIONS)
+    n_raw, head = _raw_head(folder)
+    n_dec, dec_sha = _complete_lines_sha256(folder, DECISIONS)
     return Fingerprint(str(manifest.get("sha256")), n_raw, head, n_dec, dec_sha)
 
 
-def _complete_lines_sha256(path: Path) -> tuple[int, str]:
-    """(number of complete lines, SHA-256 of their bytes) of a JSONL file; (0, sha of nothing)
-    when it does not exist."""
+def _complete_lines_sha256(folder: RunFolder, name: str) -> tuple[int, str]:
+    """(number of complete lines, SHA-256 of their bytes) of a JSONL file of the run; (0, sha
+    of nothing) when it does not exist."""
     h, n, pending = hashlib.sha256(), 0, b""
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
+    fh = folder.reader(name)
+    if fh is None:
         return 0, h.hexdigest()
     with fh:
         while chunk := fh.read(1 << 20):
@@ -92,39 +90,39 @@ def _complete_lines_sha256(path: Path) -> tuple[int, str]:
     return n, h.hexdigest()
 
 
-def _raw_head(path: Path) -> tuple[int, str]:
+def _raw_head(folder: RunFolder) -> tuple[int, str]:
     """(seq, SHA-256) of the last complete raw line, read from the end; (0, genesis) when the
     log is empty. The seq is the line's own field: the chain `verify` walks ties it to its place."""
-    line = last_line(path)
+    line = last_line(folder, RAW)
     if line is None:
         return 0, GENESIS
-    return _seq(line, path), hashlib.sha256(line).hexdigest()
+    return _seq(line, folder.file(RAW)), hashlib.sha256(line).hexdigest()
 
 
-def last_line(path: Path) -> bytes | None:
-    """The last complete line of a file (without its newline), read backwards from the end: a
-    torn tail after it is not a line. None when there is none (or no file)."""
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
+def last_line(folder: RunFolder, name: str) -> bytes | None:
+    """The last complete line of a file of the run (without its newline), found by reading
+    backwards from the end a block at a time: a torn tail after it is not a line. None when
+    there is none (or no file). Neither the tail nor the line is read past the run's line cap."""
+    nl = _last_newline(folder, name, folder.size(name))
+    if nl < 0:
         return None
-    with fh:
-        end, tail = os.fstat(fh.fileno()).st_size, b""
-        while end > 0:
-            start = max(0, end - _TAIL)
-            fh.seek(start)
-            tail = fh.read(end - start) + tail
-            end = start
-            last_nl = tail.rfind(b"\n")
-            if last_nl < 0:
-                continue
-            prev_nl = tail.rfind(b"\n", 0, last_nl)
-            if prev_nl >= 0 or start == 0:
-                return tail[prev_nl + 1:last_nl]
-            if len(tail) > _MAX_LINE:
-                raise CheckFailed(f"{path}: the last line is longer than {_MAX_LINE >> 20} MiB (damaged); "
-                                  "`guardeval verify` names the problem")
-        return None
+    before = _last_newline(folder, name, nl)
+    return folder.pread(name, nl - before - 1, before + 1)
+
+
+def _last_newline(folder: RunFolder, name: str, end: int) -> int:
+    """The offset of the last newline before byte `end` (-1: none), at most `line_cap` back."""
+    pos = end
+    while pos > 0:
+        if end - pos > folder.line_cap:
+            raise CheckFailed(f"{folder.file(name)}: the last line is longer than {folder.line_cap} bytes "
+                              "(damaged); `guardeval verify` names the problem")
+        start = max(0, pos - _TAIL)
+        at = folder.pread(name, pos - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at
+        pos = start
+    return -1
 
 
 def _seq(line: bytes, path: Path) -> int:

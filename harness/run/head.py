@@ -10,38 +10,32 @@ reports it with the rest of the chain.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import orjson
 
+from harness.run.folder import RunFolder
 from harness.run.layout import EVENTS
 
 
-def recorded_head(run_dir: Path) -> dict[str, Any] | None:
+def recorded_head(folder: RunFolder) -> dict[str, Any] | None:
     """The last `stop` event that recorded the raw chain's head (`last_seq`, `last_raw_sha256`)."""
-    path = run_dir / EVENTS
     head = None
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        return None
-    with fh:
-        for raw in fh:
-            line = raw.rstrip(b"\n")
-            try:
-                ev = orjson.loads(line) if line else None
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(ev, dict) and ev.get("event") == "stop" and type(ev.get("last_seq")) is int:
-                head = ev
+    for _, raw in folder.lines(EVENTS):
+        line = raw.rstrip(b"\n")
+        try:
+            ev = orjson.loads(line) if line else None
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(ev, dict) and ev.get("event") == "stop" and type(ev.get("last_seq")) is int:
+            head = ev
     return head
 
 
-def head_problems(run_dir: Path, last_seq: int, last_sha: str, last_decision_raw_seq: Any = None) -> list[str]:
+def head_problems(folder: RunFolder, last_seq: int, last_sha: str, last_decision_raw_seq: Any = None) -> list[str]:
     """What is wrong with a raw log that ends at `last_seq` (its last line hashing to `last_sha`)."""
     out: list[str] = []
-    head = recorded_head(run_dir)
+    head = recorded_head(folder)
     if head is not None:
         if head["last_seq"] > last_seq:
             out.append(f"raw log ends at seq {last_seq}, but seq {head['last_seq']} was written")

@@ -12,6 +12,10 @@ GENESIS = "0" * 64
 MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS, LOCK = (
     "manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "decisions.jsonl", "events.jsonl", ".lock")
 COHORT_DIR, PROMPT_DIR = "cohort", "prompt"
+# What `estimate`, `report`, `export` and `compare` write into a run folder (replaced, never followed).
+REPORT_JSON, REPORT_MD, EFFECTS_PNG, REPORT_HTML = "report.json", "report.md", "effects.png", "report.html"
+COMPARE_MD, COMPARE_HTML, COMPARE_PNG = "compare.md", "compare.html", "compare.png"
+LEADERBOARD_PNG = "leaderboard.png"
 PARTIAL_LOCK = ".partial-lock"
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}")
 RESUME_HINT = "Nothing half-written was kept: free some space, then `guardeval resume {run}`"

@@ -3,7 +3,6 @@ and the few fields a scan needs read without parsing the line where it is in the
 
 from __future__ import annotations
 
-import mmap
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,17 +12,19 @@ import orjson
 
 from harness.errors import CheckFailed
 from harness.run.budget import reported_cost
+from harness.run.folder import RunFolder
+from harness.run.layout import RAW
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """(line number, line bytes without newline, parsed object) for every complete line."""
-    with open(path, "rb", buffering=1 << 20) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.endswith(b"\n"):
-                return  # a torn last line is handled by RunWriter.recover_torn
-            body = line[:-1]
-            yield lineno, body, parse_line(body, path, lineno)
-
+def iter_jsonl(folder: RunFolder, name: str) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """(line number, line bytes without newline, parsed object) for every complete line of
+    `name` in the run folder (a torn last line is left out: `RunWriter.open` moves it aside)."""
+    path = folder.file(name)
+    for lineno, line in folder.lines(name):
+        if not line.endswith(b"\n"):
+            return
+        body = line[:-1]
+        yield lineno, body, parse_line(body, path, lineno)
 
 
 class RawFields(NamedTuple):
@@ -83,42 +84,12 @@ def full_raw_fields(body: bytes, path: Path, lineno: int) -> RawFields:
                      rec.get("generation_id"))
 
 
-def iter_mapped_lines(path: Path, start: int = 0, end: int | None = None,
-                      window: int = 64 << 20) -> Iterator[tuple[int, Any, int, int, int]]:
-    """(line number, buffer, line start, newline position, buffer offset in the file) of every
-    complete line (of the lines in bytes [start, end), when given: both line boundaries; line
-    numbers then count from `start`). `buffer[line start:newline]` is the line; the buffer is
-    valid until the next item.
-
-    A 1M-call raw log is several GB. It is mapped a window at a time (the page cache is read
-    in place: no copy into the process, and resident memory stays one window) and newlines are
-    found with memchr. A torn last line (no newline) is left out, as `iter_jsonl` does.
-    """
-    size = path.stat().st_size if path.exists() else 0
-    size = size if end is None else min(end, size)
-    base, lineno = start, 0
-    with open(path, "rb") as fh:
-        while base < size:
-            start = base - base % mmap.ALLOCATIONGRANULARITY
-            length = min(size - start, window)
-            with mmap.mmap(fh.fileno(), length, offset=start, access=mmap.ACCESS_READ) as mm:
-                pos = base - start
-                while (nl := mm.find(b"\n", pos)) >= 0:
-                    lineno += 1
-                    yield lineno, mm, pos, nl, start
-                    pos = nl + 1
-            if start + pos == base:          # no complete line in this window
-                if start + length >= size:
-                    return                   # a torn last line
-                window *= 2                  # a line longer than the window
-            base = start + pos
-
-
-def iter_raw_fields(path: Path, start: int = 0, end: int | None = None,
+def iter_raw_fields(folder: RunFolder, start: int = 0, end: int | None = None,
                     window: int = 64 << 20) -> Iterator[tuple[int, int, int, RawFields]]:
     """(line number, offset, length with newline, fields) of every complete line of raw.jsonl
-    (see `iter_mapped_lines`); each line's few fields come from `raw_fields`."""
-    for lineno, buf, pos, nl, offset in iter_mapped_lines(path, start, end, window):
+    (see `RunFolder.mapped_lines`); each line's few fields come from `raw_fields`."""
+    path = folder.file(RAW)
+    for lineno, buf, pos, nl, offset in folder.mapped_lines(RAW, start, end, window):
         fields = raw_fields(buf, pos, nl)
         if fields is None:
             fields = full_raw_fields(buf[pos:nl], path, lineno)
@@ -181,12 +152,10 @@ def damaged(path: Path, lineno: int, what: str) -> CheckFailed:
                        "lists every problem)")
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def iter_lines(folder: RunFolder, name: str) -> Iterator[tuple[int, bytes]]:
     """(line number, line with its newline) of every complete line; a torn last line is left
     out, as `iter_jsonl` does."""
-    with open(path, "rb", buffering=1 << 20) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.endswith(b"\n"):
-                return
-            yield lineno, line
-
+    for lineno, line in folder.lines(name):
+        if not line.endswith(b"\n"):
+            return
+        yield lineno, line

@@ -3,15 +3,16 @@ the row limits its cohort copy is read under."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
+
+import orjson
 
 from guards.config import GuardConfig, config_from_manifest
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
-from harness.bounded import read_json
 from harness.canon import canonical_sha256
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING, RowLimits, widest
 from harness.errors import InputError
+from harness.run.folder import RunFolder
 from harness.run.layout import MANIFEST, PROMPT_DIR
 
 
@@ -21,13 +22,13 @@ def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 
-def load_run_prompt(run_dir: Path, manifest: dict[str, Any]) -> Prompt:
+def load_run_prompt(folder: RunFolder, manifest: dict[str, Any]) -> Prompt:
     """The prompt a run was launched with: its own copy in `prompt/` (pinned by the manifest's
     `prompt.sha256`), or, for a run from before copies, the prompts folder's entry if it still
     hashes as pinned. InputError when neither holds."""
     pin = manifest["prompt"]
     if pin.get("copy"):
-        path = run_dir / PROMPT_DIR
+        path = folder.subdir(PROMPT_DIR)
         prompt = load_prompt_dir(path, str(pin["id"]))
         if prompt.sha256 != pin["sha256"]:
             raise InputError("the run's copy of its prompt does not match manifest.prompt.sha256", path=path,
@@ -37,7 +38,7 @@ def load_run_prompt(run_dir: Path, manifest: dict[str, Any]) -> Prompt:
     if prompt.sha256 != pin["sha256"]:
         raise InputError(f"this run has no copy of its prompt and prompt '{prompt.id}' has changed since it was "
                          f"launched (sha256 {prompt.sha256[:12]}…, manifest {pin['sha256'][:12]}…); restore it, "
-                         "or start a new run with `guardeval replicate`", path=run_dir / MANIFEST,
+                         "or start a new run with `guardeval replicate`", path=folder.file(MANIFEST),
                          field="prompt.sha256")
     return prompt
 
@@ -55,12 +56,21 @@ _KINDS = {str: "a string", int: "a whole number", dict: "an object"}
 MAX_MANIFEST_BYTES = 16 << 20
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
+def manifest_json(folder: RunFolder) -> Any:
+    """manifest.json parsed, unchecked (InputError: absent, too large, not JSON)."""
+    path = folder.file(MANIFEST)
+    if not folder.has(MANIFEST):
+        raise InputError("not a run folder (no manifest.json)", path=folder.path)
+    try:
+        return orjson.loads(folder.read_small(MANIFEST, MAX_MANIFEST_BYTES, what="a run manifest"))
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+
+
+def read_manifest(folder: RunFolder) -> dict[str, Any]:
     """manifest.json, its fields of `_MANIFEST_FIELDS` checked (InputError naming the field)."""
-    path = run_dir / MANIFEST
-    if not path.is_file():
-        raise InputError("not a run folder (no manifest.json)", path=run_dir)
-    manifest = read_json(path, MAX_MANIFEST_BYTES, what="a run manifest")
+    path = folder.file(MANIFEST)
+    manifest = manifest_json(folder)
     if not isinstance(manifest, dict):
         raise InputError("not a JSON object", path=path)
     for name, kind in _MANIFEST_FIELDS.items():
@@ -83,14 +93,14 @@ def row_limits_record(limits: RowLimits) -> dict[str, int] | None:
     return {"max_bytes": wide.max_bytes, "max_depth": wide.max_depth}
 
 
-def run_row_limits(run_dir: Path, manifest: dict[str, Any], given: RowLimits = DEFAULT_ROW_LIMITS) -> RowLimits:
+def run_row_limits(folder: RunFolder, manifest: dict[str, Any], given: RowLimits = DEFAULT_ROW_LIMITS) -> RowLimits:
     """The bounds a run's own cohort copy is read under: those its launch recorded, or `given`
     (the command's flags), whichever is wider, so that a run launched with `--max-row-bytes` can
     be verified, estimated and viewed without repeating the flag."""
     rec = manifest.get("row_limits")
     if rec is None:
         return given
-    path = run_dir / MANIFEST
+    path = folder.file(MANIFEST)
     if not isinstance(rec, dict):
         raise InputError(f"not {_KINDS[dict]}", path=path, field="row_limits")
     values: dict[str, int] = {}
@@ -103,7 +113,7 @@ def run_row_limits(run_dir: Path, manifest: dict[str, Any], given: RowLimits = D
     return widest(given, RowLimits(**values))
 
 
-def run_config(run_dir: Path, manifest: dict[str, Any]) -> GuardConfig:
+def run_config(folder: RunFolder, manifest: dict[str, Any]) -> GuardConfig:
     """The run's guard config, from its manifest, checked as a config file is (`config_from_manifest`)."""
-    return config_from_manifest(manifest["guard"], run_dir / MANIFEST)
+    return config_from_manifest(manifest["guard"], folder.file(MANIFEST))
 

@@ -26,7 +26,8 @@ from guards.openrouter import providers
 from guards.openrouter.generation import fetch_generations
 from harness.errors import InputError
 from harness.run.budget import reported_cost
-from harness.run.layout import RAW
+from harness.run.folder import RunFolder, opened
+from harness.run.layout import MANIFEST, RAW
 from harness.run.lines import iter_jsonl
 from harness.run.manifest import read_manifest, run_config
 from harness.run.replay import generation_replays
@@ -34,13 +35,10 @@ from harness.run.replay import generation_replays
 SHOWN = 20   # calls listed per finding (the counts are complete)
 
 
-def final_answers(run_dir: Path) -> list[dict[str, Any]]:
+def final_answers(folder: RunFolder) -> list[dict[str, Any]]:
     """call id, generation id, reported provider and logged spend of every call's final answer."""
     out: dict[str, dict[str, Any]] = {}
-    path = run_dir / RAW
-    if not path.exists():
-        return []
-    for _, _, rec in iter_jsonl(path):
+    for _, _, rec in iter_jsonl(folder, RAW):
         if rec.get("outcome") != "reply" or rec.get("final") is not True:
             continue
         gen = rec.get("generation_id")
@@ -63,16 +61,21 @@ def _id_in_response(response: Any) -> str | None:
     return gen if isinstance(gen, str) and gen else None
 
 
-def audit_providers(run_dir: Path, *, base_url: str | None = None, concurrency: int = 8) -> dict[str, Any]:
-    manifest = read_manifest(run_dir)
-    config = run_config(run_dir, manifest).with_base_url(base_url)
+def audit_providers(run: Path | RunFolder, *, base_url: str | None = None, concurrency: int = 8) -> dict[str, Any]:
+    with opened(run) as folder:
+        return _audit(folder, base_url, concurrency)
+
+
+def _audit(folder: RunFolder, base_url: str | None, concurrency: int) -> dict[str, Any]:
+    manifest = read_manifest(folder)
+    config = run_config(folder, manifest).with_base_url(base_url)
     if config.backend != "openrouter":
         raise InputError(f"audit providers reads OpenRouter's generation stats; this run used the "
-                         f"{config.backend!r} back-end", path=run_dir / "manifest.json", field="guard.backend")
+                         f"{config.backend!r} back-end", path=folder.file(MANIFEST), field="guard.backend")
     key = os.environ.get(config.api_key_env) if config.api_key_env else None
     if config.api_key_env and not key:
         raise InputError(f"audit providers needs the key that made the run: ${config.api_key_env} is not set")
-    answers = final_answers(run_dir)
+    answers = final_answers(folder)
     ids = [a["generation_id"] for a in answers if a["generation_id"]]
     stats = anyio.run(lambda: fetch_generations(config.effective_base_url or "", key, ids, concurrency=concurrency))
     allowed = config.allowed_providers
@@ -105,7 +108,7 @@ def audit_providers(run_dir: Path, *, base_url: str | None = None, concurrency: 
         if spend is None or st.total_cost is None or not math.isclose(spend, st.total_cost, rel_tol=1e-6,
                                                                         abs_tol=1e-9):
             cost_differs.append({"call_id": a["call_id"], "logged": spend, "total_cost": st.total_cost})
-    replays = generation_replays(run_dir)
+    replays = generation_replays(folder)
     return {
         "run_id": manifest["run_id"], "base_url": config.effective_base_url, "allowed_providers": list(allowed),
         "answers": len(answers), "confirmed": confirmed,

@@ -18,22 +18,18 @@ status` (counted), and `guardeval audit providers`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from harness.run.decide import REPLAY_MISMATCH
-from harness.run.layout import RAW
+from harness.run.folder import RunFolder
 from harness.run.lines import iter_raw_fields
 
 
-def generation_replays(run_dir: Path) -> dict[str, str]:
+def generation_replays(folder: RunFolder) -> dict[str, str]:
     """call id -> generation id, for every call whose final answer carries a generation id
     that another call's final answer carries too."""
-    path = run_dir / RAW
-    if not path.exists():
-        return {}
     calls_of: dict[str, set[str]] = {}
-    for _, _, _, f in iter_raw_fields(path):
+    for _, _, _, f in iter_raw_fields(folder):
         gen = f.generation_id
         if f.outcome == "reply" and f.final is True and isinstance(gen, str) and gen and isinstance(f.call_id, str):
             calls_of.setdefault(gen, set()).add(f.call_id)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness.errors import WriteFailed
 from harness.run import supersede
+from harness.run.folder import RunFolder
 from harness.run.layout import EVENTS
 from harness.run.records import Decision
 from harness.run.writer import RunWriter
@@ -33,17 +33,17 @@ class RetrySession:
         return len(self.targets.calls) if self.targets is not None else 0
 
 
-def prepare(run_dir: Path, writer: RunWriter, statuses: tuple[str, ...] | None,
+def prepare(folder: RunFolder, writer: RunWriter, statuses: tuple[str, ...] | None,
             derive: Callable[[dict[str, Any], str, dict[str, str]], Decision],
             stimuli_for: Callable[[set[str]], dict[str, str]]) -> RetrySession:
     """Recover lost retry decisions and, when `statuses` is given, choose the targets.
     `derive(raw record, line sha256, expected request hashes)` is `decide` with the run's parser."""
     session = RetrySession()
-    if statuses is None and not supersede.retried_before(run_dir):
+    if statuses is None and not supersede.retried_before(folder):
         return session   # never retried: no retry's answer can be waiting for its decision
     writer.flush()       # decisions recovered just before are in the file the ledger reads
-    led = supersede.read_ledger(run_dir)
-    hist = supersede.histories(run_dir, led.failed)
+    led = supersede.read_ledger(folder)
+    hist = supersede.histories(folder, led.failed)
     expected: dict[str, str] | None = None
 
     def derive_one(rec: dict[str, Any], line_sha: str) -> Decision:
@@ -52,7 +52,7 @@ def prepare(run_dir: Path, writer: RunWriter, statuses: tuple[str, ...] | None,
             expected = stimuli_for(set(led.failed))
         return derive(rec, line_sha, expected)
 
-    session.recovered = supersede.recover(run_dir, led, hist, derive_one, writer.append_decision)
+    session.recovered = supersede.recover(folder, led, hist, derive_one, writer.append_decision)
     if statuses is not None:
         session.targets = supersede.targets(led, statuses)
         session.rounds = session.targets.by_round()
@@ -61,7 +61,7 @@ def prepare(run_dir: Path, writer: RunWriter, statuses: tuple[str, ...] | None,
     return session
 
 
-def record_start(run_dir: Path, writer: RunWriter, session: RetrySession) -> None:
+def record_start(folder: RunFolder, writer: RunWriter, session: RetrySession) -> None:
     """The `retry` event, synced before any retry is sent: a later plain `resume` looks for
     lost retry decisions only in a run that has one (`supersede.retried_before`), so it must
     outlast a power loss that the retries' synced raw lines outlast."""
@@ -69,13 +69,14 @@ def record_start(run_dir: Path, writer: RunWriter, session: RetrySession) -> Non
     writer.event("retry", statuses=list(session.targets.statuses), calls=session.n_targets,
                  rounds={str(k): v for k, v in session.rounds.items()})
     try:
-        fd = os.open(run_dir / EVENTS, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fd = folder.open_update(EVENTS)
+        if fd is not None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as exc:
-        raise WriteFailed(run_dir / EVENTS, exc, "No retry was sent.") from None
+        raise WriteFailed(folder.file(EVENTS), exc, "No retry was sent.") from None
 
 
 def with_targets(rows: Iterable[dict[str, Any]], targets: supersede.Targets) -> Iterator[dict[str, Any]]:

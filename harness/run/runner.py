@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import anyio
 import orjson
 
-from guards.config import GuardConfig, load_guard_config
+from guards.config import GuardConfig, config_from_manifest, load_guard_config
 from guards.openrouter.preflight import EMPTY_INSTANCE, Workload
 from guards.parsers import get_parser
 from guards.prompts import Prompt, load_prompt
@@ -27,18 +27,18 @@ from harness import __version__
 from harness.canon import canonical_bytes, canonical_sha256, dumps_line, sha256_hex
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_cohort
 from harness.errors import CheckFailed, InputError, RunStopped, WriteFailed
+from harness.run import callable_pin, supersede
 from harness.run import retry as retries
-from harness.run import supersede
 from harness.run.budget import Prices, Unpriced, projected_cost
 from harness.run.create import create_run_dir
 from harness.run.decide import decide
 from harness.run.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from harness.run.fingerprint import run_fingerprint
-from harness.run.layout import COHORT_DIR, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
+from harness.run.folder import RunFolder, opened
+from harness.run.layout import COHORT_DIR, MANIFEST, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
 from harness.run.lines import STIMULUS_LINE, iter_jsonl, parse_line
-from harness.run.lock import RunLock
 from harness.run.manifest import load_run_prompt, read_manifest, row_limits_record, run_config, run_row_limits
-from harness.run.schedule import ALGORITHM, iter_schedule, read_schedule
+from harness.run.schedule import ALGORITHM, iter_schedule
 from harness.run.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from harness.run.status import decision_counts
 from harness.run.writer import RunWriter
@@ -175,8 +175,15 @@ def _render_request(render: Callable[[Mapping[str, Any]], dict[str, Any]],
     return sha256_hex(data), len(data) // 4
 
 
-def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple[GuardConfig, Prompt]:
-    config = load_guard_config(guard_path).with_base_url(base_url)
+def load_guard_and_prompt(guard_path: str | Path | GuardConfig, base_url: str | None) -> tuple[GuardConfig, Prompt]:
+    """A guard config (a file, a preset name, or a GuardConfig checked by the same rules) and its
+    prompt. A python guard's callable is imported here: exit 2 before anything is written."""
+    if isinstance(guard_path, GuardConfig):
+        config = config_from_manifest(guard_path.to_manifest(), Path(guard_path.source or "<guard config>"))
+        config = GuardConfig(**{**config.to_manifest(), "source": guard_path.source}).with_base_url(base_url)
+        guard_path = config.source or "<guard config>"
+    else:
+        config = load_guard_config(guard_path).with_base_url(base_url)
     try:
         prompt = load_prompt(config.prompt)
     except InputError as exc:
@@ -185,6 +192,7 @@ def load_guard_and_prompt(guard_path: str | Path, base_url: str | None) -> tuple
         get_parser(prompt.parser)
     except KeyError as exc:
         raise InputError(str(exc), path=guard_path, field="prompt") from None
+    callable_pin.record(config, where=guard_path)
     return config, prompt
 
 
@@ -201,12 +209,13 @@ def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, 
         # `copy`: the run folder carries the prompt's files (verify and resume read them there).
         "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser, "copy": PROMPT_DIR},
         "guard": config.to_manifest(), "guard_sha256": config.sha256,
+        **({callable_pin.FIELD: pin} if (pin := callable_pin.record(config)) is not None else {}),
         "parent_run": parent,
         **({"row_limits": limits} if limits is not None else {}),
     }
 
 
-def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, seed: int, order: str,
+def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig, reps: int, seed: int, order: str,
                 base_url: str | None, run_id: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     if reps < 1:
         raise InputError("--reps must be >= 1", field="reps")
@@ -228,55 +237,63 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path, reps: int, se
     return plan
 
 
-def plan_replicate(parent_dir: Path, *, guard_path: str | Path, base_url: str | None,
+def plan_replicate(parent_dir: Path | RunFolder, *, guard_path: str | Path | GuardConfig, base_url: str | None,
                    row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
-    parent = read_manifest(parent_dir)
-    row_limits = run_row_limits(parent_dir, parent, row_limits)
-    cohort = load_run_cohort(parent_dir, parent, row_limits)
+    # The parent stays open for as long as the plan is written: its schedule is read twice
+    # (hashed now, copied later), through one descriptor. Closed when the plan is dropped.
+    folder = parent_dir if isinstance(parent_dir, RunFolder) else RunFolder(parent_dir)
+    parent = read_manifest(folder)
+    row_limits = run_row_limits(folder, parent, row_limits)
+    cohort = load_run_cohort(folder, parent, row_limits)
     config, prompt = load_guard_and_prompt(guard_path, base_url)
-    sched_path = parent_dir / SCHEDULE
-    sha, n_calls = _sha256_and_lines(sched_path)
+    sched_path = folder.file(SCHEDULE)
+    sha, n_calls = _sha256_and_lines(folder, SCHEDULE)
     if sha != parent["schedule_sha256"]:
         raise InputError("schedule.jsonl does not match its manifest (run `guardeval verify`)", path=sched_path)
 
     def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
         # The parent's bytes, verbatim: a replicate carries the schedule byte-identical.
-        with open(sched_path, "rb", buffering=1 << 20) as fh:
-            for line in fh:
-                yield line, orjson.loads(line)
+        for _, line in folder.lines(SCHEDULE):
+            yield line, orjson.loads(line)
 
-    parent_ref = {"run_id": parent["run_id"], "path": str(parent_dir), "manifest_sha256": parent["sha256"],
+    parent_ref = {"run_id": parent["run_id"], "path": str(folder.path), "manifest_sha256": parent["sha256"],
                   "schedule_sha256": parent["schedule_sha256"]}
     manifest = _manifest(new_run_id(config.name), cohort, config, prompt, n_calls, seed=parent["seed"],
                          order=parent["order"], reps=parent["reps"], parent=parent_ref, row_limits=row_limits)
     return Plan(cohort, config, prompt, manifest, n_calls, lines, parent_schedule_sha256=parent["schedule_sha256"])
 
 
-def _sha256_and_lines(path: Path) -> tuple[str, int]:
+def _sha256_and_lines(folder: RunFolder, name: str) -> tuple[str, int]:
     h, n = hashlib.sha256(), 0
-    with open(path, "rb") as fh:
+    fh = folder.reader(name)
+    if fh is None:
+        raise InputError("no such file", path=folder.file(name))
+    with fh:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
             n += chunk.count(b"\n")
     return h.hexdigest(), n
 
 
-def load_run_cohort(run_dir: Path, manifest: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Cohort:
+def load_run_cohort(folder: RunFolder, manifest: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS
+                    ) -> Cohort:
     # Pinned by the manifest and validated when the run was launched: see `load_cohort`.
-    cohort = load_cohort(run_dir / COHORT_DIR, pinned_sha256=manifest["cohort"]["sha256"],
-                         limits=run_row_limits(run_dir, manifest, row_limits))
+    cohort = load_cohort(folder.subdir(COHORT_DIR), pinned_sha256=manifest["cohort"]["sha256"],
+                         limits=run_row_limits(folder, manifest, row_limits))
     if cohort.sha256 != manifest["cohort"]["sha256"]:
-        raise InputError("cohort copy does not match the manifest", path=run_dir / COHORT_DIR / "cohort.json")
+        raise InputError("cohort copy does not match the manifest", path=folder.file(f"{COHORT_DIR}/cohort.json"))
     return cohort
 
 
-def run_prompt_tokens(run_dir: Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[GuardConfig, int, int]:
+def run_prompt_tokens(run: Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
+                      ) -> tuple[GuardConfig, int, int]:
     """(guard config, rough prompt tokens of one call of every instance summed, bases) of a run,
     rendered from its cohort copy with its config and prompt as `launch --dry-run` counts them."""
-    manifest = read_manifest(run_dir)
-    config = run_config(run_dir, manifest)
-    prompt = load_run_prompt(run_dir, manifest)
-    cohort = load_run_cohort(run_dir, manifest, row_limits)
+    with opened(run) as folder:
+        manifest = read_manifest(folder)
+        config = run_config(folder, manifest)
+        prompt = load_run_prompt(folder, manifest)
+        cohort = load_run_cohort(folder, manifest, row_limits)
     render = make_renderer(config, prompt)
     total = sum(_render_request(render, inst)[1] for inst in cohort.iter_instances())
     return config, total, len(cohort.base_ids)
@@ -320,53 +337,68 @@ class RunOutcome:
         return self.decided >= self.total
 
 
-def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | None = None,
+def execute(run: Path | RunFolder, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
             row_limits: RowLimits = DEFAULT_ROW_LIMITS, retry_failed: tuple[str, ...] | None = None,
-            rate_limit_stop_s: float | None = None) -> RunOutcome:
+            rate_limit_stop_s: float | None = None, allow_changed_callable: bool = False) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here); with
     `retry_failed` (failure statuses), also the calls whose live decision has one of them, their
     new decisions superseding the old (`harness.run.supersede`)."""
-    manifest = read_manifest(run_dir)
-    config = run_config(run_dir, manifest).with_base_url(base_url)
-    require_key(config, run_dir / "manifest.json")
-    with RunLock(run_dir):
+    with opened(run) as folder:
+        return _execute(folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                        max_calls=max_calls, progress=progress, handle_signals=handle_signals, adaptive=adaptive,
+                        row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s,
+                        allow_changed_callable=allow_changed_callable)
+
+
+def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None, rpm: float | None,
+             max_cost: float | None, max_calls: int | None, progress: bool, handle_signals: bool, adaptive: bool,
+             row_limits: RowLimits, retry_failed: tuple[str, ...] | None,
+             rate_limit_stop_s: float | None, allow_changed_callable: bool) -> RunOutcome:
+    run_dir = folder.path
+    manifest = read_manifest(folder)
+    config = run_config(folder, manifest).with_base_url(base_url)
+    require_key(config, folder.file(MANIFEST))
+    # A python guard: its code must be the launch's (or the change accepted): exit 2 otherwise.
+    code = callable_pin.check_resume(folder.file(MANIFEST), manifest, config, allow_changed=allow_changed_callable)
+    with folder.lock():
         # A prompt that no longer renders the launch's bodies would write every pending call off
         # as a replay mismatch: refused here (InputError).
-        prompt = load_run_prompt(run_dir, manifest)
+        prompt = load_run_prompt(folder, manifest)
         parser = get_parser(prompt.parser)
-        writer = RunWriter(run_dir)
+        writer = RunWriter(folder)
         # The logs are read (a large raw log by workers) while the cohort is loaded; nothing is
         # changed on disk until the checks below have passed (`open` moves torn lines aside).
         writer.scan()
         try:
-            cohort = load_run_cohort(run_dir, manifest, row_limits)
-            _check_rendering(run_dir, cohort, config, prompt)
+            cohort = load_run_cohort(folder, manifest, row_limits)
+            _check_rendering(folder, cohort, config, prompt)
         except BaseException:
             writer.abandon_scan()
             raise
         state = writer.open()
         result: DispatchResult | None = None
         try:
-            recovered = _recover_decisions(run_dir, writer, parser, config)
+            recovered = _recover_decisions(folder, writer, parser, config)
             retry = retries.prepare(
-                run_dir, writer, retry_failed,
+                folder, writer, retry_failed,
                 lambda rec, sha, expected: decide(rec, sha, expected_request_sha256=expected.get(rec["call_id"]),
                                                   parser=parser, allowed_providers=config.allowed_providers),
-                lambda cids: _stimuli_for(run_dir, cids))
+                lambda cids: _stimuli_for(folder, cids))
             total = int(manifest["n_calls"])
-            pending = PendingRows(run_dir, state.decided, cohort)
+            pending = PendingRows(folder, state.decided, cohort)
             sources: list[PendingRows] = [pending]
             rows: Iterable[dict[str, Any]] = pending
             writer.event("start", pending=total - len(state.decided), total=total,
-                         torn=[p.name for p in state.torn], recovered=recovered + retry.recovered)
+                         torn=[p.name for p in state.torn], recovered=recovered + retry.recovered,
+                         **({"callable": code} if code is not None else {}))
             if retry.targets is not None and retry.n_targets:
                 # Undecided calls first, then the retries (a later measurement either way).
-                again = PendingRows(run_dir, supersede.NotTargeted(retry.targets), cohort)
+                again = PendingRows(folder, supersede.NotTargeted(retry.targets), cohort)
                 sources.append(again)
                 rows = itertools.chain(pending, retries.with_targets(again, retry.targets))
-                retries.record_start(run_dir, writer, retry)
+                retries.record_start(folder, writer, retry)
             result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, rows, total + retry.n_targets,
                                DispatchOptions(
                                    concurrency=concurrency or config.concurrency or _default_concurrency(config),
@@ -405,18 +437,18 @@ def execute(run_dir: Path, *, base_url: str | None = None, concurrency: int | No
             raise source.error
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
-    statuses = decision_counts(run_dir)[1]
+    statuses = decision_counts(folder)[1]
     return RunOutcome(run_dir, total, decided, result, recovered + retry.recovered, state.torn, statuses,
-                      run_fingerprint(run_dir, manifest).token, retry, config.is_simulated)
+                      run_fingerprint(folder, manifest).token, retry, config.is_simulated)
 
 
-def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
+def _recover_decisions(folder: RunFolder, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
     """A raw line marked final whose decision was lost (crash between the two writes): derive
     the decision from the log instead of paying for the call again."""
     finals = writer.state.final_raw
     if not finals:
         return 0
-    expected = _stimuli_for(run_dir, set(finals))
+    expected = _stimuli_for(folder, set(finals))
     recovered = 0
     for rec, line_sha in writer.undecided_finals():
         writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected.get(rec["call_id"]),
@@ -426,10 +458,10 @@ def _recover_decisions(run_dir: Path, writer: RunWriter, parser: Any, config: Gu
     return recovered
 
 
-def _stimuli_for(run_dir: Path, call_ids: set[str]) -> dict[str, str]:
+def _stimuli_for(folder: RunFolder, call_ids: set[str]) -> dict[str, str]:
     """request_sha256 of a few calls (one pass over stimuli.jsonl, keeping only those)."""
     found: dict[str, str] = {}
-    for _, _, rec in iter_jsonl(run_dir / STIMULI):
+    for _, _, rec in iter_jsonl(folder, STIMULI):
         if rec["call_id"] in call_ids:
             found[rec["call_id"]] = rec["request_sha256"]
     return found
@@ -445,15 +477,15 @@ class PendingRows:
     row that names no instance of the run's cohort: there is nothing it could send.
     """
 
-    def __init__(self, run_dir: Path, decided: Container[str], cohort: Cohort) -> None:
-        self.run_dir, self.decided, self.cohort = run_dir, decided, cohort
+    def __init__(self, folder: RunFolder, decided: Container[str], cohort: Cohort) -> None:
+        self.folder, self.run_dir, self.decided, self.cohort = folder, folder.path, decided, cohort
         self.error: CheckFailed | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        sched, stim = self.run_dir / SCHEDULE, self.run_dir / STIMULI
+        sched, stim = self.folder.file(SCHEDULE), self.folder.file(STIMULI)
         lineno = 0
         try:
-            for lineno, sline, tline in _line_pairs(sched, stim):
+            for lineno, sline, tline in _line_pairs(self.folder, SCHEDULE, STIMULI):
                 cid, request_sha = _call_id_pair(sline, tline)
                 if cid is not None and cid in self.decided:
                     continue  # half a million of these in a half-done large run: no parse
@@ -492,21 +524,20 @@ class PendingRows:
                            "lists every problem)")
 
 
-def _line_pairs(a: Path, b: Path) -> Iterator[tuple[int, bytes, bytes]]:
+def _line_pairs(folder: RunFolder, a: str, b: str) -> Iterator[tuple[int, bytes, bytes]]:
     """(line number, line of a, line of b), complete lines only (a torn last line is left out,
     as `iter_jsonl` does); ValueError when one file has more lines than the other."""
-    with open(a, "rb", buffering=1 << 20) as fa, open(b, "rb", buffering=1 << 20) as fb:
-        ra, rb = fa.readline, fb.readline
-        lineno = 0
-        while True:
-            la, lb = ra(), rb()
-            done_a, done_b = not la.endswith(b"\n"), not lb.endswith(b"\n")
-            if done_a or done_b:
-                if done_a != done_b:
-                    raise ValueError("one file has more lines than the other")
-                return
-            lineno += 1
-            yield lineno, la, lb
+    ia, ib = folder.lines(a), folder.lines(b)
+    lineno = 0
+    while True:
+        la, lb = next(ia, (0, b""))[1], next(ib, (0, b""))[1]
+        done_a, done_b = not la.endswith(b"\n"), not lb.endswith(b"\n")
+        if done_a or done_b:
+            if done_a != done_b:
+                raise ValueError("one file has more lines than the other")
+            return
+        lineno += 1
+        yield lineno, la, lb
 
 
 def _call_id_pair(sline: bytes, tline: bytes) -> tuple[str | None, str | None]:
@@ -533,17 +564,17 @@ async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, coho
             await guard.aclose()
 
 
-def _check_rendering(run_dir: Path, cohort: Cohort, config: GuardConfig, prompt: Prompt) -> None:
+def _check_rendering(folder: RunFolder, cohort: Cohort, config: GuardConfig, prompt: Prompt) -> None:
     """Re-render the first scheduled call; if it no longer matches the launch, refuse to go on."""
-    first = next(iter(read_schedule(run_dir / SCHEDULE)), None)
+    first = next((rec for _, _, rec in iter_jsonl(folder, SCHEDULE)), None)
     if first is None:
         return
-    frozen = next((rec for _, _, rec in iter_jsonl(run_dir / STIMULI)), {})
+    frozen = next((rec for _, _, rec in iter_jsonl(folder, STIMULI)), {})
     body = make_renderer(config, prompt)(cohort.instance(first["base_id"], first["condition"]))
     if frozen.get("call_id") != first["call_id"] or canonical_sha256(body) != frozen.get("request_sha256"):
         raise InputError("the request re-rendered now differs from the one frozen at launch (stimuli.jsonl): the "
                          "guard config or the rendering changed; restore them, or start a new run with "
-                         "`guardeval replicate`", path=run_dir / STIMULI, line=1)
+                         "`guardeval replicate`", path=folder.file(STIMULI), line=1)
 
 
 def _default_concurrency(config: GuardConfig) -> int:

@@ -20,8 +20,9 @@ import orjson
 
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
 from harness.errors import CheckFailed
-from harness.run.layout import DECISIONS, RAW, SCHEDULE
-from harness.run.lines import iter_jsonl, iter_mapped_lines
+from harness.run.folder import RunFolder, opened
+from harness.run.layout import COHORT_DIR, DECISIONS, RAW, SCHEDULE
+from harness.run.lines import iter_jsonl
 from harness.run.manifest import read_manifest, run_row_limits
 from harness.run.replay import generation_replays, quarantine_reason
 
@@ -79,13 +80,13 @@ def _tail_fields(buf: Any, start: int, end: int) -> tuple[int, str] | None:
     return int(m[1]), m[2].decode("ascii", "replace")
 
 
-def final_attempt_starts(path: Path, wanted: set[int], window: int = 64 << 20) -> dict[int, str]:
+def final_attempt_starts(folder: RunFolder, wanted: set[int], window: int = 64 << 20) -> dict[int, str]:
     """seq -> `started` of the raw lines whose seq is in `wanted`. Only the last bytes of each
     line are read (a multi-GB log is mapped a window at a time); a torn last line is left out."""
     out: dict[int, str] = {}
-    if not wanted or not path.is_file():
+    if not wanted:
         return out
-    for _, buf, pos, nl, _ in iter_mapped_lines(path, window=window):
+    for _, buf, pos, nl, _ in folder.mapped_lines(RAW, window=window):
         got = _tail_fields(buf, pos, nl) or _parsed_fields(buf[pos:nl])
         if got is not None and got[0] in wanted:
             out[got[0]] = got[1]
@@ -107,11 +108,16 @@ def _retry_round(d: dict[str, Any] | None) -> int:
     return rnd if type(rnd) is int and rnd > 0 else 0
 
 
-def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
-    run = Path(run_dir)
-    manifest = read_manifest(run)
+def load_run_table(run: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
+    with opened(run) as folder:
+        return _run_table(folder, row_limits)
+
+
+def _run_table(folder: RunFolder, row_limits: RowLimits) -> RunTable:
+    manifest = read_manifest(folder)
     pin = manifest.get("cohort", {}).get("sha256") if isinstance(manifest.get("cohort"), dict) else None
-    cohort = load_cohort(run / "cohort", pinned_sha256=pin, limits=run_row_limits(run, manifest, row_limits))
+    cohort = load_cohort(folder.subdir(COHORT_DIR), pinned_sha256=pin,
+                         limits=run_row_limits(folder, manifest, row_limits))
     baseline = cohort.baseline()
     labels: dict[str, Any] = {}
     tools: dict[str, str] = {}
@@ -121,17 +127,17 @@ def load_run_table(run_dir: str | Path, row_limits: RowLimits = DEFAULT_ROW_LIMI
             tools[r["base_id"]] = r["tool"]
     decisions: dict[str, dict[str, Any]] = {}
     # The paths once: joining them per line cost more than the rest of the loop on a large run.
-    dec_path, sched_path = run / DECISIONS, run / SCHEDULE
-    for lineno, _, rec in iter_jsonl(dec_path):
+    dec_path, sched_path = folder.file(DECISIONS), folder.file(SCHEDULE)
+    for lineno, _, rec in iter_jsonl(folder, DECISIONS):
         # A retried call's newer decision supersedes its earlier one (harness.run.supersede;
         # `verify` checks the chain): the last decision of a call is its live one.
         decisions[_checked(rec, _DECISION_FIELDS, dec_path, lineno)["call_id"]] = rec
-    replayed = generation_replays(run)
-    starts = final_attempt_starts(run / RAW, {d["raw_seq"] for d in decisions.values()
+    replayed = generation_replays(folder)
+    starts = final_attempt_starts(folder, {d["raw_seq"] for d in decisions.values()
                                               if type(d.get("raw_seq")) is int})
     rows: list[dict[str, Any]] = []
     n = 0
-    for lineno, _, s in iter_jsonl(sched_path):
+    for lineno, _, s in iter_jsonl(folder, SCHEDULE):
         _checked(s, _SCHEDULE_FIELDS, sched_path, lineno)
         n += 1
         d = decisions.get(s["call_id"])

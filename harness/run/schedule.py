@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from harness.canon import canonical_sha256
@@ -75,10 +74,3 @@ def _shuffled(rng: random.Random, bases: list[str], conds: list[str], reps: int)
         rep, rest = divmod(k, nb * nc)
         b, c = divmod(rest, nc)
         yield bases[b], conds[c], rep
-
-
-def read_schedule(path: Path) -> Iterator[dict[str, Any]]:
-    from harness.run.lines import iter_jsonl  # the store owns line-level checks
-
-    for _, _, row in iter_jsonl(path):
-        yield row

@@ -21,44 +21,47 @@ import orjson
 from guards.base import valid_cost
 from harness.run import supersede
 from harness.run.fingerprint import last_line, run_fingerprint
+from harness.run.folder import RunFolder, opened
 from harness.run.head import head_problems
 from harness.run.layout import DECISIONS, EVENTS, RAW
 from harness.run.lines import iter_jsonl, iter_lines, iter_raw_fields
-from harness.run.lock import RunLock
 from harness.run.manifest import read_manifest, run_config
 from harness.run.workers import halves
 
 
-def run_status(run_dir: Path) -> dict[str, Any]:
-    manifest = read_manifest(run_dir)
-    raw_counts = _RawCounts(run_dir / RAW)   # workers read the raw log while this reads decisions
+def run_status(run: Path | RunFolder) -> dict[str, Any]:
+    with opened(run) as folder:
+        return _status(folder)
+
+
+def _status(folder: RunFolder) -> dict[str, Any]:
+    manifest = read_manifest(folder)
+    raw_counts = _RawCounts(folder)   # workers read the raw log while this reads decisions
     rounds: dict[int, int] = {}
     try:
-        decided, statuses, quarantine = decision_counts(run_dir, rounds)
+        decided, statuses, quarantine = decision_counts(folder, rounds)
         attempts, spend, retries, replayed, finals = raw_counts.result()
     finally:
         raw_counts.close()
     last_stop, last_event = None, None
     sessions: list[dict[str, Any]] = []
-    events = run_dir / EVENTS
-    if events.exists():
-        for _, _, ev in iter_jsonl(events):
-            kind = ev.get("event")
-            if kind == "retry":
-                sessions.append({k: ev.get(k) for k in ("at", "statuses", "calls")})
-            # A session is its start and its stop; the `note`s a session writes in between say
-            # nothing about whether it ended.
-            if kind in ("start", "stop"):
-                last_event = kind
-            if kind == "stop":
-                last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
+    for _, _, ev in iter_jsonl(folder, EVENTS):
+        kind = ev.get("event")
+        if kind == "retry":
+            sessions.append({k: ev.get(k) for k in ("at", "statuses", "calls")})
+        # A session is its start and its stop; the `note`s a session writes in between say
+        # nothing about whether it ended.
+        if kind in ("start", "stop"):
+            last_event = kind
+        if kind == "stop":
+            last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
     n = manifest["n_calls"]
-    fp = run_fingerprint(run_dir, manifest)
-    problems = head_problems(run_dir, fp.n_raw, fp.raw_head, _last_decision_raw_seq(run_dir))
-    running = RunLock.held_by_another(run_dir)
+    fp = run_fingerprint(folder, manifest)
+    problems = head_problems(folder, fp.n_raw, fp.raw_head, _last_decision_raw_seq(folder))
+    running = folder.held_by_another()
     complete = len(decided) >= n
     return {
-        "run_id": manifest["run_id"], "run_dir": str(run_dir), "guard": manifest["guard"]["name"],
+        "run_id": manifest["run_id"], "run_dir": str(folder.path), "guard": manifest["guard"]["name"],
         "model": manifest["guard"]["model"], "cohort": manifest["cohort"]["name"],
         "parent_run": (manifest.get("parent_run") or {}).get("run_id"),
         "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": complete,
@@ -68,7 +71,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         # quarantined by `estimate` as replay_mismatch, not counted in `quarantined` above.
         "generation_replays": replayed,
         "attempts": attempts, "retries": retries, "spend_usd": round(spend, 6),
-        "spend_simulated": run_config(run_dir, manifest).is_simulated, "last_stop": last_stop,
+        "spend_simulated": run_config(folder, manifest).is_simulated, "last_stop": last_stop,
         # `resume --retry-failed`: calls retried (each once in round 1), superseding decisions by
         # round, and each retry session's start (events.jsonl).
         "retried": {"calls": rounds.get(1, 0), "rounds": {str(k): v for k, v in sorted(rounds.items())},
@@ -79,8 +82,8 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def decision_counts(run_dir: Path, rounds: dict[int, int] | None = None) -> tuple[set[str], dict[str, int],
-                                                                                 dict[str, int]]:
+def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None) -> tuple[set[str], dict[str, int],
+                                                                                   dict[str, int]]:
     """(distinct decided call ids, live decisions by status, quarantined by reason) of the whole
     run. A retried call counts once, at its live decision (`supersede.count_live`); a call
     decided twice without supersession (a damaged log) counts once among the ids, and at each of
@@ -88,8 +91,8 @@ def decision_counts(run_dir: Path, rounds: dict[int, int] | None = None) -> tupl
     statuses: dict[str, int] = {}
     quarantine: dict[str, int] = {}
     decided: set[str] = set()
-    path = run_dir / DECISIONS
-    for lineno, line in iter_lines(path):
+    path = folder.file(DECISIONS)
+    for lineno, line in iter_lines(folder, DECISIONS):
         cid, status, reason, sup, rnd = supersede.decision_line(line, path, lineno)
         decided.add(cid)
         supersede.count_live(statuses, quarantine, status, reason, sup)
@@ -113,14 +116,14 @@ def _state(running: bool, complete: bool, last_event: str | None, last_stop: dic
 _Part = tuple[int, int, array, dict[str, set[str]], set[str]]
 
 
-def _raw_counts(path: Path, start: int = 0, end: int | None = None) -> _Part:
+def _raw_counts(folder: RunFolder, start: int = 0, end: int | None = None) -> _Part:
     """(attempts, retries, what each attempt cost in order, generation id -> the calls whose
     final answer carries it, the calls with a final line) over the complete lines of raw.jsonl
     (of bytes [start, end))."""
     attempts, retries, costs = 0, 0, array("d")
     generations: dict[str, set[str]] = {}
     finals: set[str] = set()
-    for _, _, _, f in iter_raw_fields(path, start, end):
+    for _, _, _, f in iter_raw_fields(folder, start, end):
         attempts += 1
         if f.final is True:
             finals.add(str(f.call_id))
@@ -150,8 +153,8 @@ def _totals(parts: list[_Part]) -> tuple[int, float, int, int, set[str]]:
     return sum(p[0] for p in parts), spend, sum(p[1] for p in parts), replayed, finals
 
 
-def _last_decision_raw_seq(run_dir: Path) -> Any:
-    line = last_line(run_dir / DECISIONS)
+def _last_decision_raw_seq(folder: RunFolder) -> Any:
+    line = last_line(folder, DECISIONS)
     if line is None:
         return None
     try:
@@ -166,9 +169,9 @@ class _RawCounts:
     large and a second CPU is there, while this process reads the decisions: a 1M-call raw
     log is GB, its decisions a few hundred MB."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._workers = halves(path, _raw_counts)
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self._workers = halves(folder, RAW, _raw_counts)
 
     def result(self) -> tuple[int, float, int, int, set[str]]:
         parts = [w.result() for w in self._workers]
@@ -176,7 +179,7 @@ class _RawCounts:
         if not parts or any(p is None for p in parts):
             # Inline (small logs), or a worker failed or met a damaged line: read it here, so
             # that the error names the right line.
-            return _totals([_raw_counts(self.path)])
+            return _totals([_raw_counts(self.folder)])
         return _totals(parts)
 
     def close(self) -> None:

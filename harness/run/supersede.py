@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from harness.canon import dumps_line, sha256_hex
+from harness.run.folder import RunFolder
 from harness.run.layout import DECISIONS, EVENTS, RAW
 from harness.run.lines import damaged, decision_fields, iter_lines, iter_raw_fields, parse_line
 from harness.run.records import Decision
@@ -150,11 +151,11 @@ class Ledger:
     rounds: dict[int, int] = field(default_factory=dict)   # retry round -> superseding decisions
 
 
-def read_ledger(run_dir: Path) -> Ledger:
+def read_ledger(folder: RunFolder) -> Ledger:
     """One pass over decisions.jsonl. Only calls whose latest decision failed are kept (a few per
     cent of a run): an `ok` call is never retried and needs nothing here."""
-    led, path = Ledger(), run_dir / DECISIONS
-    for lineno, line in iter_lines(path):
+    led, path = Ledger(), folder.file(DECISIONS)
+    for lineno, line in iter_lines(folder, DECISIONS):
         fast = decision_fields(line)
         if fast is not None and fast[1] not in FAILURE_STATUSES:
             led.failed.pop(fast[0], None)
@@ -173,13 +174,12 @@ def read_ledger(run_dir: Path) -> Ledger:
     return led
 
 
-def retried_before(run_dir: Path) -> bool:
+def retried_before(folder: RunFolder) -> bool:
     """Whether any session of this run retried calls (its `retry` event): only then can a plain
     `resume` find a retry's answer whose decision was lost."""
-    path = run_dir / EVENTS
-    if not path.is_file():
+    if not folder.has(EVENTS):
         return False
-    return any(b'"event":"retry"' in line for _, line in iter_lines(path))
+    return any(b'"event":"retry"' in line for _, line in iter_lines(folder, EVENTS))
 
 
 @dataclass
@@ -188,13 +188,13 @@ class History:
     finals: list[tuple[int, int]] = field(default_factory=list)   # (offset, line number) of final lines
 
 
-def histories(run_dir: Path, calls: Iterable[str]) -> dict[str, History]:
+def histories(folder: RunFolder, calls: Iterable[str]) -> dict[str, History]:
     """Attempts and final raw lines of `calls`, from one pass over raw.jsonl (the few fields
     before each line's request, `lines.raw_fields`)."""
     out = {cid: History() for cid in calls}
     if not out:
         return out
-    for lineno, offset, _, f in iter_raw_fields(run_dir / RAW):
+    for lineno, offset, _, f in iter_raw_fields(folder):
         h = out.get(f.call_id) if isinstance(f.call_id, str) else None
         if h is not None:
             h.attempts += 1
@@ -203,16 +203,14 @@ def histories(run_dir: Path, calls: Iterable[str]) -> dict[str, History]:
     return out
 
 
-def _final_lines(run_dir: Path, where: list[tuple[int, int]]) -> Iterator[tuple[dict[str, Any], str]]:
-    path = run_dir / RAW
-    with open(path, "rb") as fh:
-        for offset, lineno in where:
-            fh.seek(offset)
-            body = fh.readline()[:-1]
-            yield parse_line(body, path, lineno), sha256_hex(body)
+def _final_lines(folder: RunFolder, where: list[tuple[int, int]]) -> Iterator[tuple[dict[str, Any], str]]:
+    path = folder.file(RAW)
+    for offset, lineno in where:
+        body = folder.line_at(RAW, offset)
+        yield parse_line(body, path, lineno), sha256_hex(body)
 
 
-def recover(run_dir: Path, led: Ledger, hist: Mapping[str, History],
+def recover(folder: RunFolder, led: Ledger, hist: Mapping[str, History],
             derive: Callable[[dict[str, Any], str], Decision], append: Callable[[Decision], None]) -> int:
     """Decisions for retries' final raw lines that have none (a crash between the raw line and
     its decision): each derived from its line and superseding the call's live decision, in log
@@ -225,7 +223,7 @@ def recover(run_dir: Path, led: Ledger, hist: Mapping[str, History],
         later = [w for w in (h.finals if h is not None else []) if w[1] > live.raw_seq]
         if not later:
             continue
-        for rec, line_sha in _final_lines(run_dir, later):
+        for rec, line_sha in _final_lines(folder, later):
             if type(rec.get("seq")) is not int or rec["seq"] <= live.raw_seq or live.status not in FAILURE_STATUSES:
                 continue
             decision = mark(derive(rec, line_sha), live)

@@ -40,14 +40,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from harness.bounded import read_bounded
 from harness.canon import canonical_sha256, dumps_line
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
-from harness.errors import CheckFailed, GuardevalError, InputError
-from harness.run import supersede, verify_raw
-from harness.run.fingerprint import run_fingerprint
-from harness.run.head import head_problems
-from harness.run.layout import DECISIONS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
+from harness.errors import GuardevalError, InputError
+from harness.run import callable_pin, supersede, verify_raw
+from harness.run.folder import LineTooLong, RunFolder, opened, reason
+from harness.run.layout import COHORT_DIR, DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.lines import STIMULUS_LINE
 from harness.run.manifest import MAX_MANIFEST_BYTES, load_run_prompt, run_row_limits
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
@@ -59,10 +57,11 @@ from harness.run.verify_state import (
     Report,
     ScheduleState,
     StimuliState,
+    check_chain_head,
     check_lines,
     cid_key,
     field_of,
-    iter_checked,
+    fingerprint_check,
     line_containing,
     value_of,
 )
@@ -72,16 +71,25 @@ _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"ind
                   b'"interaction_id":%s,"repetition":%d}\n')
 
 
-def verify_run(run_dir: Path, *, allow_skipped: bool = False,
+def verify_run(run: Path | RunFolder, *, allow_skipped: bool = False,
                row_limits: RowLimits = DEFAULT_ROW_LIMITS, expect: str | None = None) -> dict[str, Any]:
     """Every check, as a report: `problems` (file, line, message), `skipped` (checks that could
     not be done, with the reason) and `ok`, which is false when there is a problem, or a
     skipped check unless `allow_skipped`; `fingerprint` (harness.run.fingerprint), which must
-    equal `expect` when one is given."""
-    mpath = run_dir / MANIFEST
+    equal `expect` when one is given. A file of the run that is a symbolic link or not a
+    regular file is a problem, and is not read."""
+    try:
+        with opened(run) as folder:
+            return _verify(folder, allow_skipped, row_limits, expect)
+    except InputError as exc:   # the folder itself: missing, not a folder, a link
+        return {"ok": False, "problems": [{"file": MANIFEST, "line": None, "message": str(exc)}], "skipped": [],
+                "checked": "manifest unreadable"}
+
+
+def _verify(folder: RunFolder, allow_skipped: bool, row_limits: RowLimits, expect: str | None) -> dict[str, Any]:
     rep = Report()
     try:
-        manifest = orjson.loads(read_bounded(mpath, MAX_MANIFEST_BYTES, what="a run manifest"))
+        manifest = orjson.loads(folder.read_small(MANIFEST, MAX_MANIFEST_BYTES, what="a run manifest"))
     except InputError as exc:
         rep.add(MANIFEST, None, str(exc))
     except orjson.JSONDecodeError as exc:
@@ -89,14 +97,21 @@ def verify_run(run_dir: Path, *, allow_skipped: bool = False,
         rep.add(MANIFEST, int(m.group(1)) if m else None, f"not valid JSON ({exc})")
     else:
         if isinstance(manifest, dict):
-            return _Verifier(run_dir, manifest, row_limits).run(allow_skipped=allow_skipped, expect=expect)
+            return _Verifier(folder, manifest, row_limits).run(allow_skipped=allow_skipped, expect=expect)
         rep.add(MANIFEST, 1, "not a JSON object")
     return {"ok": False, "problems": rep.problems, "skipped": [], "checked": "manifest unreadable"}
 
 
 class _Verifier:
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], row_limits: RowLimits) -> None:
-        self.run_dir, self.manifest, self.row_limits = run_dir, manifest, row_limits
+    def __init__(self, folder: RunFolder, manifest: dict[str, Any], row_limits: RowLimits) -> None:
+        self.folder, self.manifest, self.row_limits = folder, manifest, row_limits
+        # Files that are links or not regular files: reported first, then passed over as absent.
+        self.refused: dict[str, str] = {}
+        for name in (SCHEDULE, STIMULI, RAW, DECISIONS, EVENTS):
+            try:
+                folder.has(name)
+            except InputError as exc:
+                self.refused[name] = reason(exc)
         self.cohort: Cohort | None = None
         self.sched = ScheduleState()
         self.stim = StimuliState(0)
@@ -109,12 +124,23 @@ class _Verifier:
     def skip(self, check: str, reason: str) -> None:
         self.skipped.append({"check": check, "reason": reason})
 
+    def _lines(self, rep: Report, name: str) -> Iterator[tuple[int, bytes]]:
+        """The lines of `name` (none when it is absent or refused); a line past the run's
+        `line_cap` is reported and ends the pass (the rest of the file is not read)."""
+        if name in self.refused:
+            return
+        try:
+            yield from self.folder.lines(name)
+        except LineTooLong as exc:
+            rep.add(name, exc.lineno, f"longer than {exc.cap} bytes, far past any line guardeval writes; "
+                                      "the rest of the file is not read")
+
     def run(self, *, allow_skipped: bool = False, expect: str | None = None) -> dict[str, Any]:
         head, cohort_rep = Report(), Report()
         # The raw log is most of the work and needs nothing else to start: it goes first (in a
         # worker when there is a CPU for it), then the re-renders (another worker), while this
         # process checks the cohort, the schedule and the stimuli.
-        facts = verify_raw.RawFacts(self.run_dir / RAW, self.parser, self.pinned)
+        facts = verify_raw.RawFacts(self.folder if RAW not in self.refused else None, self.parser, self.pinned)
         renders = None
         try:
             self._load_cohort(cohort_rep)
@@ -133,10 +159,11 @@ class _Verifier:
             if renders is not None:
                 renders.close()
         self._head(head, cohort_rep, sched_sha, stim_sha)
+        self._callable(head)
         # Re-render mismatches were found after the pass: put them back in line order.
         stim_problems = [*stim_rep.torn, *heapq.merge(stim_rep.problems, render_rep.problems,
                                                       key=lambda p: p["line"] or 0)]
-        fingerprint = _fingerprint(self.run_dir, self.manifest, head, expect)
+        fingerprint = fingerprint_check(self.folder, self.manifest, head, expect)
         problems = [*head.all(), *sched_rep.all(), *stim_problems, *raw_rep.all(),
                     *chain_rep.all(), *dec_rep.all()][:MAX_PROBLEMS]
         checked = (f"{self.sched.n_rows} scheduled calls, {n_raw} raw attempts, {n_dec} decisions, "
@@ -159,7 +186,7 @@ class _Verifier:
             rep.add(MANIFEST, None, "prompt is not an object")
             return None
         try:
-            prompt = load_run_prompt(self.run_dir, self.manifest)
+            prompt = load_run_prompt(self.folder, self.manifest)
         except (GuardevalError, KeyError, TypeError) as exc:
             if pin.get("copy"):
                 rep.add(f"{PROMPT_DIR}/manifest.json", None, f"the run's prompt copy does not load: {exc}")
@@ -173,19 +200,30 @@ class _Verifier:
             self.skip(check, f"the manifest's guard config cannot render ({type(exc).__name__}: {exc})")
             return None
 
+    def _callable(self, rep: Report) -> None:
+        """A python guard's code against its pin (`harness.run.callable_pin`)."""
+        problems, skipped = callable_pin.verify_findings(self.manifest)
+        for message in problems:
+            data = self.folder.read_small(MANIFEST, MAX_MANIFEST_BYTES, what="a run manifest")
+            rep.add(MANIFEST, line_containing(data, f'"{callable_pin.FIELD}"'), message)
+        if skipped:
+            self.skip("callable source", skipped)
+
     # -- manifest and cohort -----------------------------------------------------------------
     def _load_cohort(self, rep: Report) -> None:
         from harness.cohorts.model import load_cohort
 
         try:
-            limits = run_row_limits(self.run_dir, self.manifest, self.row_limits)
-            self.cohort = load_cohort(self.run_dir / "cohort", limits=limits)
+            limits = run_row_limits(self.folder, self.manifest, self.row_limits)
+            self.cohort = load_cohort(self.folder.subdir(COHORT_DIR), limits=limits)
         except GuardevalError as exc:
             rep.add("cohort", None, str(exc))
 
     def _head(self, rep: Report, cohort_rep: Report, sched_sha: str, stim_sha: str) -> None:
         """Problems with the pinned files and the manifest itself, reported first."""
-        manifest, mpath = self.manifest, self.run_dir / MANIFEST
+        manifest, mpath = self.manifest, self.folder.read_small(MANIFEST, MAX_MANIFEST_BYTES, what="a run manifest")
+        for name, why in self.refused.items():
+            rep.add(name, None, why)
         body = {k: v for k, v in manifest.items() if k != "sha256"}
         manifest_ok = canonical_sha256(body) == manifest.get("sha256")
         # Files pinned by the manifest: if one disagrees, the manifest line naming it is suspect too.
@@ -226,25 +264,22 @@ class _Verifier:
         seen = bytearray(self.cohort.n_instances * n_reps) if self.cohort is not None else bytearray()
         seen_odd: set[tuple[Any, Any, Any]] = set()
         expected = self._regenerated()
-        path = self.run_dir / SCHEDULE
-        if path.exists():
-            with open(path, "rb", buffering=1 << 20) as fh:
-                for lineno, line in enumerate(fh, start=1):
-                    h.update(line)
-                    want = next(expected, None)
-                    while len(s) < lineno - 1:
-                        self._sched_slot(None, -1, inst_ok=False, parsed=False)  # a line that was no object
-                    if want is not None and line == want[0]:
-                        _, cell, rep_no, key = want
-                        s.n_rows += 1
-                        at = cell * n_reps + rep_no
-                        if seen[at]:
-                            rep.add(SCHEDULE, lineno, "duplicate base x condition x repetition")
-                        seen[at] = 1
-                        self._sched_slot_key(key, cell)
-                        continue
-                    for _, _, row, _ in check_lines([(lineno, line)], rep, SCHEDULE):
-                        self._schedule_row(rep, lineno, row, n_reps, seen, seen_odd)
+        for lineno, line in self._lines(rep, SCHEDULE):
+            h.update(line)
+            want = next(expected, None)
+            while len(s) < lineno - 1:
+                self._sched_slot(None, -1, inst_ok=False, parsed=False)  # a line that was no object
+            if want is not None and line == want[0]:
+                _, cell, rep_no, key = want
+                s.n_rows += 1
+                at = cell * n_reps + rep_no
+                if seen[at]:
+                    rep.add(SCHEDULE, lineno, "duplicate base x condition x repetition")
+                seen[at] = 1
+                self._sched_slot_key(key, cell)
+                continue
+            for _, _, row, _ in check_lines([(lineno, line)], rep, SCHEDULE):
+                self._schedule_row(rep, lineno, row, n_reps, seen, seen_odd)
         if s.n_rows != self.manifest.get("n_calls"):
             rep.add(SCHEDULE, None, f"{s.n_rows} lines, manifest says {self.manifest.get('n_calls')}")
         s.index()
@@ -352,29 +387,25 @@ class _Verifier:
         rep, h, s, st = Report(), hashlib.sha256(), self.sched, self.stim
         render_cell = array("i", [-1]) * len(s) if checks else array("i")
         render_sha = array("i", [-1]) * len(s) if checks else array("i")
-        path = self.run_dir / STIMULI
-        if not path.exists():
-            return rep, (render_cell, render_sha), h.hexdigest()
         match, n, unique = STIMULUS_LINE.fullmatch, len(s), s.calls.unique
-        with open(path, "rb", buffering=1 << 20) as fh:
-            for lineno, line in enumerate(fh, start=1):
-                h.update(line)
-                i = lineno - 1
-                m = match(line)
-                if (m is not None and unique and i < n and s.parsed[i] and i not in s.odd_cids
-                        and s.cids[16 * i:16 * i + 16] == bytes.fromhex(m[1].decode())):
-                    idx = st.set_slot(i, m[2])
-                    if checks and s.inst_ok[i] and s.cells[i] >= 0:
-                        render_cell[i], render_sha[i] = s.cells[i], idx
+        for lineno, line in self._lines(rep, STIMULI):
+            h.update(line)
+            i = lineno - 1
+            m = match(line)
+            if (m is not None and unique and i < n and s.parsed[i] and i not in s.odd_cids
+                    and s.cids[16 * i:16 * i + 16] == bytes.fromhex(m[1].decode())):
+                idx = st.set_slot(i, m[2])
+                if checks and s.inst_ok[i] and s.cells[i] >= 0:
+                    render_cell[i], render_sha[i] = s.cells[i], idx
+                continue
+            for _, _, row, _ in check_lines([(lineno, line)], rep, STIMULI):
+                cid, sha = row.get("call_id"), row.get("request_sha256")
+                st.set(str(cid), str(sha), s.calls)
+                if i >= n or not s.parsed[i] or s.call_id_at(i) != cid:
+                    rep.add(STIMULI, lineno, "call_id does not match schedule.jsonl at this line")
                     continue
-                for _, _, row, _ in check_lines([(lineno, line)], rep, STIMULI):
-                    cid, sha = row.get("call_id"), row.get("request_sha256")
-                    st.set(str(cid), str(sha), s.calls)
-                    if i >= n or not s.parsed[i] or s.call_id_at(i) != cid:
-                        rep.add(STIMULI, lineno, "call_id does not match schedule.jsonl at this line")
-                        continue
-                    if checks and s.inst_ok[i] and s.cells[i] >= 0:
-                        render_cell[i], render_sha[i] = s.cells[i], st.intern(str(sha))
+                if checks and s.inst_ok[i] and s.cells[i] >= 0:
+                    render_cell[i], render_sha[i] = s.cells[i], st.intern(str(sha))
         return rep, (render_cell, render_sha), h.hexdigest()
 
     def _render_checks(self, rendered: tuple[bytes, bytearray], checks: tuple[array, array]) -> Report:
@@ -447,7 +478,7 @@ class _Verifier:
                 self.chain.final_at(slot, len(raw.seq_ok) - 1)
             prev = f.digest.hex()
         chain = Report()
-        _check_chain_head(self.run_dir, chain, last_seq, prev)
+        check_chain_head(self.folder if EVENTS not in self.refused else None, chain, last_seq, prev)
         return rep, chain, n_raw
 
     @staticmethod
@@ -465,7 +496,7 @@ class _Verifier:
         decided_odd: set[Any] = set()
         n_dec = 0
         chain = self.chain
-        for lineno, body, d, canon in iter_checked(self.run_dir / DECISIONS, rep, DECISIONS):
+        for lineno, body, d, canon in check_lines(self._lines(rep, DECISIONS), rep, DECISIONS):
             n_dec += 1
             try:
                 superseding, problems = chain.see(body, d)
@@ -510,22 +541,3 @@ class _Verifier:
                                      "between the two writes); `guardeval resume RUN` re-derives them from the log "
                                      "without sending anything")
         return rep, n_dec, undecided
-
-
-def _fingerprint(run_dir: Path, manifest: dict[str, Any], rep: Report, expect: str | None) -> dict[str, Any] | None:
-    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken)."""
-    try:
-        fp = run_fingerprint(run_dir, manifest)
-    except (CheckFailed, OSError) as exc:
-        rep.add(RAW, None, f"no fingerprint: {exc}")
-        return None
-    if expect is not None and fp.token != expect:
-        rep.add("fingerprint", None, f"the run's fingerprint is {fp.token}, not the expected {expect}: the manifest, "
-                                     "raw log or decisions differ from those it was taken of")
-    return fp.record()
-
-
-def _check_chain_head(run_dir: Path, rep: Report, last_seq: int, last_sha: str) -> None:
-    """The last `stop` event records the chain head; a changed or cut last line shows up here."""
-    for message in head_problems(run_dir, last_seq, last_sha):
-        rep.add(RAW, last_seq if "differs" in message and last_seq else None, message)

@@ -20,13 +20,14 @@ import re
 import struct
 import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
 from harness.canon import canonical_sha256, dumps_line, sha256_hex
 from harness.run.decide import decide
+from harness.run.folder import LineTooLong, RunFolder
+from harness.run.layout import RAW
 from harness.run.workers import Worker, log_pays
 
 MISSING: Any = ...              # a field the line does not have (never a JSON value)
@@ -72,12 +73,14 @@ def digest16(canonical_line: bytes) -> bytes:
     return hashlib.blake2b(canonical_line, digest_size=16).digest()
 
 
-def line_facts(path: Path, parser: Callable[..., Any] | None, pinned: tuple[str, ...]) -> Iterator[Fact]:
-    """Facts of every line of raw.jsonl, in order (the file is streamed)."""
-    if not path.exists():
+def line_facts(folder: RunFolder | None, parser: Callable[..., Any] | None, pinned: tuple[str, ...]
+               ) -> Iterator[Fact]:
+    """Facts of every line of raw.jsonl, in order (the file is streamed; None: a raw log that
+    was refused, no facts). A line past the run's `line_cap` is a Bad fact and ends the stream."""
+    if folder is None:
         return
-    with open(path, "rb", buffering=1 << 20) as fh:
-        for lineno, line in enumerate(fh, start=1):
+    try:
+        for lineno, line in folder.lines(RAW):
             if not line.endswith(b"\n"):
                 yield Torn(lineno)
                 return
@@ -91,6 +94,9 @@ def line_facts(path: Path, parser: Callable[..., Any] | None, pinned: tuple[str,
                 yield Bad(lineno, "not a JSON object")
                 continue
             yield _line(lineno, body, rec, parser, pinned)
+    except LineTooLong as exc:
+        yield Bad(exc.lineno, f"longer than {exc.cap} bytes, far past any line guardeval writes; the rest of the "
+                              "file is not read")
 
 
 def _line(lineno: int, body: bytes, rec: dict[str, Any], parser: Callable[..., Any] | None,
@@ -159,11 +165,11 @@ def _unpack(fields: tuple[Any, ...]) -> Line:
                 dm if derived else None, dd if derived else None, bool(flags & _FINAL))
 
 
-def _write_facts(path: Path, parser: Any, pinned: tuple[str, ...], out: BinaryIO) -> list[Fact]:
+def _write_facts(folder: RunFolder, parser: Any, pinned: tuple[str, ...], out: BinaryIO) -> list[Fact]:
     """In the worker: the usual lines' facts as records into `out`; returns the others."""
     odd: list[Fact] = []
     with open(out.fileno(), "wb", buffering=1 << 20, closefd=False) as fh:
-        for f in line_facts(path, parser, pinned):
+        for f in line_facts(folder, parser, pinned):
             packed = _pack(f) if isinstance(f, Line) else None
             if packed is None:
                 odd.append(f)
@@ -175,19 +181,18 @@ def _write_facts(path: Path, parser: Any, pinned: tuple[str, ...], out: BinaryIO
 class RawFacts:
     """`line_facts`, computed by a forked worker started now (when it pays), read in order later."""
 
-    def __init__(self, path: Path, parser: Any, pinned: tuple[str, ...]) -> None:
-        self.path, self.parser, self.pinned = path, parser, pinned
+    def __init__(self, folder: RunFolder | None, parser: Any, pinned: tuple[str, ...]) -> None:
+        self.folder, self.parser, self.pinned = folder, parser, pinned
         self._worker: Worker | None = None
         self._file: BinaryIO | None = None
-        size = path.stat().st_size if path.exists() else 0
-        if log_pays(size):
+        if folder is not None and log_pays(folder.size(RAW)):
             self._file = tempfile.TemporaryFile()
-            self._worker = Worker(_write_facts, path, parser, pinned, self._file)
+            self._worker = Worker(_write_facts, folder, parser, pinned, self._file)
 
     def __iter__(self) -> Iterator[Fact]:
         odd = self._collect()
         if odd is None:
-            yield from line_facts(self.path, self.parser, self.pinned)
+            yield from line_facts(self.folder, self.parser, self.pinned)
             return
         # Merge the records and the pickled odd facts by line number.
         odd.reverse()

@@ -6,14 +6,18 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
 from harness.canon import dumps_line
+from harness.errors import CheckFailed, InputError
 from harness.run import verify_raw
+from harness.run.fingerprint import run_fingerprint
+from harness.run.folder import LineTooLong, RunFolder
+from harness.run.head import head_problems
+from harness.run.layout import EVENTS, RAW
 from harness.run.verify_raw import MISSING
 
 MAX_PROBLEMS = 50
@@ -40,21 +44,12 @@ class Report:
         return [*self.torn, *self.problems]
 
 
-def line_containing(path: Path, needle: str) -> int | None:
-    for i, line in enumerate(path.read_text("utf-8", errors="replace").split("\n"), start=1):
+def line_containing(data: bytes, needle: str) -> int | None:
+    """The number of the first line of `data` (the manifest's bytes) that holds `needle`."""
+    for i, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), start=1):
         if needle in line:
             return i
     return None
-
-
-def iter_checked(path: Path, rep: Report, name: str,
-          hasher: Any = None) -> Iterator[tuple[int, bytes, dict[str, Any], bytes]]:
-    """Yield (lineno, body, obj, canonical line) for each JSON-object line, streaming; report
-    torn / invalid / non-canonical lines. `hasher` sees every byte of the file."""
-    if not path.exists():
-        return
-    with open(path, "rb", buffering=1 << 20) as fh:
-        yield from check_lines(enumerate(fh, start=1), rep, name, hasher)
 
 
 def check_lines(lines: Iterable[tuple[int, bytes]], rep: Report, name: str,
@@ -262,3 +257,30 @@ def value_of(value: Any) -> Any:
         raise value
     return value
 
+
+def fingerprint_check(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None
+                 ) -> dict[str, Any] | None:
+    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken)."""
+    try:
+        fp = run_fingerprint(folder, manifest)
+    except (CheckFailed, InputError, OSError) as exc:
+        rep.add(RAW, None, f"no fingerprint: {exc}")
+        return None
+    if expect is not None and fp.token != expect:
+        rep.add("fingerprint", None, f"the run's fingerprint is {fp.token}, not the expected {expect}: the manifest, "
+                                     "raw log or decisions differ from those it was taken of")
+    return fp.record()
+
+
+def check_chain_head(folder: RunFolder | None, rep: Report, last_seq: int, last_sha: str) -> None:
+    """The last `stop` event records the chain head; a changed or cut last line shows up here
+    (`folder` None: events.jsonl was refused, reported already)."""
+    if folder is None:
+        return
+    try:
+        problems = head_problems(folder, last_seq, last_sha)
+    except LineTooLong as exc:
+        rep.add(EVENTS, exc.lineno, f"longer than {exc.cap} bytes, far past any line guardeval writes")
+        return
+    for message in problems:
+        rep.add(RAW, last_seq if "differs" in message and last_seq else None, message)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.run.folder import RunFolder
 
 LOG_MIN_BYTES = 32 << 20        # a raw log below this is read inline: a worker costs more than it saves
 RENDER_MIN_INSTANCES = 1000     # a cohort below this is re-rendered inline
@@ -86,20 +88,12 @@ def _child(fn: Callable[..., Any], args: tuple[Any, ...], conn: Any) -> None:
         conn.close()
 
 
-def halves(path: Path, fn: Callable[..., Any], *args: Any) -> list[Worker]:
-    """`fn(path, start, end, *args)` over each half of a large log (split at a line start), in
-    two workers; [] when the log is small or there is one CPU."""
-    size = path.stat().st_size if path.exists() else 0
+def halves(folder: RunFolder, name: str, fn: Callable[..., Any], *args: Any) -> list[Worker]:
+    """`fn(folder, start, end, *args)` over each half of a large log `name` of the run folder
+    (split at a line start), in two workers (they inherit the folder's open descriptors); []
+    when the log is small or there is one CPU."""
+    size = folder.size(name)
     if not log_pays(size):
         return []
-    middle = line_boundary(path, size // 2)
-    return [Worker(fn, path, start, end, *args) for start, end in ((0, middle), (middle, size))]
-
-
-def line_boundary(path: Path, near: int) -> int:
-    """The first line start at or after byte `near` (the file size when there is none)."""
-    with open(path, "rb") as fh:
-        fh.seek(max(near - 1, 0))
-        if near > 0:
-            fh.readline()   # the rest of the line that byte near-1 is in
-        return fh.tell()
+    middle = folder.line_boundary(name, size // 2)
+    return [Worker(fn, folder, start, end, *args) for start, end in ((0, middle), (middle, size))]

@@ -20,6 +20,7 @@ from guards.base import valid_cost
 from harness.canon import dumps_line, sha256_hex
 from harness.errors import CheckFailed, WriteFailed
 from harness.run.budget import Unpriced, priced_cost
+from harness.run.folder import RunFolder
 from harness.run.head import head_problems
 from harness.run.layout import DECISIONS, EVENTS, GENESIS, RAW, RESUME_HINT, utcnow
 from harness.run.lines import damaged, decision_call_id, iter_lines, iter_raw_fields, parse_line, parsed_decision_fields
@@ -55,9 +56,9 @@ class AppendLog:
     raises the same WriteFailed: after a failure, nothing more is appended to this run.
     """
 
-    def __init__(self, path: Path, hint: str) -> None:
-        self.path, self._hint = path, hint
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    def __init__(self, folder: RunFolder, name: str, hint: str) -> None:
+        self.path, self._hint = folder.file(name), hint
+        self._fd: int | None = folder.open_append(name)   # never through a link (RunFolder)
         self.size = os.fstat(self._fd).st_size
         self.failed: WriteFailed | None = None
 
@@ -104,8 +105,8 @@ class AppendLog:
 class RunWriter:
     """Appends attempts and decisions; owns the open log files of a live run."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
         self.state = RunState()
         self._raw: AppendLog | None = None
         self._dec: AppendLog | None = None
@@ -113,7 +114,7 @@ class RunWriter:
         self._pending: list[bytes] = []
         self._scan: _RawScan | None = None
         self._last_decision_raw_seq: Any = None
-        self._hint = RESUME_HINT.format(run=run_dir)
+        self._hint = RESUME_HINT.format(run=folder.path)
 
     # -- opening and recovery ----------------------------------------------------------------
     def scan(self) -> None:
@@ -124,15 +125,15 @@ class RunWriter:
             return
         st = self.state
         # Decisions first, so that the raw scan keeps history only for undecided calls.
-        path = self.run_dir / DECISIONS
+        path = self.folder.file(DECISIONS)
         last: tuple[int, bytes] | None = None
-        for lineno, line in iter_lines(path):
+        for lineno, line in iter_lines(self.folder, DECISIONS):
             cid = decision_call_id(line)
             st.decided.add(cid if cid is not None else parsed_decision_fields(line, path, lineno)[0])
             last = (lineno, line)
         if last is not None:
             self._last_decision_raw_seq = parse_line(last[1], path, last[0]).get("raw_seq")
-        self._scan = _RawScan(self.run_dir / RAW, st.decided)
+        self._scan = _RawScan(self.folder, st.decided)
 
     def abandon_scan(self) -> None:
         if self._scan is not None:
@@ -144,28 +145,31 @@ class RunWriter:
         self._merge_raw(self._scan.parts())
         # A raw log shorter than the run says it was (cut, or a bad copy) is refused before
         # anything is sent or moved: otherwise every call still looks decided and the run "complete".
-        problems = head_problems(self.run_dir, self.state.last_seq, self.state.last_raw_sha, self._last_decision_raw_seq)
+        problems = head_problems(self.folder, self.state.last_seq, self.state.last_raw_sha, self._last_decision_raw_seq)
         if problems:
-            raise CheckFailed(f"{self.run_dir / RAW}: {problems[0]}; `guardeval verify {self.run_dir}` names the damage "
-                              "(nothing was sent)")
+            raise CheckFailed(f"{self.folder.file(RAW)}: {problems[0]}; `guardeval verify {self.folder.path}` names the "
+                              "damage (nothing was sent)")
         for name in (RAW, DECISIONS):
-            moved = recover_torn(self.run_dir / name, self._hint)
+            moved = recover_torn(self.folder, name, self._hint)
             if moved:
                 self.state.torn.append(moved)
         st = self.state
         try:
-            self._raw = AppendLog(self.run_dir / RAW, self._hint)
-            self._dec = AppendLog(self.run_dir / DECISIONS, self._hint)
-            self._events = AppendLog(self.run_dir / EVENTS, self._hint)
+            self._raw = AppendLog(self.folder, RAW, self._hint)
+            self._dec = AppendLog(self.folder, DECISIONS, self._hint)
+            self._events = AppendLog(self.folder, EVENTS, self._hint)
         except OSError as exc:
             self.close_files()
             raise WriteFailed(exc.filename, exc, self._hint) from None
+        except BaseException:
+            self.close_files()   # a link or a FIFO in a log's place (InputError): nothing written
+            raise
         return st
 
     def _merge_raw(self, parts: list[RawPart]) -> None:
         """Spend, attempts and final lines of undecided calls, chain head: the parts of the raw
         log merged in log order, so the state is that of one sequential pass."""
-        st, path = self.state, self.run_dir / RAW
+        st, path = self.state, self.folder.file(RAW)
         lines_before = 0
         for part in parts:
             for cost in part.costs:    # one at a time, in log order, as the attempts were written
@@ -182,19 +186,16 @@ class RunWriter:
         last = next((part.last for part in reversed(parts) if part.last is not None), None)
         if last is not None:
             offset, length = last
-            with open(path, "rb") as fh:
-                body = os.pread(fh.fileno(), length, offset)[:-1]
+            body = self.folder.pread(RAW, length, offset)[:-1]
             st.last_seq = parse_line(body, path, lines_before)["seq"]
             st.last_raw_sha = sha256_hex(body)
 
     def undecided_finals(self) -> Iterator[tuple[dict[str, Any], str]]:
         """(record, line sha256) of each final raw line whose decision is missing, in log order."""
-        path = self.run_dir / RAW
-        with open(path, "rb") as fh:
-            for offset, lineno in sorted(self.state.final_raw.values()):
-                fh.seek(offset)
-                body = fh.readline()[:-1]
-                yield parse_line(body, path, lineno), sha256_hex(body)
+        path = self.folder.file(RAW)
+        for offset, lineno in sorted(self.state.final_raw.values()):
+            body = self.folder.line_at(RAW, offset)
+            yield parse_line(body, path, lineno), sha256_hex(body)
 
     def close(self) -> None:
         """Write the held decisions and sync every log; the files are closed even when that
@@ -271,9 +272,9 @@ class RawPart:
     last: tuple[int, int] | None = None                         # (offset, length) of the last line
 
 
-def scan_raw_part(path: Path, start: int, end: int | None, decided: set[str]) -> RawPart:
-    part = RawPart()
-    for lineno, offset, length, f in iter_raw_fields(path, start, end):
+def scan_raw_part(folder: RunFolder, start: int, end: int | None, decided: set[str]) -> RawPart:
+    part, path = RawPart(), folder.file(RAW)
+    for lineno, offset, length, f in iter_raw_fields(folder, start, end):
         if valid_cost(f.cost):
             part.costs.append(f.cost)
         if f.outcome == "reply" and priced_cost(f.usage) is None:
@@ -294,15 +295,15 @@ class _RawScan:
     inherit the set of decided calls), started now and collected by `parts`; a small log, one
     CPU, or a failed worker: read here (a damaged line then raises, named by its number)."""
 
-    def __init__(self, path: Path, decided: set[str]) -> None:
-        self.path, self.decided = path, decided
-        self._workers = halves(path, scan_raw_part, decided)
+    def __init__(self, folder: RunFolder, decided: set[str]) -> None:
+        self.folder, self.decided = folder, decided
+        self._workers = halves(folder, RAW, scan_raw_part, decided)
 
     def parts(self) -> list[RawPart]:
         parts = [w.result() for w in self._workers]
         complete = bool(parts) and all(p is not None for p in parts)
         self._workers = []
-        return parts if complete else [scan_raw_part(self.path, 0, None, self.decided)]
+        return parts if complete else [scan_raw_part(self.folder, 0, None, self.decided)]
 
     def stop(self) -> None:
         for w in self._workers:
@@ -310,42 +311,48 @@ class _RawScan:
         self._workers = []
 
 
-def recover_torn(path: Path, hint: str = "") -> Path | None:
+def recover_torn(folder: RunFolder, name: str, hint: str = "") -> Path | None:
     """If the file ends without a newline, move the torn tail to `<name>.torn-<stamp>`.
     The copy is written and synced before the file is cut; if the disk cannot take it, the
-    copy is removed and nothing changes (WriteFailed)."""
-    if not path.exists():
+    copy is removed and nothing changes (WriteFailed). Neither file is opened through a link."""
+    fd = folder.open_update(name)
+    if fd is None:
         return None
-    size = path.stat().st_size
-    if size == 0:
-        return None
-    with open(path, "rb+") as fh:
-        fh.seek(-1, os.SEEK_END)
-        if fh.read(1) == b"\n":
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
             return None
         # Find the last newline by scanning backwards in blocks.
         pos, cut = size, 0
         while pos > 0:
             step = min(65536, pos)
             pos -= step
-            fh.seek(pos)
-            block = fh.read(step)
-            idx = block.rfind(b"\n")
+            idx = os.pread(fd, step, pos).rfind(b"\n")
             if idx >= 0:
                 cut = pos + idx + 1
                 break
-        fh.seek(cut)
-        tail = fh.read()
-        aside = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        aside = f"{name}.torn-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         try:
-            with open(aside, "wb") as out:
-                out.write(tail)
-                out.flush()
-                os.fsync(out.fileno())
+            out = folder.create_new(aside)
+            try:
+                # The tail is copied a block at a time: a torn line may be as long as the file.
+                at = cut
+                while at < size:
+                    block = os.pread(fd, min(1 << 20, size - at), at)
+                    if not block:
+                        break
+                    view = memoryview(block)
+                    while view:
+                        view = view[os.write(out, view):]
+                    at += len(block)
+                os.fsync(out)
+            finally:
+                os.close(out)
         except OSError as exc:
-            aside.unlink(missing_ok=True)
-            raise WriteFailed(aside, exc, hint) from None
-        fh.truncate(cut)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return aside
+            folder.unlink(aside)
+            raise WriteFailed(folder.file(aside), exc, hint) from None
+        os.ftruncate(fd, cut)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return folder.file(aside)

@@ -21,6 +21,7 @@ from harness.canon import sha256_hex
 from harness.cohorts.model import load_cohort
 from harness.errors import InputError
 from harness.run.budget import reported_cost
+from harness.run.folder import LineTooLong, RunFolder, opened
 from harness.run.layout import COHORT_DIR, DECISIONS, RAW, SCHEDULE, STIMULI
 from harness.run.lines import iter_jsonl, iter_lines, parse_line, raw_head
 from harness.run.manifest import read_manifest, run_row_limits
@@ -50,6 +51,7 @@ class RunCalls:
     """A run folder as call rows, in schedule order."""
 
     run: Path
+    folder: RunFolder               # open: `read_attempts` reads the raw lines of the calls shown
     manifest: dict[str, Any]
     conditions: list[str]
     roles: dict[str, str]
@@ -65,14 +67,14 @@ class RunCalls:
         return next((r for r in self.rows if r["call_id"] == call_id), None)
 
 
-def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None, str | None]:
+def scan_attempts(folder: RunFolder) -> tuple[dict[str, AttemptSummary], int, str | None, str | None]:
     """Per call: attempts, spend, final head fields, line positions; also the number of raw
     lines and the first start / last finish time in the log."""
     out: dict[str, AttemptSummary] = {}
     n, first, last = 0, None, None
-    path = run / RAW
+    path = folder.file(RAW)
     offset = 0
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(folder, RAW):
         parts = raw_head(line, 0, len(line) - 1)
         if parts is None:
             rec = parse_line(line[:-1], path, lineno)
@@ -101,32 +103,33 @@ def scan_attempts(run: Path) -> tuple[dict[str, AttemptSummary], int, str | None
     return out, n, first, last
 
 
-def _decisions(run: Path) -> dict[str, dict[str, Any]]:
+def _decisions(folder: RunFolder) -> dict[str, dict[str, Any]]:
     """Each call's live decision: a retry's supersedes the earlier (harness.run.supersede), and
     comes later in the file."""
     out: dict[str, dict[str, Any]] = {}
-    for _, _, rec in iter_jsonl(run / DECISIONS):
+    for _, _, rec in iter_jsonl(folder, DECISIONS):
         cid = rec.get("call_id")
         if isinstance(cid, str):
             out[cid] = rec
     return out
 
 
-def load_calls(run_dir: str | Path) -> RunCalls:
-    run = Path(run_dir)
-    if not (run / SCHEDULE).is_file():
-        raise InputError("not a run folder (no schedule.jsonl)", path=run)
-    manifest = read_manifest(run)
-    cohort = load_cohort(run / COHORT_DIR, limits=run_row_limits(run, manifest))
+def load_calls(run: str | Path | RunFolder) -> RunCalls:
+    """The call rows of a run (a path is opened here, and stays open with the rows)."""
+    folder = run if isinstance(run, RunFolder) else RunFolder(run)
+    if not folder.has(SCHEDULE):
+        raise InputError("not a run folder (no schedule.jsonl)", path=folder.path)
+    manifest = read_manifest(folder)
+    cohort = load_cohort(folder.subdir(COHORT_DIR), limits=run_row_limits(folder, manifest))
     try:
         cells = {(r["base_id"], r["condition"]): (r.get("label"), r.get("tool")) for r in cohort.iter_instances()}
     finally:
         cohort.close()
-    decisions = _decisions(run)
-    replayed = generation_replays(run)   # quarantined as `estimate` counts them
-    attempts, n_raw, first, last = scan_attempts(run)
+    decisions = _decisions(folder)
+    replayed = generation_replays(folder)   # quarantined as `estimate` counts them
+    attempts, n_raw, first, last = scan_attempts(folder)
     rows: list[dict[str, Any]] = []
-    for _, _, s in iter_jsonl(run / SCHEDULE):
+    for _, _, s in iter_jsonl(folder, SCHEDULE):
         cid = s["call_id"]
         d = decisions.get(cid) or {}
         a = attempts.get(cid)
@@ -150,8 +153,8 @@ def load_calls(run_dir: str | Path) -> RunCalls:
     baseline = cohort.baseline()
     mark_flips(rows, baseline)
     costs = [a.cost for a in attempts.values() if a.cost is not None]
-    return RunCalls(run=run, manifest=manifest, conditions=conditions, roles=roles, baseline=baseline, rows=rows,
-                    attempts=attempts, n_raw=n_raw, spend=math.fsum(costs) if costs else None,
+    return RunCalls(run=folder.path, folder=folder, manifest=manifest, conditions=conditions, roles=roles,
+                    baseline=baseline, rows=rows, attempts=attempts, n_raw=n_raw, spend=math.fsum(costs) if costs else None,
                     first_started=first, last_finished=last)
 
 
@@ -175,29 +178,29 @@ def mark_flips(rows: list[dict[str, Any]], baseline: str) -> None:
         r["flip"] = None if mine is None or theirs is None else mine != theirs
 
 
-def read_attempts(run: Path, where: Iterable[tuple[int, int]]) -> list[dict[str, Any]]:
-    """Full raw records at these (offset, length) positions, each with `line_sha256` added."""
+def read_attempts(folder: RunFolder, where: Iterable[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Full raw records at these (offset, length) positions (lines the scan read whole, so
+    within the run's `line_cap`), each with `line_sha256` added."""
     out: list[dict[str, Any]] = []
-    path = run / RAW
-    with open(path, "rb") as fh:
-        for offset, length in where:
-            fh.seek(offset)
-            body = fh.read(length)[:-1]
-            rec = parse_line(body, path, 0)
-            rec["line_sha256"] = sha256_hex(body)
-            out.append(rec)
+    path = folder.file(RAW)
+    for offset, length in where:
+        body = folder.pread(RAW, length, offset)[:-1]
+        rec = parse_line(body, path, 0)
+        rec["line_sha256"] = sha256_hex(body)
+        out.append(rec)
     return out
 
 
-def _lines_naming(path: Path, call_id: str) -> Iterator[tuple[int, int, bytes]]:
+def _lines_naming(folder: RunFolder, name: str, call_id: str) -> Iterator[tuple[int, int, bytes]]:
     """(offset, line number, line without newline) of every line whose bytes carry the key
     `"call_id":"<call_id>"`, found with memchr-speed searches of the mapped file. A quote
     inside a JSON string is escaped, so the pattern can only be a key; the caller still checks
-    the parsed field."""
-    if not path.is_file() or path.stat().st_size == 0:
+    the parsed field. A line longer than the run's `line_cap` is refused (LineTooLong), not copied."""
+    mapped = folder.mapped(name)
+    if mapped is None:
         return
     needle = b'"call_id":"' + call_id.encode() + b'"'
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    with mapped as mm:
         pos, counted, lines = 0, 0, 0
         while (hit := mm.find(needle, pos)) >= 0:
             start = mm.rfind(b"\n", 0, hit) + 1
@@ -206,6 +209,8 @@ def _lines_naming(path: Path, call_id: str) -> Iterator[tuple[int, int, bytes]]:
                 return          # a torn last line is not a record
             lines += _count_newlines(mm, counted, start)
             counted = start
+            if end - start > folder.line_cap:
+                raise LineTooLong(folder.file(name), lines + 1, folder.line_cap)
             yield start, lines + 1, mm[start:end]
             pos = end + 1
 
@@ -214,7 +219,7 @@ def _count_newlines(mm: mmap.mmap, start: int, end: int, chunk: int = 64 << 20) 
     return sum(mm[i:min(i + chunk, end)].count(b"\n") for i in range(start, end, chunk))
 
 
-def resolve_call_id(run: Path, text: str, shown: int = 5) -> str:
+def resolve_call_id(folder: RunFolder, text: str, shown: int = 5) -> str:
     """The call id that `text` names: a whole id, or a unique prefix of it (the Calls table
     shows ten digits). An ambiguous or unknown prefix is exit 2, the ambiguous one with a few of
     the ids it matches."""
@@ -224,18 +229,18 @@ def resolve_call_id(run: Path, text: str, shown: int = 5) -> str:
     if not CALL_PREFIX.fullmatch(prefix):
         raise InputError(f"not a call id (32 hex digits, or a unique prefix of them): {text!r}",
                          field="CALL_ID")
-    path = run / SCHEDULE
     found: list[str] = []
     n = 0
-    if path.stat().st_size:
+    mm = folder.mapped(SCHEDULE)
+    if mm is not None:
         pattern = re.compile(rb'"call_id":"(' + prefix.encode() + rb'[0-9a-f]*)"')
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with mm:
             for m in pattern.finditer(mm):
                 n += 1
                 if len(found) < shown:
                     found.append(m[1].decode())
     if n == 0:
-        raise InputError(f"no call id in this run's schedule begins with {prefix}", path=path)
+        raise InputError(f"no call id in this run's schedule begins with {prefix}", path=folder.file(SCHEDULE))
     if n > 1:
         more = f", and {n - len(found)} more" if n > len(found) else ""
         raise InputError(f"{prefix} is the prefix of {n} call ids ({', '.join(found)}{more}): give more digits",
@@ -243,35 +248,43 @@ def resolve_call_id(run: Path, text: str, shown: int = 5) -> str:
     return found[0]
 
 
-def find_call(run_dir: str | Path, call_id: str) -> dict[str, Any]:
+def find_call(run: str | Path | RunFolder, call_id: str) -> dict[str, Any]:
     """One call's whole story, read straight from the files (no full scan of a large run):
-    its schedule row, cohort row, every attempt, its decision."""
-    run = Path(run_dir)
-    if not (run / SCHEDULE).is_file():
-        raise InputError("not a run folder (no schedule.jsonl)", path=run)
-    call_id = resolve_call_id(run, call_id)
-    schedule = next((parse_line(b, run / SCHEDULE, n) for _, n, b in _lines_naming(run / SCHEDULE, call_id)), None)
+    its schedule row, cohort row, every attempt, its decisions. `call_id` may be a unique prefix."""
+    with opened(run) as folder:
+        if not folder.has(SCHEDULE):
+            raise InputError("not a run folder (no schedule.jsonl)", path=folder.path)
+        return _story(folder, resolve_call_id(folder, call_id))
+
+
+def _story(folder: RunFolder, call_id: str) -> dict[str, Any]:
+    # Every file the story reads is opened before the first is searched: one refused (a link, a
+    # FIFO) is named whatever the call.
+    for name in (RAW, STIMULI, DECISIONS):
+        folder.has(name)
+    sched = folder.file(SCHEDULE)
+    schedule = next((parse_line(b, sched, n) for _, n, b in _lines_naming(folder, SCHEDULE, call_id)), None)
     if schedule is None or schedule.get("call_id") != call_id:
-        raise InputError(f"no call {call_id} in this run's schedule", path=run / SCHEDULE)
+        raise InputError(f"no call {call_id} in this run's schedule", path=sched)
     attempts = []
-    for _, lineno, body in _lines_naming(run / RAW, call_id):
-        rec = parse_line(body, run / RAW, lineno)
+    for _, lineno, body in _lines_naming(folder, RAW, call_id):
+        rec = parse_line(body, folder.file(RAW), lineno)
         if rec.get("call_id") == call_id:
             rec["line_sha256"] = sha256_hex(body)
             rec["line"] = lineno
             attempts.append(rec)
     stimulus = None
-    for _, lineno, body in _lines_naming(run / STIMULI, call_id):
-        rec = parse_line(body, run / STIMULI, lineno)
+    for _, lineno, body in _lines_naming(folder, STIMULI, call_id):
+        rec = parse_line(body, folder.file(STIMULI), lineno)
         if rec.get("call_id") == call_id:
             stimulus = rec.get("request_sha256")
     decisions = []
-    for _, lineno, body in _lines_naming(run / DECISIONS, call_id):
-        rec = parse_line(body, run / DECISIONS, lineno)
+    for _, lineno, body in _lines_naming(folder, DECISIONS, call_id):
+        rec = parse_line(body, folder.file(DECISIONS), lineno)
         if rec.get("call_id") == call_id:
             rec["line"], rec["line_sha256"] = lineno, sha256_hex(body)
             decisions.append(rec)
-    cohort = load_cohort(run / COHORT_DIR, limits=run_row_limits(run, read_manifest(run)))
+    cohort = load_cohort(folder.subdir(COHORT_DIR), limits=run_row_limits(folder, read_manifest(folder)))
     try:
         instance = cohort.instance(schedule["base_id"], schedule["condition"])
     except KeyError:

@@ -12,8 +12,9 @@ from harness.estimators import compare_text as CT
 from harness.estimators.compare_plot import leaderboard_figure, paired_figure
 from harness.estimators.formats import md_table
 from harness.estimators.plot import figure_bytes, save
+from harness.run.folder import RunFolder, write_into
+from harness.run.layout import COMPARE_HTML, COMPARE_MD, COMPARE_PNG, LEADERBOARD_PNG
 from harness.view import tables as T
-from harness.view.files import write_atomically
 
 
 def _title(result: Mapping[str, Any]) -> str:
@@ -80,15 +81,16 @@ def _css() -> str:
     return asset("report.css")
 
 
-def write_compare(result: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
-    out = Path(out_dir)
-    md, page = markdown(result), html(result)
+def write_compare(result: Mapping[str, Any], out: Path | RunFolder) -> list[Path]:
+    """compare.md, compare.html, compare.png (and leaderboard.png for three inputs or more) into
+    `out`: the second run's folder (replaced, never through a link) or the `--out` folder."""
+    md, page = markdown(result).encode("utf-8"), html(result).encode("utf-8")
     first = result["pairs"][0]
-    written = [write_atomically(out / "compare.md", lambda tmp: tmp.write_text(md, encoding="utf-8")),
-               write_atomically(out / "compare.html", lambda tmp: tmp.write_text(page, encoding="utf-8")),
-               write_atomically(out / "compare.png",
-                                lambda tmp: save(paired_figure(result, first, _pair_title(result, first)), tmp, "png"))]
+    written = [write_into(out, COMPARE_MD, lambda fh: fh.write(md)),
+               write_into(out, COMPARE_HTML, lambda fh: fh.write(page)),
+               write_into(out, COMPARE_PNG,
+                          lambda fh: save(paired_figure(result, first, _pair_title(result, first)), fh, "png"))]
     if len(result["inputs"]) > 2:
-        written.append(write_atomically(out / "leaderboard.png",
-                                        lambda tmp: save(leaderboard_figure(result, _title(result)), tmp, "png")))
+        written.append(write_into(out, LEADERBOARD_PNG,
+                                  lambda fh: save(leaderboard_figure(result, _title(result)), fh, "png")))
     return written

@@ -8,16 +8,18 @@ in a spreadsheet shows cohort strings as they are.
 from __future__ import annotations
 
 import csv
+import io
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import orjson
 
 from harness.errors import InputError
+from harness.run.folder import write_into
 from harness.view.calls import EXPORT_COLUMNS, RunCalls
-from harness.view.files import out_file, write_atomically
+from harness.view.files import out_file
 
 FORMATS = ("csv", "jsonl", "parquet")
 _INTS = ("repetition", "label", "decision", "attempts", "retry_round")
@@ -72,19 +74,23 @@ def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
             write_jsonl(rows, sys.stdout.buffer)
             sys.stdout.buffer.flush()
         return None
-    target = out_file(out, calls.run / f"calls.{fmt}")
+    target = out_file(out, calls.run / f"calls.{fmt}") if out is not None else None
     table = parquet_table(rows) if fmt == "parquet" else None
 
-    def write(tmp: Path) -> None:
+    def write(fh: BinaryIO) -> None:
         if fmt == "csv":
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                write_csv(rows, fh)
+            text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+            write_csv(rows, text)
+            text.flush()
+            text.detach()
         elif fmt == "jsonl":
-            with open(tmp, "wb") as fh:
-                write_jsonl(rows, fh)
+            write_jsonl(rows, fh)
         else:
             import pyarrow.parquet as pq
 
-            pq.write_table(table, tmp)
+            pq.write_table(table, fh)
 
-    return write_atomically(target, write)
+    # Into the run folder by default (replaced, never through a link), else the --out file.
+    if target is None:
+        return write_into(calls.folder, f"calls.{fmt}", write)
+    return write_into(target.parent, target.name, write)

@@ -25,11 +25,11 @@ from typing import Any
 
 import orjson
 
-from harness.bounded import read_json
 from harness.canon import canonical_bytes
 from harness.errors import GuardevalError, InputError
 from harness.estimators import sections as S
-from harness.run.layout import STIMULI
+from harness.run.folder import RunFolder, opened
+from harness.run.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from harness.run.lines import iter_jsonl
 from harness.view import tables as T
 from harness.view.calls import RunCalls, load_calls, read_attempts
@@ -156,9 +156,9 @@ def _encode_columns(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], dict[s
     return out, enums
 
 
-def _stimuli(run: Path, wanted: set[str]) -> dict[str, Any]:
+def _stimuli(folder: RunFolder, wanted: set[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for _, _, rec in iter_jsonl(run / STIMULI):
+    for _, _, rec in iter_jsonl(folder, STIMULI):
         if rec.get("call_id") in wanted:
             out[rec["call_id"]] = rec.get("request_sha256")
     return out
@@ -173,10 +173,10 @@ def build_data(calls: RunCalls, sel: Selection) -> dict[str, Any]:
     param_ids: dict[bytes, int] = {}
     details: dict[str, Any] = {}
     detail_rows = [calls.rows[i] for i in sel.rows if i in sel.details]
-    stimuli = _stimuli(calls.run, {r["call_id"] for r in detail_rows})
+    stimuli = _stimuli(calls.folder, {r["call_id"] for r in detail_rows})
     for r in detail_rows:
         summary = calls.attempts.get(r["call_id"])
-        attempts = read_attempts(calls.run, summary.where) if summary else []
+        attempts = read_attempts(calls.folder, summary.where) if summary else []
         shown = []
         for a in attempts:
             req, sha = a.get("request"), a.get("request_sha256")
@@ -222,7 +222,7 @@ def asset(name: str) -> str:
     return text
 
 
-def verify_summary(run: Path, report: Mapping[str, Any], *, just_estimated: bool = False) -> dict[str, Any]:
+def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False) -> dict[str, Any]:
     """Whether the run verifies. `estimate` verifies a run before estimating it and records that
     in report.json (`source.verified`, `source.verify_skipped`): right after it, that record is
     the answer. Otherwise (`guardeval report` later, or an estimate made with --no-verify) the
@@ -285,7 +285,7 @@ def _spend_source(calls: RunCalls) -> str:
     from guards.config import config_from_manifest
 
     try:
-        simulated = config_from_manifest(calls.manifest.get("guard") or {}, calls.run / "manifest.json").is_simulated
+        simulated = config_from_manifest(calls.manifest.get("guard") or {}, calls.folder.file(MANIFEST)).is_simulated
     except GuardevalError:
         simulated = False
     if simulated:
@@ -362,35 +362,42 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
 MAX_REPORT_BYTES = 64 << 20
 
 
-def read_report(run: Path) -> dict[str, Any]:
-    path = run / "report.json"
-    if not path.is_file():
-        raise InputError("no report.json: run `guardeval estimate RUN` first", path=run)
-    report = read_json(path, MAX_REPORT_BYTES, what="a guardeval report")
+def read_report(folder: RunFolder) -> dict[str, Any]:
+    path = folder.file(REPORT_JSON)
+    if not folder.has(REPORT_JSON):
+        raise InputError("no report.json: run `guardeval estimate RUN` first", path=folder.path)
+    try:
+        report = orjson.loads(folder.read_small(REPORT_JSON, MAX_REPORT_BYTES, what="a guardeval report"))
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
     if not isinstance(report, dict) or not isinstance(report.get("contrasts"), list):
         raise InputError("not a guardeval report (no contrasts)", path=path)
     return report
 
 
-def write_report_html(run_dir: str | Path, report: Mapping[str, Any] | None = None, *, out: str | Path | None = None,
-                      calls: RunCalls | None = None, just_estimated: bool = False) -> Path:
-    """Write report.html for a run (into the run folder unless `out` names a file);
-    `just_estimated`: `report` comes from an estimate made a moment ago (see `verify_summary`)."""
-    run = Path(run_dir)
-    target = out_file(out, run / "report.html")
-    calls = calls or load_calls(run)
-    from_file = report is None
-    report = report if report is not None else read_report(run)
-    src = report.get("source") or {}
-    if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
-        raise InputError("report.json belongs to another run (schedule sha256 differs); re-run `guardeval estimate`",
-                         path=run / "report.json")
-    verification = verify_summary(run, report, just_estimated=just_estimated)
-    if from_file and verification["ok"]:
-        # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
-        # edit, so it is checked against the run (a run that fails is shown as FAILED anyway).
-        from harness.estimators.runs import recheck_report
+def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | None = None, *,
+                      out: str | Path | None = None, calls: RunCalls | None = None,
+                      just_estimated: bool = False) -> Path:
+    """Write report.html for a run (into the run folder, replacing never following what is
+    there, unless `out` names a file); `just_estimated`: `report` comes from an estimate made a
+    moment ago (see `verify_summary`)."""
+    with opened(run) as folder:
+        target = out_file(out, folder.file(REPORT_HTML)) if out is not None else None
+        calls = calls or load_calls(folder)
+        from_file = report is None
+        report = report if report is not None else read_report(folder)
+        src = report.get("source") or {}
+        if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
+            raise InputError("report.json belongs to another run (schedule sha256 differs); re-run "
+                             "`guardeval estimate`", path=folder.file(REPORT_JSON))
+        verification = verify_summary(folder, report, just_estimated=just_estimated)
+        if from_file and verification["ok"]:
+            # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
+            # edit, so it is checked against the run (a run that fails is shown as FAILED anyway).
+            from harness.estimators.runs import recheck_report
 
-        recheck_report(run, report)
-    text = build_html(calls, report, verification)
-    return write_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+            recheck_report(folder, report)
+        data = build_html(calls, report, verification).encode("utf-8")
+        if target is None:
+            return folder.replace(REPORT_HTML, lambda fh: fh.write(data))
+        return write_atomically(target, lambda tmp: tmp.write_bytes(data))

@@ -1,0 +1,1 @@
+"""Example guards shipped with guardeval (`--guard python-example`)."""

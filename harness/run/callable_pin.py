@@ -1,0 +1,70 @@
+"""The pin on a python guard's code (docs/design.md §8): what launch records, what resume and
+verify compare.
+
+`manifest.guard_callable` is the launch's provenance of the callable (name, defining module,
+distribution and version, source SHA-256; `guards.python_guard.resolve`). `resume` imports the
+callable and refuses (exit 2) when its provenance differs, unless told (`--allow-changed-callable`:
+the run then mixes code; every attempt's response names the code that answered it). `verify`
+hashes the source file again without importing the module (only its parent packages are
+imported to find it) and reports a mismatch as a problem; a module it cannot find here is a
+skipped check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from guards.config import GuardConfig
+from guards.python_guard import resolve
+from harness.errors import InputError
+
+FIELD = "guard_callable"
+
+
+def record(config: GuardConfig, where: object = None) -> dict[str, Any] | None:
+    """The provenance to pin at launch (None for other back-ends). InputError (exit 2) naming the
+    config's `callable` field when it does not import or is not callable."""
+    if config.backend != "python" or config.callable is None:
+        return None
+    fn = resolve.load(config.callable, where=where if where is not None else config.source)
+    return resolve.provenance(config.callable, fn)
+
+
+def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardConfig, *,
+                 allow_changed: bool = False) -> dict[str, Any] | None:
+    """Before a resume sends anything: the callable imports, and it is the launch's code.
+    Returns its provenance now (None for other back-ends)."""
+    if config.backend != "python":
+        return None
+    now = record(config, where=manifest_path)
+    assert now is not None
+    changed = resolve.changes(manifest.get(FIELD), now)
+    if changed and not allow_changed:
+        raise InputError(f"the guard's callable {config.callable} changed since launch ({'; '.join(changed)}): "
+                         "its answers would not be the launch's guard. Restore it, resume with "
+                         "--allow-changed-callable (the run then mixes code; each attempt records which), or start "
+                         "a new run with `guardeval replicate`", path=manifest_path, field=FIELD)
+    return now
+
+
+def verify_findings(manifest: dict[str, Any]) -> tuple[list[str], str | None]:
+    """(problems, skipped reason) of a python guard's pin against the source found here now."""
+    guard = manifest.get("guard")
+    if not isinstance(guard, dict) or guard.get("backend") != "python":
+        return [], None
+    pin = manifest.get(FIELD)
+    if not isinstance(pin, dict) or not isinstance(pin.get("module"), str):
+        return [f"{FIELD}: a python guard's run records no provenance of its callable"], None
+    module = pin["module"]
+    if resolve.name_problem(f"{module}:x") is not None:
+        return [f"{FIELD}.module: not a module name"], None
+    now = resolve.source_sha256(module)
+    if now is None:
+        return [], (f"the source of module {module} is not found on this machine, so it cannot be compared with "
+                    "the launch's")
+    if now != pin.get("source_sha256"):
+        return [f"{FIELD}: the source of {module} no longer matches the launch (SHA-256 {pin.get('source_sha256')} "
+                f"recorded, {now} now): the run's answers came from other code; `resume` refuses it without "
+                "--allow-changed-callable"], None
+    return [], None
