@@ -70,6 +70,13 @@ class RunFolder:
         self._line_cap: int | None = None
 
     # -- names and lifetime ----------------------------------------------------------------------
+    def __str__(self) -> str:
+        # Messages name the folder as the user gave it.
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
     def file(self, name: str) -> Path:
         """The path of `name`, for messages (never opened by the caller)."""
         return self.path / name
