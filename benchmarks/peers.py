@@ -274,7 +274,7 @@ def write_dataset(guard: Path, n: int, path: Path) -> Counter[str]:
     """The inspect dataset: the messages of guardeval's first `n` scheduled calls, rendered by
     the guard itself. Returns the multiset of message hashes for the same-content check."""
     from guards.registry import make_guard
-    from harness.run.runner import plan_launch
+    from harness.run.planning import plan_launch
 
     plan = plan_launch(cohort_dir=COHORT, guard_path=guard, reps=reps_for(n), seed=SEED, order="rounds",
                        base_url=None)

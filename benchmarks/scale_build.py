@@ -45,7 +45,7 @@ from harness.run.folder import RunFolder  # noqa: E402
 from harness.run.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
 from harness.run.lines import iter_jsonl  # noqa: E402
 from harness.run.manifest import load_run_prompt, read_manifest  # noqa: E402
-from harness.run.runner import load_run_cohort, materialise, plan_launch  # noqa: E402
+from harness.run.planning import load_run_cohort, materialise, plan_launch  # noqa: E402
 from harness.run.writer import RunWriter  # noqa: E402
 
 SIM_SEED = 7

@@ -100,7 +100,7 @@ RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/c
 OPENS_ELSEWHERE = {
     "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
     "harness/run/create.py": "builds a new run folder inside a partial folder it has just made, then renames it",
-    "harness/run/runner.py:Plan.write": "streams schedule/stimuli into that partial folder (create_run_dir's fill)",
+    "harness/run/planning.py:Plan.write": "streams schedule/stimuli into that partial folder (create_run_dir's fill)",
     "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
     "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
     "harness/view/html.py:asset": "the package's own CSS and JS",

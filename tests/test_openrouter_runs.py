@@ -23,7 +23,7 @@ from guards.openrouter.preflight import EMPTY_INSTANCE, Workload, run_preflight
 from guards.prompts import load_prompt
 from guards.registry import make_renderer
 from guards.sim import SimServerProcess
-from harness.run.runner import plan_launch
+from harness.run.planning import plan_launch
 from harness.run.runtable import load_run_table
 
 from app_server import in_thread

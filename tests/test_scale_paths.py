@@ -239,7 +239,7 @@ def test_cohort_rows_are_read_back_on_demand(tmp_path):
 
 def test_plan_digest_equals_the_written_files(tmp_path):
     from harness.canon import file_sha256
-    from harness.run.runner import materialise, plan_launch
+    from harness.run.planning import materialise, plan_launch
 
     sb = _scale_build()
     cohort = sb.build_cohort(tmp_path / "c", 10)

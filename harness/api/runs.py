@@ -44,8 +44,8 @@ def plan_launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 
     """Prepare a launch: load and check the cohort and the guard (a python guard's callable is
     imported), render every instance, hash the schedule. Writes nothing; `launch_plan` runs it.
     `cohort` is a folder or `"demo"`; `guard` a TOML file, a preset name or a GuardConfig."""
-    from harness.run.runner import plan_launch as runner_plan
-    from harness.run.runner import resolve_run_dir
+    from harness.run.planning import plan_launch as runner_plan
+    from harness.run.planning import resolve_run_dir
 
     p = runner_plan(cohort_dir=cohort, guard_path=guard, reps=reps, seed=seed, order=order,
                     base_url=base_url, row_limits=row_limits)
@@ -55,8 +55,8 @@ def plan_launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 
 def plan_replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = None,
                    base_url: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> LaunchPlan:
     """Prepare a replicate: `run`'s schedule, byte for byte, on another guard. Writes nothing."""
-    from harness.run.runner import plan_replicate as runner_plan
-    from harness.run.runner import resolve_run_dir
+    from harness.run.planning import plan_replicate as runner_plan
+    from harness.run.planning import resolve_run_dir
 
     p = runner_plan(run_folder(run), guard_path=guard, base_url=base_url, row_limits=row_limits)
     return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
@@ -69,7 +69,7 @@ def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency
     """Write the planned run folder and send its calls. The OpenRouter preflight is the CLI's
     (`guardeval preflight`); refusals (a bad folder, an unset key) raise InputError first."""
     from harness.run.create import check_new_run_dir
-    from harness.run.runner import materialise
+    from harness.run.planning import materialise
 
     check_new_run_dir(planned.run_dir)
     materialise(planned._plan, planned.run_dir)

@@ -58,7 +58,7 @@ class LaunchPlan(_Record):
     schedule_sha256: str
     parent_run: str | None
     projection: Projection
-    _plan: Any = field(default=None, repr=False, compare=False)   # harness.run.runner.Plan
+    _plan: Any = field(default=None, repr=False, compare=False)   # harness.run.planning.Plan
 
 
 @dataclass(frozen=True)

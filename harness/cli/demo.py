@@ -13,7 +13,8 @@ from pathlib import Path
 
 from guards.config import PRESETS
 from harness.cohorts.builders.demo import BUNDLED_DEMO
-from harness.run.runner import execute, finish_message, materialise, plan_launch, raise_if_stopped, resolve_run_dir
+from harness.run.planning import materialise, plan_launch, resolve_run_dir
+from harness.run.runner import execute, finish_message, raise_if_stopped
 from harness.terminal import safe
 
 SIM_PRESET = PRESETS / "sim.toml"

@@ -103,7 +103,7 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
     from harness.estimators.plan import plan_rows
     from harness.estimators.runs import load_run, open_run, verified
     from harness.run.layout import SCHEDULE
-    from harness.run.runner import run_prompt_tokens
+    from harness.run.planning import run_prompt_tokens
 
     run = open_run(args.run)
     # A pilot that does not verify is refused as `estimate` refuses it (exit 1): nothing is planned from it.

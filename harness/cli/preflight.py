@@ -39,7 +39,7 @@ def add_option(p: argparse.ArgumentParser) -> None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from guards.openrouter.preflight import EMPTY_INSTANCE, Workload
-    from harness.run.runner import load_guard_and_prompt, plan_launch
+    from harness.run.planning import load_guard_and_prompt, plan_launch
 
     if args.cohort:
         plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=0, order="rounds",

@@ -169,7 +169,7 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from harness.run.runner import materialise, plan_launch, require_key, resolve_run_dir
+    from harness.run.planning import materialise, plan_launch, require_key, resolve_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url, row_limits=row_limits(args))
@@ -320,7 +320,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
-    from harness.run.runner import materialise, plan_replicate, require_key, resolve_run_dir
+    from harness.run.planning import materialise, plan_replicate, require_key, resolve_run_dir
 
     parent = _existing_run(args.run)
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
