@@ -363,7 +363,8 @@ def run_guardeval(*, tmp: Path, tag: str, guard: Path, n: int, concurrency: int,
     run_dir = work / "run"
     cmd = [sys.executable, "-m", "harness", "launch", "--cohort", str(COHORT), "--guard", str(guard),
            "--reps", str(reps_for(n)), "--seed", str(SEED), "--max-calls", str(n),
-           "--concurrency", str(concurrency), "--run-dir", str(run_dir), "--no-progress"]
+           "--concurrency", str(concurrency), "--run-dir", str(run_dir), "--no-progress",
+           "--no-preflight"]   # the simulator lists no models for the openai-compatible preflight
     if fixed:
         cmd.append("--fixed-concurrency")
     with SimServerProcess(sim_args(latency_ms, sim_extra)) as sim:

@@ -107,3 +107,18 @@ def test_json_array_sources_that_repeat_a_key_are_refused(tmp_path: Path):
     p.write_text('[{"id": 1, "id": 2}]')
     with pytest.raises(InputError, match="repeats a key"):
         read_json_array(p)
+
+
+def test_pinned_sources_refuse_only_a_repeat_that_reads_two_ways(tmp_path: Path):
+    # A third-party file is what its pin fixes: ASB's attack tools repeat "Attack Type" with the
+    # same value on one line. Only a repeat with another value (two readings) is refused.
+    from harness.cohorts.builders.pins import read_json_array
+    from harness.cohorts.limits import has_conflicting_keys
+
+    same = b'{"a": 1, "t": "x", "t": "x"}'
+    other = b'{"a": 1, "t": "x", "t": "y"}'
+    assert has_duplicate_keys(same, orjson.loads(same)) and not has_conflicting_keys(same, orjson.loads(same))
+    assert has_conflicting_keys(other, orjson.loads(other))
+    p = tmp_path / "records.json"
+    p.write_text('[{"id": 1, "id": 1}]')
+    assert read_json_array(p) == [{"id": 1}]

@@ -5,6 +5,7 @@ defaults without importing jsonschema."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ def bounded_lines(path: Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> Iterato
 
 
 DUPLICATE_KEY = "an object repeats a key (which of the two counts would depend on the reader)"
+CONFLICTING_KEY = "an object repeats a key with another value (which of the two counts would depend on the reader)"
 _WHITESPACE = re.compile(rb"[ \t\r\n]+")
 
 
@@ -101,3 +103,26 @@ def has_duplicate_keys(raw: bytes, parsed: object) -> bool:
         return False
     text_keys = _WHITESPACE.sub(b"", _JSON_STRING.sub(b'"', raw)).count(b'":')
     return text_keys != _parsed_keys(parsed)
+
+
+def has_conflicting_keys(raw: bytes, parsed: object) -> bool:
+    """Does `raw` repeat a key inside one object *with a different value*? The rule for pinned
+    third-party source files: their bytes are what their pins fix (ASB's
+    all_attack_tools.jsonl repeats "Attack Type" with the same value on one line), so only a
+    repeat that two readers could read differently is refused. Parsed again only when
+    `has_duplicate_keys` says there is a repeat (rare)."""
+    if not has_duplicate_keys(raw, parsed):
+        return False
+    conflict = False
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        nonlocal conflict
+        seen: dict[str, object] = {}
+        for k, v in items:
+            if k in seen and seen[k] != v:
+                conflict = True
+            seen[k] = v
+        return seen
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return conflict

@@ -136,7 +136,11 @@ def decision_fields(line: bytes) -> tuple[str, Any, Any] | None:
 def parsed_decision_fields(line: bytes, path: Path, lineno: int) -> tuple[str, str, str | None]:
     """`decision_fields` of a line not in the writer's shape: parsed, each field checked
     (CheckFailed names the line, as a line that is not a JSON object does)."""
-    rec = parse_line(line.rstrip(b"\n"), path, lineno)
+    return checked_decision_fields(parse_line(line.rstrip(b"\n"), path, lineno), path, lineno)
+
+
+def checked_decision_fields(rec: dict[str, Any], path: Path, lineno: int) -> tuple[str, str, str | None]:
+    """(call_id, status, quarantine_reason) of a parsed decision line, each checked."""
     cid, status, reason = rec.get("call_id"), rec.get("status"), rec.get("quarantine_reason")
     if not isinstance(cid, str):
         raise damaged(path, lineno, "missing or malformed field 'call_id'")

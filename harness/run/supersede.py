@@ -31,7 +31,7 @@ import numpy as np
 from harness.canon import dumps_line, sha256_hex
 from harness.run.folder import RunFolder
 from harness.run.layout import DECISIONS, EVENTS, RAW
-from harness.run.lines import damaged, decision_fields, iter_lines, iter_raw_fields, parse_line
+from harness.run.lines import checked_decision_fields, damaged, decision_fields, iter_lines, iter_raw_fields, parse_line
 from harness.run.records import Decision
 
 # A decision's statuses other than `ok` (decide.py): the guard did not give a counted answer.
@@ -113,13 +113,7 @@ def decision_line(line: bytes, path: Path,
     if fast is not None:
         return fast[0], fast[1], fast[2], None, 0
     rec = parse_line(line.rstrip(b"\n"), path, lineno)
-    cid, status, reason = rec.get("call_id"), rec.get("status"), rec.get("quarantine_reason")
-    if not isinstance(cid, str):
-        raise damaged(path, lineno, "missing or malformed field 'call_id'")
-    if not isinstance(status, str):
-        raise damaged(path, lineno, "missing or malformed field 'status'")
-    if reason is not None and not isinstance(reason, str):
-        raise damaged(path, lineno, "malformed field 'quarantine_reason'")
+    cid, status, reason = checked_decision_fields(rec, path, lineno)
     sup, rnd = _supersedes(rec, path, lineno)
     return cid, status, reason, sup, rnd
 

@@ -23,7 +23,7 @@ import orjson
 from harness.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
 from harness.cohorts.builders.pins import parse_pin_lines, verify_file
 from harness.cohorts.builders.sampling import stratified_sample
-from harness.cohorts.limits import DUPLICATE_KEY, has_duplicate_keys
+from harness.cohorts.limits import CONFLICTING_KEY, has_conflicting_keys
 from harness.cohorts.model import write_cohort
 from harness.cohorts.transforms import compose, identity, make_tool_alias
 from harness.cohorts.transforms.descriptions import make_description_neutralizer
@@ -65,8 +65,8 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
             row = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise InputError(f"not valid JSON ({exc})", path=path, line=lineno) from None
-        if has_duplicate_keys(raw, row):
-            raise InputError(DUPLICATE_KEY, path=path, line=lineno)
+        if has_conflicting_keys(raw, row):
+            raise InputError(CONFLICTING_KEY, path=path, line=lineno)
         for key in required:
             if not isinstance(row, dict) or not isinstance(row.get(key), (str, list)):
                 raise InputError("missing or mistyped field", path=path, line=lineno, field=key)

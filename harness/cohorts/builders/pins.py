@@ -10,7 +10,7 @@ import orjson
 
 from harness.bounded import read_bounded
 from harness.canon import file_sha256
-from harness.cohorts.limits import DUPLICATE_KEY, MAX_DEPTH_CEILING, deeper_than, has_duplicate_keys
+from harness.cohorts.limits import CONFLICTING_KEY, MAX_DEPTH_CEILING, deeper_than, has_conflicting_keys
 from harness.errors import InputError
 
 # A pin file lists a few dozen files; anything near this is not one.
@@ -71,8 +71,8 @@ def read_json_array(path: Path) -> list[Any]:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
-    if has_duplicate_keys(raw, data):
-        raise InputError(DUPLICATE_KEY, path=path)
+    if has_conflicting_keys(raw, data):
+        raise InputError(CONFLICTING_KEY, path=path)
     if not isinstance(data, list):
         raise InputError("expected a JSON array", path=path)
     return data
