@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from guards.checks import Check, CheckList
 from guards.config import GuardConfig
 from guards.errors import AttemptError, FatalError
 from guards.openrouter import http
@@ -48,29 +49,12 @@ SERVE_HINT = ("start the server, e.g. `python -m llama_cpp.server --model FILE.g
 
 
 @dataclass
-class Check:
-    name: str
-    status: str      # ok | warn | skip | fail
-    detail: str
-
-
-@dataclass
-class LocalPreflight:
+class LocalPreflight(CheckList):
     base_url: str
     model: str
     checks: list[Check] = field(default_factory=list)
     dialect: str | None = None          # the structured-output dialect the server accepted
     context_tokens: int | None = None   # as the server reports it
-
-    @property
-    def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
-
-    def add(self, name: str, status: str, detail: str) -> None:
-        self.checks.append(Check(name, status, detail))
-
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "fail"]
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "base_url": self.base_url, "model": self.model, "dialect": self.dialect,

@@ -39,6 +39,7 @@ from typing import Any
 
 import anyio
 
+from guards.checks import Check, CheckList
 from guards.config import GuardConfig
 from guards.openrouter import availability, http, providers, routing
 from guards.openrouter.errors import error_object, message_of
@@ -56,13 +57,6 @@ EMPTY_INSTANCE: dict[str, Any] = {"user_request": "", "history": [], "current_ac
 
 
 @dataclass
-class Check:
-    name: str
-    status: str      # ok | warn | skip | fail
-    detail: str
-
-
-@dataclass
 class Workload:
     """What the run would send: one rendered body, and (with a cohort) its size and count."""
 
@@ -74,23 +68,13 @@ class Workload:
 
 
 @dataclass
-class Preflight:
+class Preflight(CheckList):
     base_url: str
     model: str
     checks: list[Check] = field(default_factory=list)
     endpoints: list[dict[str, Any]] = field(default_factory=list)   # the endpoints that can serve the run
     projected_cost_usd: float | None = None
     credit_left_usd: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
-
-    def add(self, name: str, status: str, detail: str) -> None:
-        self.checks.append(Check(name, status, detail))
-
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "fail"]
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "base_url": self.base_url, "model": self.model,
