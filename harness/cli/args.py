@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
+
+from harness.terminal import safe
 
 if TYPE_CHECKING:
     from harness.cohorts.limits import RowLimits
@@ -73,3 +76,14 @@ def row_limits(args: argparse.Namespace) -> RowLimits:
     from harness.cohorts.limits import RowLimits
 
     return RowLimits(max_bytes=args.max_row_bytes, max_depth=args.max_row_depth)
+
+
+def say_verified(run: object, verification: dict[str, Any], doing: str = "estimating") -> None:
+    """One line on stderr: the run was verified before `doing` it (and which checks were
+    skipped, allowed), or was not (--no-verify)."""
+    if verification["checked"]:
+        skipped = verification["skipped"]
+        note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
+        print(safe(f"guardeval: {run} verified before {doing}{note}"), file=sys.stderr)
+    else:
+        print(safe(f"guardeval: warning: {run} {doing} without verification (--no-verify)"), file=sys.stderr)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import positive_int, row_limit_options, row_limits
+from harness.cli.args import positive_int, row_limit_options, row_limits, say_verified
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
@@ -90,15 +90,6 @@ def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
     print(safe_json(dumps_json(obj)) if as_json else safe(text, newlines=True))
 
 
-def _say_verified(run: object, verification: dict[str, Any], doing: str = "estimating") -> None:
-    if verification["checked"]:
-        skipped = verification["skipped"]
-        note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
-        print(safe(f"guardeval: {run} verified before {doing}{note}"), file=sys.stderr)
-    else:
-        print(safe(f"guardeval: warning: {run} {doing} without verification (--no-verify)"), file=sys.stderr)
-
-
 def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
@@ -125,7 +116,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
         report = api.estimate(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
                               allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common).report  # type: ignore[assignment]
-        _say_verified(args.run, {"checked": report["source"]["verified"],
+        say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
         print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.run}"), file=sys.stderr)
     for note in report["notes"]:
@@ -187,7 +178,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for r in runs:
         inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
                                      row_limits=row_limits(args))
-        _say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
+        say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
         inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
     _labels(inputs, args.label)

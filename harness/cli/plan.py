@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import row_limit_options, row_limits
+from harness.cli.args import row_limit_options, row_limits, say_verified
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
@@ -109,12 +109,7 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
     # A pilot that does not verify is refused as `estimate` refuses it (exit 1): nothing is planned from it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped,
                      row_limits=row_limits(args), doing="plan from")
-    if check["checked"]:
-        skipped = check["skipped"]
-        note = f" (skipped, allowed: {', '.join(s['check'] for s in skipped)})" if skipped else ""
-        print(safe(f"guardeval: {run.path} verified before planning{note}"), file=sys.stderr)
-    else:
-        print(safe(f"guardeval: warning: {run.path} planned without verification (--no-verify)"), file=sys.stderr)
+    say_verified(run.path, check, "planning")
     _, table, rows = load_run(run, row_limits(args))
     config, tokens, n_bases = run_prompt_tokens(run, row_limits(args))
     prices = {"price_in_per_mtok": config.price_in_per_mtok, "price_out_per_mtok": config.price_out_per_mtok,

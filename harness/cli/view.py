@@ -59,6 +59,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from harness.cli.args import say_verified
     from harness.estimators.runs import open_run, verified
     from harness.run.manifest import read_manifest
     from harness.view.calls import load_calls
@@ -69,11 +70,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     # The frame is the run's data as others will analyse it: a run that does not verify is not
     # exported unless asked, as `estimate` refuses to estimate it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
-    if not check["checked"]:
-        print(safe(f"guardeval: warning: {args.run} exported without verification (--no-verify)"), file=sys.stderr)
-    elif check["skipped"]:
-        print(safe("guardeval: exported with skipped verify checks (allowed): "
-                   + ", ".join(str(s["check"]) for s in check["skipped"])), file=sys.stderr)
+    say_verified(args.run, check, "exporting")
     calls = load_calls(run)
     path = export(calls, args.format, args.out)
     if path is not None:
