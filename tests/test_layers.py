@@ -103,6 +103,7 @@ OPENS_ELSEWHERE = {
     "harness/run/planning.py:Plan.write": "streams schedule/stimuli into that partial folder (create_run_dir's fill)",
     "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
     "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
+    "harness/view/files.py:out_folder": "an --out folder the user named (compare), outside any run folder",
     "harness/view/html.py:asset": "the package's own CSS and JS",
     "harness/view/html.py:write_report_html": "report.html to an --out file the user named",
     "harness/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",

@@ -58,6 +58,12 @@ def test_demo_report_in_chromium(demo_run):
                                         ".map(r => r.cells[0].textContent)")
             assert [n.split()[0] for n in names] == [c["condition"] for c in report["contrasts"]]
             assert "passed" in await page.evaluate("document.querySelector('dl.header').textContent")
+            # the page opens with one quotable sentence per headline, its decision and family named
+            words = await page.evaluate("Array.from(document.querySelectorAll('ul.words li')).map(x => x.textContent)")
+            assert len(words) == len(report["contrasts"])
+            assert all("after Holm over" in w and "unadjusted 95% CI" in w for w in words), words
+            first = await page.evaluate("document.querySelector('main h2, body h2').textContent")
+            assert first == "In words"
 
             # every scheduled call is a row
             ids = await _rows(page)

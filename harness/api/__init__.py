@@ -26,6 +26,7 @@ from harness.api.runs import launch, launch_plan, plan_launch, plan_replicate, r
 from harness.api.types import (
     CallRecord,
     Comparison,
+    Decision,
     Difference,
     Effect,
     Estimate,
@@ -40,7 +41,7 @@ from harness.api.types import (
 from harness.errors import CheckFailed, GuardevalError, InputError, RunStopped
 
 __all__ = [
-    "CallRecord", "CheckFailed", "Comparison", "Difference", "Effect", "Estimate", "GuardConfig", "GuardInput",
+    "CallRecord", "CheckFailed", "Comparison", "Decision", "Difference", "Effect", "Estimate", "GuardConfig", "GuardInput",
     "GuardevalError", "InputError", "LaunchPlan", "Problem", "Projection", "RunResult", "RunStatus", "RunStopped",
     "Skipped", "Verdict", "VerifyReport",
     "calls", "calls_frame", "compare", "estimate", "estimate_record", "launch", "launch_plan", "load_guard",

@@ -181,8 +181,30 @@ class VerifyReport(_Record):
 
 
 @dataclass(frozen=True)
+class Decision(_Record):
+    """One quantity's decision (docs/estimators.md, Decisions): Holm within `family` at `alpha`."""
+
+    verdict: str | None                     # "differs from 0", "within ±M", both, "inconclusive", or not tested
+    differs: bool | None                    # None: outside every family, not tested
+    equivalent: bool | None
+    p_adjusted: float | None
+    family: str | None
+    alpha: float | None
+    mde: float | None                       # detectable with 80% power at alpha
+    mde_holm: float | None                  # ... at the first Holm step, alpha/m
+    underpowered: bool | None               # the margin lies below the MDE
+
+    @staticmethod
+    def of(record: Any) -> Decision | None:
+        if not isinstance(record, dict):
+            return None
+        return Decision(**{f.name: record.get(f.name) for f in dataclasses.fields(Decision)})
+
+
+@dataclass(frozen=True)
 class Effect(_Record):
-    """One condition against the baseline (docs/estimators.md): block-rate differences as proportions."""
+    """One condition against the baseline (docs/estimators.md): block-rate differences as proportions.
+    Intervals are unadjusted 95%; verdicts are Holm decisions within the stated families."""
 
     condition: str
     role: str
@@ -199,11 +221,20 @@ class Effect(_Record):
     tie: int
     n_bases: int
     block_rate: float | None
+    p_holm_minus_placebo: float | None = None
+    verdict: Decision | None = None          # Δ's decision
+    verdict_minus_placebo: Decision | None = None   # the corrected effect's (the headline, where defined)
+
+    @property
+    def headline(self) -> Decision | None:
+        """The decision behind the row's star: the corrected effect's, Δ's for the placebo."""
+        return self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
 
     @property
     def significant(self) -> bool:
-        """Holm-adjusted p below 0.05 (the `*` of the effects table)."""
-        return self.p_holm is not None and self.p_holm < 0.05
+        """The headline differs from 0 after Holm in its family (the `*` of the effects table)."""
+        h = self.headline
+        return bool(h is not None and h.differs)
 
 
 @dataclass(frozen=True)
@@ -235,7 +266,8 @@ class Estimate(_Record):
 
 @dataclass(frozen=True)
 class Difference(_Record):
-    """One condition's effect in run A and run B, and their paired difference (B − A)."""
+    """One condition's effect in run A and run B, and their paired difference (B − A), of Δ and
+    of the placebo-corrected effect (the headline), each with its decision."""
 
     condition: str
     delta_a: float | None
@@ -246,6 +278,20 @@ class Difference(_Record):
     ci_difference: Interval | None
     p_difference: float | None
     p_holm: float | None
+    delta_minus_placebo_a: float | None = None
+    delta_minus_placebo_b: float | None = None
+    difference_minus_placebo: float | None = None
+    ci_difference_minus_placebo: Interval | None = None
+    p_difference_minus_placebo: float | None = None
+    p_holm_minus_placebo: float | None = None
+    verdict: Decision | None = None
+    verdict_minus_placebo: Decision | None = None
+
+    @property
+    def significant(self) -> bool:
+        """The headline difference (corrected; Δ for the placebo) differs from 0 in its family."""
+        h = self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
+        return bool(h is not None and h.differs)
 
 
 @dataclass(frozen=True)

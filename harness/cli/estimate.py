@@ -40,8 +40,11 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--allow-unpublishable", action="store_true",
                    help="exit 0 even when more than 2%% of a run's calls are quarantined")
     p.add_argument("--margin", type=float, default=0.05, metavar="M",
-                   help="equivalence margin, a proportion in (0, 1): a null is 'within ±M' when the 90%% interval "
-                        "lies inside (-M, M) (default: 0.05)")
+                   help="equivalence margin, a proportion in (0, 1): a quantity is 'within ±M' when its equivalence "
+                        "test (two one-sided tests), Holm-adjusted in its family, is below --alpha (default: 0.05)")
+    p.add_argument("--alpha", type=float, default=0.05, metavar="A",
+                   help="level of every verdict, star and 'yes', in (0, 0.5): Holm-adjusted p < A within the "
+                        "family the output names (default: 0.05)")
     p.add_argument("--json", action="store_true",
                    help=f"print the {'report' if what == 'estimate' else 'comparison'} as JSON on stdout")
 
@@ -93,6 +96,7 @@ def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
+    from harness.estimators.decisions import check_alpha
     from harness.estimators.equivalence import check_margin
     from harness.estimators.report import human_text, write_reports
     from harness.estimators.table import load_table
@@ -103,7 +107,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
                   failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
-                  allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin))
+                  allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin),
+                  alpha=check_alpha(args.alpha))
     if args.table is not None:
         path = Path(args.table)
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
@@ -153,15 +158,17 @@ def _labels(inputs: list[Any], given: list[str]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.estimators.compare import compare_inputs
     from harness.estimators.compare_text import text
+    from harness.estimators.decisions import check_alpha
     from harness.estimators.equivalence import check_margin
     from harness.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, open_run
     from harness.run.folder import RunFolder
     from harness.run.layout import SCHEDULE
+    from harness.view.files import make_folder, out_folder
 
     n_inputs = len(args.runs) + len(args.table)
     if n_inputs < 2:
         raise InputError(f"compare needs at least two inputs (runs or --table files), got {n_inputs}")
-    margin = check_margin(args.margin)
+    margin, alpha = check_margin(args.margin), check_alpha(args.alpha)
     if args.label and len(args.label) != n_inputs:
         raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
                          field="label")
@@ -171,9 +178,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if line is not None:
             raise InputError(f"schedule.jsonl of {runs[0].path} and {r.path} differ from line {line}: not runs of "
                              "one schedule", path=r.file(SCHEDULE), line=line)
-    out_dir: Path | RunFolder | None = Path(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
-    if isinstance(out_dir, Path) and not out_dir.is_dir():
-        raise InputError("no such folder", path=out_dir, field="out")
+    out_dir: Path | RunFolder | None = out_folder(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
     inputs = []
     for r in runs:
         inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
@@ -184,7 +189,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _labels(inputs, args.label)
     result = compare_inputs(inputs, baseline=args.baseline, placebo=args.placebo, family=args.family,
                             n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
-                            margin=margin, allow_partial=args.allow_partial,
+                            margin=margin, alpha=alpha, allow_partial=args.allow_partial,
                             allow_unpublishable=args.allow_unpublishable)
     # The first two inputs, as `compare RUN_A RUN_B` has always named them.
     result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
@@ -192,6 +197,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if out_dir is not None:
         from harness.view.compare import write_compare
 
+        if isinstance(out_dir, Path):
+            make_folder(out_dir)   # made once the comparison holds, not before
         written = write_compare(result, out_dir)
         where = out_dir.path if isinstance(out_dir, RunFolder) else out_dir
         print(safe("wrote " + ", ".join(p.name for p in written) + f" in {where}"), file=sys.stderr)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
+from harness.estimators.decisions import headline_significant
 
 
 def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
@@ -36,7 +36,17 @@ def rules_differ(report: Mapping[str, Any]) -> bool:
 
 
 def significant(c: Mapping[str, Any]) -> bool:
-    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
+    """The star and bold of an estimate's row: its headline verdict (decisions.py): the
+    placebo-corrected effect's Holm decision, Δ's for the placebo's own row."""
+    return headline_significant(c)
+
+
+def headline_p(c: Mapping[str, Any]) -> float | None:
+    """The Holm-adjusted p of a row's headline (what its star follows)."""
+    from harness.estimators.decisions import headline
+
+    eq = headline(c)[1]
+    return None if not eq else eq.get("p_adjusted")
 
 
 def text_table(head: list[str], rows: list[list[str]]) -> str:
