@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import zipfile
 from collections.abc import Iterable
@@ -111,14 +112,23 @@ def read_log(path: str | Path) -> LogFile:
     except Exception as exc:   # inspect_ai raises what its readers raise: name it, never a traceback
         raise InputError(_read_failure(exc, is_zip), path=p) from None
     if log.version not in SUPPORTED_VERSIONS:
-        raise InputError(f"log-format version {log.version!r} is not supported (guardeval reads versions "
-                         f"{', '.join(map(str, SUPPORTED_VERSIONS))})", path=p, field="version")
+        raise InputError(_unsupported(repr(log.version)), path=p)
     return LogFile(p, sha256_hex(data), len(data), log)
+
+
+def _unsupported(version: str) -> str:
+    return (f"log-format version {version} is not supported (guardeval reads versions "
+            f"{', '.join(map(str, SUPPORTED_VERSIONS))})")
+
+
+_VERSION_REFUSED = re.compile(r"Unable to read version (\S+) of log format")
 
 
 def _read_failure(exc: Exception, is_zip: bool) -> str:
     name = type(exc).__name__
     text = str(exc).splitlines()[0][:200] if str(exc) else name
+    if (m := _VERSION_REFUSED.search(text)) is not None:    # inspect_ai's JSON reader checks it itself
+        return _unsupported(m.group(1))
     if name == "ValidationError":
         return f"not an Inspect log: it does not have the shape of an EvalLog ({text})"
     if is_zip:

@@ -45,7 +45,7 @@ def verdict(output: Any, parser: Callable[[str | None, str | None], Parsed], *, 
     EvalSampleLimit; `seen_sha256`: `stimulus_sha256` of the input the model was sent;
     `expected_sha256`: the one exported (None: not checked); `cache_read`: Inspect's cache answered.
     """
-    failed = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
+    failed: dict[str, Any] = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
     if sample_error is not None:
         return {**failed, "status": "provider_error", "detail": _bounded(getattr(sample_error, "message", sample_error))}
     choices = getattr(output, "choices", None) or []

@@ -85,8 +85,8 @@ def _export(args: argparse.Namespace) -> int:
 
     out, stats = export_inspect(args.dir, args.out, prompt_id=args.prompt, epochs=args.reps,
                                 temperature=args.temperature, max_tokens=args.max_tokens, limits=row_limits(args))
-    print(safe(f"wrote an Inspect task to {out}: run it with `inspect eval {out / 'task.py'} --model PROVIDER/MODEL`, "
-               "then `guardeval estimate --inspect-log LOG`"), file=sys.stderr)
+    print(safe(f"wrote an Inspect task to {out}: run it from there (`cd {out} && inspect eval task.py --model "
+               "PROVIDER/MODEL`), then `guardeval estimate --inspect-log LOG`"), file=sys.stderr)
     print(safe_json(json.dumps({"task": str(out), **stats}, indent=2)))
     return 0
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.estimators.types import Report
 from harness.terminal import safe
 
 TABLE_FILE = "inspect-decisions.jsonl"   # written beside the reports: `estimate --table` reads it back
@@ -32,7 +33,7 @@ def options(p: argparse.ArgumentParser, what: str) -> None:
                         "instead of parsing the answer")
 
 
-def estimate_logs(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, Any]:
+def estimate_logs(args: argparse.Namespace, common: Mapping[str, Any]) -> Report:
     """The report of `estimate --inspect-log LOG…` (and its files, with --out)."""
     from harness.estimators import estimate
     from harness.estimators.inspect_decisions import decision_table

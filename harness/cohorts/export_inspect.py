@@ -30,7 +30,7 @@ TASK_JSON, DATASET, TASK_PY = "task.json", "dataset.jsonl", "task.py"
 # on this folder, so what Inspect runs is what guardeval tests.
 TASK_PY_TEXT = '''"""An Inspect task written by `guardeval cohort export --format inspect` (guardeval docs/inspect.md).
 
-Run it with Inspect's cache off (the default; the task passes cache=False itself):
+Run it from this folder (Inspect's cache stays off: the task passes cache=False itself):
     inspect eval task.py --model PROVIDER/MODEL
 then estimate the log with: guardeval estimate --inspect-log LOG
 """
@@ -85,7 +85,7 @@ def export_inspect(cohort_dir: str | Path, out: str | Path, *, prompt_id: str = 
         lines.append(orjson.dumps({"id": n, "input": messages, "target": "", "metadata": meta},
                                   option=orjson.OPT_APPEND_NEWLINE))
     data = b"".join(lines)
-    settings = {
+    settings: dict[str, Any] = {
         "format": FORMAT, "version": 1,
         "cohort": {"name": cohort.name, "sha256": cohort.sha256, "instances_sha256": cohort.meta["instances_sha256"],
                    "conditions": [{"name": c.name, "role": c.role} for c in cohort.conditions]},

@@ -74,7 +74,7 @@ def _cache_read(sample: Any) -> bool:
 
 
 def _from_score(sample: Any, name: str, where: str, path: Path) -> dict[str, Any]:
-    failed = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
+    failed: dict[str, Any] = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
     if sample.error is not None:
         return {**failed, "status": "provider_error", "detail": str(sample.error.message)[:300]}
     scores = sample.scores or {}

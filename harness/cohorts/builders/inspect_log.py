@@ -76,7 +76,6 @@ class Stats:
     bases: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     without_tool_descriptions: int = 0
-    by_tool: Counter[str] = field(default_factory=Counter)
 
 
 def _value_text(v: Any) -> str | None:
@@ -228,12 +227,19 @@ def _domain(lf: LogFile, sample: Any, domain_field: str | None) -> str:
     return str(value)
 
 
+def _in_dataset_order(lf: LogFile) -> list[Any]:
+    """The samples in dataset order, then epoch (a log holds them in the order they finished)."""
+    ids = lf.log.eval.dataset.sample_ids or []
+    pos = {sid: n for n, sid in enumerate(ids)}
+    return sorted(samples_of(lf), key=lambda s: (pos.get(s.id, len(pos)), str(s.id), s.epoch))
+
+
 def log_bases(lf: LogFile, *, prefix: str, selection: Selection, domain_field: str | None,
               labelling: Labelling | None, skip_bad_samples: bool, stats: Stats) -> list[dict[str, Any]]:
     """The bases of one log, in sample order (as the log holds them), then call order."""
     bases: list[dict[str, Any]] = []
     calls_in_log = 0
-    for sample in samples_of(lf):
+    for sample in _in_dataset_order(lf):
         stats.samples += 1
         try:
             request, steps = sample_steps(sample)
@@ -256,7 +262,6 @@ def log_bases(lf: LogFile, *, prefix: str, selection: Selection, domain_field: s
                 step_label = None     # an unsafe sample says the trajectory did harm, not which earlier call
             if step.tools is None:
                 stats.without_tool_descriptions += 1
-            stats.by_tool[step.action["name"]] += 1
             bases.append({
                 "base_id": f"{interaction}/c{step.ordinal}", "interaction_id": interaction, "domain": domain,
                 "label": step_label, "label_score": label_score if step_label is not None else None,
