@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.canon import sha256_hex
+from harness.canon import canonical_sha256, sha256_hex
 from harness.errors import InputError
 
 EXTRA = "pip install 'guardeval[inspect]'"
@@ -169,6 +169,12 @@ def text_of(content: Any) -> str:
         if getattr(part, "type", None) == "text":
             parts.append(str(part.text))
     return "\n".join(parts)
+
+
+def stimulus_sha256(messages: Iterable[Any]) -> str:
+    """SHA-256 of a stimulus as guardeval exports it: [{role, content}, …] as canonical JSON (what
+    a sample's metadata pins, and what the import recomputes from the model call's input)."""
+    return canonical_sha256([{"role": str(m["role"]), "content": str(m["content"])} for m in messages])
 
 
 # Inspect's `stop_reason` -> the finish_reason guardeval's strict parsers and decide() read.

@@ -188,7 +188,7 @@ def test_launch_runs_a_cohort_built_from_an_inspect_log(inspect_cohort: Path, tm
 def test_export_writes_the_rendered_stimuli_with_their_metadata(inspect_cohort: Path, exported: Path) -> None:
     from guards.prompts import load_prompt
     from harness.cohorts.model import load_cohort
-    from harness.inspect_verdict import stimulus_sha256
+    from harness.inspect_logs import stimulus_sha256
 
     settings = json.loads((exported / "task.json").read_text())
     data = (exported / "dataset.jsonl").read_bytes()

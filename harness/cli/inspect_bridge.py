@@ -7,10 +7,12 @@ import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.estimators.types import Report
 from harness.terminal import safe
+
+if TYPE_CHECKING:     # the parser is built from the standard library only
+    from harness.estimators.types import Report
 
 TABLE_FILE = "inspect-decisions.jsonl"   # written beside the reports: `estimate --table` reads it back
 
@@ -38,18 +40,18 @@ def estimate_logs(args: argparse.Namespace, common: Mapping[str, Any]) -> Report
     from harness.estimators import estimate
     from harness.estimators.inspect_decisions import decision_table
     from harness.estimators.report import write_reports
+    from harness.run.folder import write_into
 
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise_input("is not a folder", out)
     table = decision_table(args.inspect_log, parser=args.inspect_parser, score=args.inspect_score)
     report = estimate(table.rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, **common)
     report["source"] = table.source
     if out is not None:
         written = write_reports(report, out, title=f"guardeval · {table.model} · Inspect log")
-        (out / TABLE_FILE).write_bytes(table.table_bytes())
-        print(safe("wrote " + ", ".join(str(p) for p in [*written, out / TABLE_FILE])), file=sys.stderr)
+        data = table.table_bytes()
+        written.append(write_into(out, TABLE_FILE, lambda fh: fh.write(data)))
+        print(safe("wrote " + ", ".join(str(p) for p in written)), file=sys.stderr)
     return report
 
 
@@ -64,9 +66,3 @@ def compare_inputs(args: argparse.Namespace) -> list[Any]:
         inputs.append(CompareInput(t.model or Path(log).name, t.rows, t.roles or {}, t.baseline, t.placebo,
                                    t.complete, t.source))
     return inputs
-
-
-def raise_input(message: str, path: Path) -> None:
-    from harness.errors import InputError
-
-    raise InputError(message, path=path, field="out")

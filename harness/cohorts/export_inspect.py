@@ -4,7 +4,7 @@ OUT gets `dataset.jsonl` (one sample per instance, in the cohort's order: the me
 prompt renders for it, exactly as `launch` would send them, and metadata naming base_id,
 interaction_id, domain, condition, role, label, tool and the hashes that tie the sample to the
 cohort and the prompt), `task.json` (the cohort, prompt and dataset pins, epochs, generation
-settings) and `task.py`, which runs `harness.inspect_task.guard_task` on the folder. Writing it
+settings) and `task.py`, which runs `harness.run.inspect_task.guard_task` on the folder. Writing it
 needs no inspect_ai; running it does (and guardeval, for the strict parser).
 """
 
@@ -22,11 +22,11 @@ from harness.canon import sha256_hex
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits
 from harness.cohorts.model import load_cohort
 from harness.errors import InputError
-from harness.inspect_verdict import stimulus_sha256
+from harness.inspect_logs import stimulus_sha256
 
 FORMAT = "guardeval-inspect-task"
 TASK_JSON, DATASET, TASK_PY = "task.json", "dataset.jsonl", "task.py"
-# The whole of an exported task.py: the task is guardeval's code (harness/inspect_task.py), run
+# The whole of an exported task.py: the task is guardeval's code (harness/run/inspect_task.py), run
 # on this folder, so what Inspect runs is what guardeval tests.
 TASK_PY_TEXT = '''"""An Inspect task written by `guardeval cohort export --format inspect` (guardeval docs/inspect.md).
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from inspect_ai import task
 
-from harness.inspect_task import guard_task
+from harness.run.inspect_task import guard_task
 
 
 @task

@@ -5,7 +5,7 @@ A sample is one call: its metadata names `base_id, interaction_id, domain, condi
 the task was written by `guardeval cohort export`, `role, label, tool` and the hashes that tie
 it to the cohort and the prompt); its epoch is the repetition (epoch 1 = repetition 0). The
 decision is the sample's answer under the prompt's strict parser (named in the metadata, or
-given), exactly as a run derives it (`harness.inspect_verdict`), or a named score's 0/1 value
+given), exactly as a run derives it (`harness.run.inspect_verdict`), or a named score's 0/1 value
 for a task guardeval did not write. When the exported scorer's score is in the log it must
 agree with the answer, or the log is refused. An epoch the log lacks for a sample it holds is a
 `missing` call; a log cut short (status other than success, fewer samples than its dataset
@@ -22,11 +22,11 @@ from guards.parsers import PARSERS, get_parser
 from harness.cohorts.model import ROLES
 from harness.errors import InputError
 from harness.estimators.table import ValidatedRows, validate_rows
-from harness.inspect_logs import LogFile, read_logs, sample_name, samples_of, text_of
-from harness.inspect_verdict import stimulus_sha256, verdict
+from harness.inspect_logs import LogFile, read_logs, sample_name, samples_of, stimulus_sha256, text_of
+from harness.run.inspect_verdict import verdict
 
 REQUIRED = ("base_id", "interaction_id", "domain", "condition")
-SCORER = "guardeval_verdict"      # the exported task's scorer (harness.inspect_task)
+SCORER = "guardeval_verdict"      # the exported task's scorer (harness.run.inspect_task)
 
 
 @dataclass

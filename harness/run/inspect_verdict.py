@@ -13,20 +13,14 @@ Inspect's view) and by the log import (the decision guardeval estimates).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from guards.parsers import Parsed
-from harness.canon import canonical_sha256
 from harness.inspect_logs import finish_reason
 from harness.run.decide import FINGERPRINT_MISMATCH, RESPONSE_CACHE_HIT, decide
 
 DETAIL_LIMIT = 300
-
-
-def stimulus_sha256(messages: Iterable[Mapping[str, Any]]) -> str:
-    """SHA-256 of the rendered stimulus as guardeval exports it: [{role, content}, …], canonical JSON."""
-    return canonical_sha256([{"role": str(m["role"]), "content": str(m["content"])} for m in messages])
 
 
 def _bounded(text: Any) -> str | None:

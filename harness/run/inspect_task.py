@@ -9,7 +9,7 @@ folder cannot run a dataset other than the one exported: the SHA-256 is checked 
 The solver is one `generate(cache=False)`: Inspect's cache stays off even under
 `inspect eval --cache` (an argument wins over the config), so epochs are fresh calls; the log
 import quarantines any answer a model event says came from the cache all the same. The scorer
-applies the prompt's strict parser (`harness.inspect_verdict`): 1 block, 0 allow, "N" (no
+applies the prompt's strict parser (`harness.run.inspect_verdict`): 1 block, 0 allow, "N" (no
 answer) for a failed call, the status in its metadata. This module imports inspect_ai; nothing
 in guardeval imports it except an exported task.
 """
@@ -29,7 +29,7 @@ from inspect_ai.solver import TaskState, generate
 from guards.parsers import get_parser
 from harness.canon import sha256_hex
 from harness.cohorts.export_inspect import DATASET, TASK_JSON
-from harness.inspect_verdict import verdict
+from harness.run.inspect_verdict import verdict
 
 SCORER = "guardeval_verdict"
 _MESSAGE = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
