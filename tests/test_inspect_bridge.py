@@ -80,12 +80,12 @@ def exported(inspect_cohort: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return out
 
 
-def _inspect_eval(task: Path, log_dir: Path, base_url: str, inspect_home: tuple[Path, Path]) -> Path:
+def _inspect_eval(task: Path, log_dir: Path, base_url: str, inspect_home: tuple[Path, Path], *extra: str) -> Path:
     tmp, tiktoken = inspect_home
     proc = subprocess.run(
         # From the task's folder: Inspect's CLI takes a task path relative to where it runs.
         [sys.executable, "-m", "inspect_ai", "eval", "task.py", "--model", "openai-api/sim/shortcut-guard",
-         "--log-dir", str(log_dir), "--no-fail-on-error", "--max-connections", "8", "--max-retries", "2"],
+         "--log-dir", str(log_dir), "--no-fail-on-error", "--max-connections", "8", "--max-retries", "2", *extra],
         capture_output=True, text=True, timeout=300, cwd=task,
         env=_env(tmp, tiktoken, {"SIM_BASE_URL": base_url, "SIM_API_KEY": "sim-key"}))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -293,8 +293,14 @@ def test_the_estimate_of_an_inspect_log_equals_the_estimate_of_its_decisions_as_
 
 def test_compare_takes_inspect_logs_as_inputs(guard_log: Path, exported: Path, inspect_home: tuple[Path, Path],
                                               tmp_path: Path) -> None:
-    with SimServerProcess(["--seed", "6"], env=cli_env()) as sim:   # another draw of the guard's noise
-        other = _inspect_eval(exported, tmp_path / "other", sim.base_url, inspect_home)
+    # Another draw of the guard's noise, run with Inspect's cache asked for: the task's solver
+    # keeps it off (a plain generate() would write every answer to the cache).
+    with SimServerProcess(["--seed", "6"], env=cli_env()) as sim:
+        other = _inspect_eval(exported, tmp_path / "other", sim.base_url, inspect_home, "--cache", "1D")
+    from inspect_ai.log import read_eval_log
+
+    caching = {e.cache for s in read_eval_log(str(other)).samples for e in s.events if e.event == "model"}
+    assert caching == {None}
     table = _independent_table(guard_log, tmp_path / "t.jsonl")
     r = run_cli("compare", "--table", str(table), "--inspect-log", str(guard_log), "--inspect-log", str(other),
                 "--bootstrap", "300", "--allow-unpublishable", "--json")

@@ -6,9 +6,10 @@ with the guard prompt, and metadata naming base, condition, interaction and doma
 `task.py` that calls `guard_task` here. So the task is this module, tested with guardeval, and a
 folder cannot run a dataset other than the one exported: the SHA-256 is checked first.
 
-The solver is one `generate(cache=False)`: Inspect's cache stays off even under
-`inspect eval --cache` (an argument wins over the config), so epochs are fresh calls; the log
-import quarantines any answer a model event says came from the cache all the same. The scorer
+The solver is one `generate(cache=False)`: the solver's `cache=False` is merged into that call's
+config over `inspect eval --cache`, so Inspect's cache is never read or written and epochs are
+fresh calls (a test runs the task with `--cache`); the log import quarantines any answer a model
+event says came from the cache all the same. The scorer
 applies the prompt's strict parser (`harness.run.inspect_verdict`): 1 block, 0 allow, "N" (no
 answer) for a failed call, the status in its metadata. This module imports inspect_ai; nothing
 in guardeval imports it except an exported task.
