@@ -13,7 +13,9 @@ own writer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import math
 import subprocess
@@ -26,11 +28,11 @@ from typing import Any
 import pytest
 
 from guards.sim import SimServerProcess
+from harness.cli.app import main
 
-from conftest import REPO, cli_env, run_cli, write_guard
+from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 from inspect_env import offline_tiktoken, require_inspect
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 REPS = 2
 FAULTS = "400=0.06,length=0.06"   # failed calls and truncated answers, as a real provider has
 
@@ -39,6 +41,18 @@ def _env(tmp: Path, tiktoken: Path, extra: dict[str, str] | None = None) -> dict
     """An Inspect subprocess's environment: offline tiktoken, Inspect's own files under `tmp`."""
     return cli_env({"TIKTOKEN_CACHE_DIR": str(tiktoken), "XDG_DATA_HOME": str(tmp / "xdg-data"),
                     "XDG_CACHE_HOME": str(tmp / "xdg-cache"), "INSPECT_DISPLAY": "none", **(extra or {})})
+
+
+def _cli(*args: str) -> CliResult:
+    """`guardeval ARGS` in this process (the CLI's own main, exit code and streams): the bad-input
+    cases need no interpreter each, nor an inspect_ai import each."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:      # argparse's usage errors
+            code = int(exc.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
 
 
 def _one_log(folder: Path) -> Path:
@@ -149,11 +163,11 @@ def test_every_tool_call_becomes_a_base_with_its_history_tools_and_label(agent_l
 def test_building_twice_gives_the_same_bytes_and_options_select_calls(agent_log: Path, tmp_path: Path,
                                                                       inspect_cohort: Path) -> None:
     again = tmp_path / "again"
-    assert run_cli("cohort", "build", "inspect", str(agent_log), "--out", str(again), "--label-score", "harm").code == 0
+    assert _cli("cohort", "build", "inspect", str(agent_log), "--out", str(again), "--label-score", "harm").code == 0
     for name in ("cohort.json", "instances.jsonl"):
         assert (again / name).read_bytes() == (inspect_cohort / name).read_bytes()
     last = tmp_path / "last"
-    r = run_cli("cohort", "build", "inspect", str(agent_log), "--out", str(last), "--tool-calls", "last",
+    r = _cli("cohort", "build", "inspect", str(agent_log), "--out", str(last), "--tool-calls", "last",
                 "--domain-field", "suite", "--conditions", "marker_rewrite")
     assert r.code == 0, r.err
     rows = _rows(last)
@@ -162,11 +176,11 @@ def test_building_twice_gives_the_same_bytes_and_options_select_calls(agent_log:
     assert {c["name"] for c in json.loads((last / "cohort.json").read_text())["conditions"]} == {"original",
                                                                                                 "marker_rewrite"}
     named = tmp_path / "named"
-    r = run_cli("cohort", "build", "inspect", str(agent_log), "--out", str(named), "--tool-calls", "send_email,read_file")
+    r = _cli("cohort", "build", "inspect", str(agent_log), "--out", str(named), "--tool-calls", "send_email,read_file")
     assert r.code == 0 and sorted({b["tool"] for b in _rows(named)}) == ["read_file", "send_email"]
-    r = run_cli("cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "none"), "--tool-calls", "nosuch")
+    r = _cli("cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "none"), "--tool-calls", "nosuch")
     assert r.code == 2 and agent_log.name in r.err and "holds no tool calls that --tool-calls selects" in r.err
-    r = run_cli("cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "nofield"), "--domain-field", "x")
+    r = _cli("cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "nofield"), "--domain-field", "x")
     assert r.code == 2 and "sample 'pay-bill' epoch 1 has no metadata field 'x'" in r.err
 
 
@@ -203,7 +217,7 @@ def test_export_writes_the_rendered_stimuli_with_their_metadata(inspect_cohort: 
         assert (m["base_id"], m["condition"], m["interaction_id"], m["domain"], m["label"]) == (
             row["base_id"], row["condition"], row["interaction_id"], row["domain"], row["label"])
         assert m["guardeval_stimulus_sha256"] == stimulus_sha256(s["input"]) and m["guardeval_parser"] == "json-three-field"
-    r = run_cli("cohort", "export", str(inspect_cohort), str(exported), "--format", "inspect")
+    r = _cli("cohort", "export", str(inspect_cohort), str(exported), "--format", "inspect")
     assert r.code == 2 and "is not empty" in r.err      # never over another export
 
 
@@ -270,11 +284,11 @@ def _assert_close(a: Any, b: Any, where: str = "report") -> None:
 def test_the_estimate_of_an_inspect_log_equals_the_estimate_of_its_decisions_as_a_table(
         guard_log: Path, tmp_path: Path) -> None:
     opts = ("--bootstrap", "2000", "--seed", "11", "--allow-unpublishable", "--json")
-    r = run_cli("estimate", "--inspect-log", str(guard_log), "--out", str(tmp_path / "reports"), *opts)
+    r = _cli("estimate", "--inspect-log", str(guard_log), "--out", str(tmp_path / "reports"), *opts)
     assert r.code == 0, r.err
     ours = json.loads(r.out)
     table = _independent_table(guard_log, tmp_path / "table.jsonl")
-    r2 = run_cli("estimate", "--table", str(table), *opts)
+    r2 = _cli("estimate", "--table", str(table), *opts)
     assert r2.code == 0, r2.err
     _assert_close(_comparable(ours), _comparable(json.loads(r2.out)))
     # The run was real: every call scheduled came back, some failed, some were cut short.
@@ -287,7 +301,7 @@ def test_the_estimate_of_an_inspect_log_equals_the_estimate_of_its_decisions_as_
     # --out writes the reports and the table, which `estimate --table` reads back to the same numbers.
     assert {p.name for p in (tmp_path / "reports").iterdir()} == {"report.json", "report.md", "effects.png",
                                                                   "inspect-decisions.jsonl"}
-    r3 = run_cli("estimate", "--table", str(tmp_path / "reports" / "inspect-decisions.jsonl"), *opts)
+    r3 = _cli("estimate", "--table", str(tmp_path / "reports" / "inspect-decisions.jsonl"), *opts)
     _assert_close(_comparable(ours), _comparable(json.loads(r3.out)))
 
 
@@ -302,7 +316,7 @@ def test_compare_takes_inspect_logs_as_inputs(guard_log: Path, exported: Path, i
     caching = {e.cache for s in read_eval_log(str(other)).samples for e in s.events if e.event == "model"}
     assert caching == {None}
     table = _independent_table(guard_log, tmp_path / "t.jsonl")
-    r = run_cli("compare", "--table", str(table), "--inspect-log", str(guard_log), "--inspect-log", str(other),
+    r = _cli("compare", "--table", str(table), "--inspect-log", str(guard_log), "--inspect-log", str(other),
                 "--bootstrap", "300", "--allow-unpublishable", "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
@@ -352,11 +366,11 @@ def test_files_that_are_not_readable_inspect_logs_are_refused_naming_the_file(ag
              (guard_log, "holds no tool calls"),
              (tmp_path / "absent.eval", "no such file")]
     for path, why in cases:
-        r = run_cli("cohort", "build", "inspect", str(path), "--out", str(tmp_path / "c"))
+        r = _cli("cohort", "build", "inspect", str(path), "--out", str(tmp_path / "c"))
         assert r.code == 2 and f"{path}: {why}" in r.err and "Traceback" not in r.err, (path, r.err)
         assert not (tmp_path / "c" / "cohort.json").exists()
     for path, why in cases[:5]:
-        r = run_cli("estimate", "--inspect-log", str(path))
+        r = _cli("estimate", "--inspect-log", str(path))
         assert r.code == 2 and f"{path}: {why}" in r.err and "Traceback" not in r.err, (path, r.err)
 
 
@@ -366,16 +380,16 @@ def test_a_malformed_history_is_refused_naming_the_sample_or_skipped_and_counted
         del s.messages[1]        # the first assistant message: its tool result now answers nothing
 
     bad = _rewrite(agent_log, tmp_path / "bad.eval", orphan)
-    r = run_cli("cohort", "build", "inspect", str(bad), "--out", str(tmp_path / "c"))
+    r = _cli("cohort", "build", "inspect", str(bad), "--out", str(tmp_path / "c"))
     assert r.code == 2 and "sample 'pay-bill' epoch 1 message 2: a tool result for call" in r.err, r.err
-    r = run_cli("cohort", "build", "inspect", str(bad), "--out", str(tmp_path / "c"), "--skip-bad-samples")
+    r = _cli("cohort", "build", "inspect", str(bad), "--out", str(tmp_path / "c"), "--skip-bad-samples")
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert summary["samples_skipped"] == 1 and summary["skipped"][0]["sample"] == "pay-bill"
     assert summary["bases"] == 14 - 3 and "1 sample(s) skipped" in r.err
     meta = json.loads((tmp_path / "c" / "cohort.json").read_text())
     assert meta["builder"]["samples_skipped"] == 1
-    r = run_cli("cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "d"), "--label-score", "harm",
+    r = _cli("cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "d"), "--label-score", "harm",
                 "--unsafe-values", "7")
     assert r.code == 2 and "score 'harm' is 1, neither an unsafe value (7) nor a safe one (0)" in r.err
 
@@ -399,10 +413,10 @@ def test_a_guard_log_without_the_fields_or_with_an_edited_answer_is_refused(guar
         s.output.completion = s.output.choices[0].message.content = text
         edited.append(f"sample {s.id} epoch {s.epoch}")
 
-    r = run_cli("estimate", "--inspect-log", str(_rewrite(guard_log, tmp_path / "a.eval", drop_base)))
+    r = _cli("estimate", "--inspect-log", str(_rewrite(guard_log, tmp_path / "a.eval", drop_base)))
     assert r.code == 2 and "sample 3 epoch 2: its metadata has no field 'base_id'" in r.err, r.err
     assert "field 'metadata.base_id'" in r.err
-    r = run_cli("estimate", "--inspect-log", str(_rewrite(guard_log, tmp_path / "b.eval", edit_answer)))
+    r = _cli("estimate", "--inspect-log", str(_rewrite(guard_log, tmp_path / "b.eval", edit_answer)))
     assert r.code == 2 and f"{edited[0]}: score guardeval_verdict says status 'ok', decision" in r.err, r.err
 
 
@@ -420,9 +434,9 @@ def test_cache_replays_changed_stimuli_and_missing_epochs_are_what_a_run_would_c
         log.samples = [s for s in log.samples if not (s.id == 5 and s.epoch == 2)]
 
     log = _rewrite(guard_log, tmp_path / "t.eval", tamper)
-    r = run_cli("estimate", "--inspect-log", str(log), "--bootstrap", "100", "--json")
+    r = _cli("estimate", "--inspect-log", str(log), "--bootstrap", "100", "--json")
     assert r.code == 1 and "incomplete run: 1 of 140 scheduled calls have no decision" in r.err, r.err
-    r = run_cli("estimate", "--inspect-log", str(log), "--bootstrap", "100", "--allow-partial", "--out",
+    r = _cli("estimate", "--inspect-log", str(log), "--bootstrap", "100", "--allow-partial", "--out",
                 str(tmp_path / "o"), "--allow-unpublishable", "--json")
     assert r.code == 0, r.err
     rows = {(x["base_id"], x["condition"], x["repetition"]): x for x in
