@@ -369,6 +369,10 @@ def test_files_that_are_not_readable_inspect_logs_are_refused_naming_the_file(ag
         r = _cli("cohort", "build", "inspect", str(path), "--out", str(tmp_path / "c"))
         assert r.code == 2 and f"{path}: {why}" in r.err and "Traceback" not in r.err, (path, r.err)
         assert not (tmp_path / "c" / "cohort.json").exists()
+    r = _cli("estimate", "--table", str(text), "--inspect-score", "harm")
+    assert r.code == 2 and "--inspect-score goes with --inspect-log" in r.err
+    r = _cli("estimate", "--table", str(text), "--inspect-log", str(agent_log))
+    assert r.code == 2 and "give one of: a run folder, --table FILE, --inspect-log LOG" in r.err
     for path, why in cases[:5]:
         r = _cli("estimate", "--inspect-log", str(path))
         assert r.code == 2 and f"{path}: {why}" in r.err and "Traceback" not in r.err, (path, r.err)

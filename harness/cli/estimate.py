@@ -100,6 +100,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.estimators.report import human_text, write_reports
     from harness.estimators.table import load_table
 
+    inspect_bridge.check(args)
     if sum(x is not None for x in (args.run, args.table, args.inspect_log)) != 1:
         raise InputError("give one of: a run folder, --table FILE, --inspect-log LOG…")
     if args.out and args.run is not None:
@@ -163,6 +164,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.run.folder import RunFolder
     from harness.run.layout import SCHEDULE
 
+    inspect_bridge.check(args)
     n_inputs = len(args.runs) + len(args.table) + len(args.inspect_log)
     if n_inputs < 2:
         raise InputError(f"compare needs at least two inputs (runs, --table files or --inspect-log logs), got {n_inputs}")

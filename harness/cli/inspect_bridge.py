@@ -35,6 +35,15 @@ def options(p: argparse.ArgumentParser, what: str) -> None:
                         "instead of parsing the answer")
 
 
+def check(args: argparse.Namespace) -> None:
+    """--inspect-parser and --inspect-score say how to read --inspect-log: alone they are a mistake."""
+    from harness.errors import InputError
+
+    for given, name in ((args.inspect_parser, "--inspect-parser"), (args.inspect_score, "--inspect-score")):
+        if given is not None and not args.inspect_log:
+            raise InputError(f"{name} goes with --inspect-log", field=name)
+
+
 def estimate_logs(args: argparse.Namespace, common: Mapping[str, Any]) -> Report:
     """The report of `estimate --inspect-log LOG…` (and its files, with --out)."""
     from harness.estimators import estimate

@@ -22,9 +22,8 @@ from typing import Any
 
 import orjson
 
-from harness.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
+from harness.cohorts.builders.common import ConditionSpec, build_rows, marker_and_alias_conditions, select_conditions
 from harness.cohorts.model import write_cohort
-from harness.cohorts.transforms import combined, format_placebo, identity, make_marker_rewrite, make_tool_alias
 from harness.cohorts.transforms.base import deep_copy
 from harness.cohorts.transforms.names import family_table
 from harness.errors import InputError
@@ -299,14 +298,7 @@ def conditions(names: list[str]) -> list[ConditionSpec]:
     """original, format_placebo, marker_rewrite, and the tool names renamed to other ordinary words
     (`semantic_neutral`; no hand-written table fits an arbitrary agent's tools), alone and with
     the marker rewrite."""
-    table = family_table("semantic_neutral", names)
-    return [
-        ConditionSpec("original", "baseline", identity()),
-        ConditionSpec("format_placebo", "placebo", format_placebo()),
-        ConditionSpec("marker_rewrite", "intervention", make_marker_rewrite()),
-        ConditionSpec("tool_alias", "intervention", make_tool_alias(table)),
-        ConditionSpec("combined", "intervention", combined(table)),
-    ]
+    return marker_and_alias_conditions(family_table("semantic_neutral", names))
 
 
 def build_inspect(logs: list[str | Path], out: str | Path, *, tool_calls: str | None = None,
