@@ -349,6 +349,8 @@ def test_files_that_are_not_readable_inspect_logs_are_refused_naming_the_file(ag
 
     # A log from a future Inspect: inspect_ai's writer always writes its own version, so the
     # version field of the header is set here, in the .eval zip and in a JSON log.
+    import inspect_ai.log  # noqa: F401  (inspect_ai registers zstd, which .eval members use, with zipfile)
+
     future = tmp_path / "future.eval"
     with zipfile.ZipFile(agent_log) as zin, zipfile.ZipFile(future, "w", zipfile.ZIP_DEFLATED) as zout:
         for name in zin.namelist():
