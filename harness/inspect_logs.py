@@ -129,12 +129,12 @@ def _read_failure(exc: Exception, is_zip: bool) -> str:
     text = str(exc).splitlines()[0][:200] if str(exc) else name
     if (m := _VERSION_REFUSED.search(text)) is not None:    # inspect_ai's JSON reader checks it itself
         return _unsupported(m.group(1))
-    if name == "ValidationError":
-        return f"not an Inspect log: it does not have the shape of an EvalLog ({text})"
     if is_zip:
         return f"a truncated or damaged .eval file ({name}: {text})"
-    if name in ("JSONDecodeError", "IncompleteJSONError") or "JSON" in name:
+    if "JSON" in name or "EOF while parsing" in text or "Invalid JSON" in text:
         return f"a truncated or invalid JSON log ({name}: {text})"
+    if name == "ValidationError":
+        return f"not an Inspect log: it does not have the shape of an EvalLog ({text})"
     return f"not a readable Inspect log ({name}: {text})"
 
 

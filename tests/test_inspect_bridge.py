@@ -340,17 +340,20 @@ def _rewrite(src: Path, out: Path, edit: Callable[[Any], None]) -> Path:
 
 def test_files_that_are_not_readable_inspect_logs_are_refused_naming_the_file(agent_log: Path, guard_log: Path,
                                                                               tmp_path: Path) -> None:
+    import inspect_ai.log  # noqa: F401  (inspect_ai registers zstd, which .eval members use, with zipfile)
+
     text = tmp_path / "notes.eval"
     text.write_text("just some text\n")
     not_a_log = tmp_path / "other.json"
     not_a_log.write_text('{"eval": 3}')
     cut = tmp_path / "cut.eval"
     cut.write_bytes(agent_log.read_bytes()[: agent_log.stat().st_size // 2])
+    whole_json = _rewrite(agent_log, tmp_path / "whole.json", lambda log: None)
+    cut_json = tmp_path / "cut.json"
+    cut_json.write_bytes(whole_json.read_bytes()[: whole_json.stat().st_size // 2])
 
     # A log from a future Inspect: inspect_ai's writer always writes its own version, so the
     # version field of the header is set here, in the .eval zip and in a JSON log.
-    import inspect_ai.log  # noqa: F401  (inspect_ai registers zstd, which .eval members use, with zipfile)
-
     future = tmp_path / "future.eval"
     with zipfile.ZipFile(agent_log) as zin, zipfile.ZipFile(future, "w", zipfile.ZIP_DEFLATED) as zout:
         for name in zin.namelist():
@@ -363,6 +366,7 @@ def test_files_that_are_not_readable_inspect_logs_are_refused_naming_the_file(ag
     cases = [(text, "not an Inspect log (neither a .eval zip nor a JSON log)"),
              (not_a_log, "not an Inspect log: it does not have the shape of an EvalLog"),
              (cut, "a truncated or damaged .eval file"),
+             (cut_json, "a truncated or invalid JSON log"),
              (future, "log-format version 99 is not supported"),
              (future_json, "log-format version 99 is not supported"),
              (guard_log, "holds no tool calls"),
@@ -375,7 +379,7 @@ def test_files_that_are_not_readable_inspect_logs_are_refused_naming_the_file(ag
     assert r.code == 2 and "--inspect-score goes with --inspect-log" in r.err
     r = _cli("estimate", "--table", str(text), "--inspect-log", str(agent_log))
     assert r.code == 2 and "give one of: a run folder, --table FILE, --inspect-log LOG" in r.err
-    for path, why in cases[:5]:
+    for path, why in cases[:6]:
         r = _cli("estimate", "--inspect-log", str(path))
         assert r.code == 2 and f"{path}: {why}" in r.err and "Traceback" not in r.err, (path, r.err)
 

@@ -18,6 +18,7 @@ in guardeval imports it except an exported task.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,7 @@ def guard_task(folder: str | Path) -> Task:
         # providers ignore the header). Inspect sends it with every request of this task.
         config=GenerateConfig(temperature=cfg["temperature"], max_tokens=cfg["max_tokens"],
                               extra_headers={"X-OpenRouter-Cache": "false"}),
-        name=f"guardeval_{settings['cohort']['name']}",
+        # The cohort's name is its author's text: Inspect puts the task's name in log file names.
+        name="guardeval_" + re.sub(r"[^A-Za-z0-9_]+", "_", str(settings["cohort"]["name"]))[:64],
         metadata={"guardeval": {k: settings[k] for k in ("cohort", "prompt", "dataset")}},
     )
