@@ -114,6 +114,7 @@ OPENS_ELSEWHERE = {
     "harness/cli/plan.py:cmd_plan": "the hash of an --table file",
     "harness/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
     "harness/cli/demo.py:_estimate": "the path of the report.html the demo just wrote, for its message",
+    "harness/run/inspect_task.py:_settings": "an exported Inspect task's own task.json and dataset.jsonl",
 }
 RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",
              "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG",

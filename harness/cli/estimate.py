@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.cli import inspect_bridge
 from harness.cli.args import positive_int, row_limit_options, row_limits, say_verified
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
@@ -63,10 +64,11 @@ def register(sub: Any) -> None:
     p.add_argument("run", nargs="?", metavar="RUN", help="run folder (the one holding manifest.json)")
     p.add_argument("--table", metavar="FILE", help="a JSONL decision table to estimate instead of a run "
                                                    "(docs/estimators.md, Input table)")
-    p.add_argument("--out", metavar="DIR", help="with --table: folder for report.json, report.md, effects.png "
-                                                "(default: none written)")
+    p.add_argument("--out", metavar="DIR", help="with --table or --inspect-log: folder for report.json, report.md, "
+                                                "effects.png (default: none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    inspect_bridge.options(p, "estimate")
     _stats_options(p, "estimate")
     _verify_options(p, "estimate")
     p.set_defaults(func=cmd_estimate)
@@ -82,6 +84,7 @@ def register(sub: Any) -> None:
                                                 "(default: the second run folder; with fewer runs, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    inspect_bridge.options(p, "compare")
     _stats_options(p, "compare")
     _verify_options(p, "compare")
     p.set_defaults(func=cmd_compare)
@@ -101,15 +104,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.estimators.report import human_text, write_reports
     from harness.estimators.table import load_table
 
-    if (args.run is None) == (args.table is None):
-        raise InputError("give either a run folder or --table FILE (not both)")
-    if args.out and args.table is None:
-        raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
+    inspect_bridge.check(args)
+    if sum(x is not None for x in (args.run, args.table, args.inspect_log)) != 1:
+        raise InputError("give one of: a run folder, --table FILE, --inspect-log LOG…")
+    if args.out and args.run is not None:
+        raise InputError("--out goes with --table or --inspect-log; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
                   failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
                   allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin),
                   alpha=check_alpha(args.alpha))
-    if args.table is not None:
+    if args.inspect_log is not None:
+        report = inspect_bridge.estimate_logs(args, common)
+    elif args.table is not None:
         path = Path(args.table)
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
         report["source"] = {"table": str(path), "sha256": file_sha256(path)}
@@ -165,9 +171,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.run.layout import SCHEDULE
     from harness.view.files import make_folder, out_folder
 
-    n_inputs = len(args.runs) + len(args.table)
+    inspect_bridge.check(args)
+    n_inputs = len(args.runs) + len(args.table) + len(args.inspect_log)
     if n_inputs < 2:
-        raise InputError(f"compare needs at least two inputs (runs or --table files), got {n_inputs}")
+        raise InputError(f"compare needs at least two inputs (runs, --table files or --inspect-log logs), got {n_inputs}")
     margin, alpha = check_margin(args.margin), check_alpha(args.alpha)
     if args.label and len(args.label) != n_inputs:
         raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
@@ -186,6 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
         inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
+    inputs += inspect_bridge.compare_inputs(args)
     _labels(inputs, args.label)
     result = compare_inputs(inputs, baseline=args.baseline, placebo=args.placebo, family=args.family,
                             n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
