@@ -18,6 +18,7 @@ from harness.terminal import safe
 # Order is the order of `guardeval --help`.
 COMMAND_MODULES = (
     "harness.cli.run",
+    "harness.cli.study",
     "harness.cli.preflight",
     "harness.cli.estimate",
     "harness.cli.plan",

@@ -110,6 +110,10 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", metavar="GUARD",
                    help="a python guard (a config file, or the preset python-example) to run instead of the "
                         "simulated provider's guard")
+    p.add_argument("--study", action="store_true",
+                   help="a study instead: the simulator's three profiles (shortcut, robust, alias-sensitive) as three "
+                        "guards on one schedule, dispatched together, compared; ends with the path of study.html")
+    p.add_argument("--study-dir", help="with --study: the study folder (default: studies/<study-id>/)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_demo)
@@ -443,6 +447,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from harness.cli.demo import run_demo
+    from harness.cli.demo import run_demo, run_study_demo
 
+    if args.study:
+        if args.guard or args.run_dir:
+            raise InputError("demo --study runs the simulator's three profiles into a study folder: --guard and "
+                             "--run-dir do not apply (use --study-dir)")
+        return run_study_demo(study_dir=args.study_dir, as_json=args.json, progress=not args.no_progress)
+    if args.study_dir:
+        raise InputError("--study-dir goes with --study")
     return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress, guard=args.guard)

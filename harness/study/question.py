@@ -1,0 +1,69 @@
+"""The question a study asks, fixed at launch (docs/study.md): the baseline, the placebo, the
+Holm family, the equivalence margin and the failure rule, every default resolved to a value so
+that the record says exactly what was asked. It changes only by a recorded edit
+(`guardeval study edit STUDY --margin 0.03 --reason TEXT`), which keeps the old value and the new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.errors import InputError
+from harness.estimators.core import DEFAULT_PLACEBO
+from harness.estimators.effects import check_rule
+from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin
+from harness.run.layout import utcnow
+from harness.study.record import QUESTION_FIELDS
+
+
+def resolve_question(conditions: Sequence[tuple[str, str]], *, baseline: str | None = None,
+                     placebo: str | None = None, family: Sequence[str] | None = None,
+                     margin: float | None = None, failure_rule: str | None = None) -> dict[str, Any]:
+    """The question over a cohort's conditions ((name, role), in the cohort's order), each
+    default resolved as `estimate` resolves it; InputError naming the option that does not fit."""
+    names = [c for c, _ in conditions]
+    roles = dict(conditions)
+    base = baseline or next((c for c, r in conditions if r == "baseline"), "original")
+    if base not in roles:
+        raise InputError(f"baseline condition {base!r} is not a condition of the cohort ({', '.join(names)})",
+                         field="baseline")
+    if placebo is None:
+        placebo = next((c for c, r in conditions if r == "placebo"), DEFAULT_PLACEBO if DEFAULT_PLACEBO in roles
+                       else None)
+    elif placebo not in roles:
+        raise InputError(f"placebo condition {placebo!r} is not a condition of the cohort ({', '.join(names)})",
+                         field="placebo")
+    if placebo == base:
+        raise InputError("the placebo cannot be the baseline", field="placebo")
+    contrasts = [c for c in names if c != base]
+    fam = list(contrasts) if family is None else list(dict.fromkeys(family))
+    for c in fam:
+        if c not in contrasts:
+            raise InputError(f"family member {c!r} is not a non-baseline condition of the cohort "
+                             f"({', '.join(contrasts)})", field="family")
+    if not fam:
+        raise InputError("the family is empty", field="family")
+    return {"baseline": base, "placebo": placebo, "family": fam,
+            "margin": check_margin(DEFAULT_MARGIN if margin is None else margin),
+            "failure_rule": check_rule(failure_rule or "drop")}
+
+
+def edited(record: Mapping[str, Any], conditions: Sequence[tuple[str, str]], changes: Mapping[str, Any],
+           reason: str) -> dict[str, Any]:
+    """The record with its question changed by `changes` (field -> new value; absent or None:
+    unchanged) and the edit appended to `edits`; InputError for a change that does not fit, an
+    edit without a reason, or one that changes nothing."""
+    if not reason.strip():
+        raise InputError("an edit of the question needs --reason (it is recorded with the edit)", field="reason")
+    unknown = sorted(set(changes) - set(QUESTION_FIELDS))
+    if unknown:
+        raise InputError(f"{unknown[0]!r} is not part of the question ({', '.join(QUESTION_FIELDS)})", field=unknown[0])
+    old = dict(record["question"])
+    wanted = {k: v for k, v in changes.items() if v is not None}
+    new = resolve_question(conditions, **{**old, **wanted})
+    diff = {k: {"from": old[k], "to": new[k]} for k in QUESTION_FIELDS if old[k] != new[k]}
+    if not diff:
+        raise InputError("the edit changes nothing in the question")
+    return {**record, "question": new,
+            "edits": [*record["edits"], {"at": utcnow(), "changes": diff, "reason": reason.strip()[:4096]}]}
