@@ -23,6 +23,8 @@ a run's raw log says which guard it met.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import tomllib
@@ -31,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from guards.sim.guard import SHORTCUT, Weights
-from harness.bounded import read_bounded
-from harness.canon import canonical_sha256
 from harness.errors import InputError
+
+# The standard library only: the command line's option parser imports this module.
 
 MAX_PROFILE_BYTES = 64 << 10
 MAX_WEIGHT = 50.0
@@ -50,8 +52,10 @@ class Profile:
     @property
     def sha256(self) -> str:
         w = self.weights
-        return canonical_sha256({"name": self.name, "base": w.base, "tool": w.tool, "marker": w.marker,
-                                 "prose": w.prose})
+        # Canonical JSON (sorted keys, no spaces), as harness.canon writes it.
+        text = json.dumps({"name": self.name, "base": w.base, "tool": w.tool, "marker": w.marker, "prose": w.prose},
+                          sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     @property
     def fingerprint(self) -> str:
@@ -79,6 +83,8 @@ def load_profile(spec: str) -> Profile:
     field). A shipped name wins over a file of that name only when no such file exists."""
     if spec in PROFILES and not Path(spec).exists():
         return PROFILES[spec]
+    from harness.bounded import read_bounded
+
     path = Path(spec)
     if not path.is_file():
         raise InputError(f"no profile named {spec!r} (shipped: {', '.join(PROFILES)}) and no such file",

@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # what a study records as the command run
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.func(args) or 0)

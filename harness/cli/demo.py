@@ -78,11 +78,11 @@ def _estimate(target: Path, as_json: bool) -> int:
 STUDY_PROFILES = ("shortcut", "robust", "alias-sensitive")
 
 
-def run_study_demo(*, study_dir: str | None, as_json: bool, progress: bool = True) -> int:
+def run_study_demo(*, study_dir: str | None, as_json: bool, progress: bool = True,
+                   command: list[str] | None = None) -> int:
     from guards.config import GuardConfig, load_guard_config
     from guards.sim import SimServerProcess
     from harness import api
-    from harness.study.record import cli_argv
 
     sims = [SimServerProcess(["--seed", str(DEMO_SEED + i), "--profile", name, "--latency-ms", "20:80",
                               "--faults", DEMO_FAULTS]).launch() for i, name in enumerate(STUDY_PROFILES)]
@@ -98,12 +98,12 @@ def run_study_demo(*, study_dir: str | None, as_json: bool, progress: bool = Tru
         planned = api.study_plan(BUNDLED_DEMO, guards, reps=3, seed=DEMO_SEED, study_dir=study_dir)
         print(safe(f"demo: study folder {planned.study_dir} ({len(guards)} guards x {planned.n_calls} calls, one "
                    "schedule)"), file=sys.stderr)
-        result = api.study_launch_plan(planned, progress=progress, command=cli_argv())
+        result = api.study_launch_plan(planned, progress=progress, command=command)
         result.raise_if_stopped()
     finally:
         for sim in sims:
             sim.stop()
-    report = api.study_report(planned.study_dir, command=cli_argv())
+    report = api.study_report(planned.study_dir, command=command)
     if as_json:
         import orjson
 

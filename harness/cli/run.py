@@ -453,7 +453,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if args.guard or args.run_dir:
             raise InputError("demo --study runs the simulator's three profiles into a study folder: --guard and "
                              "--run-dir do not apply (use --study-dir)")
-        return run_study_demo(study_dir=args.study_dir, as_json=args.json, progress=not args.no_progress)
+        from harness.study.record import cli_argv
+
+        return run_study_demo(study_dir=args.study_dir, as_json=args.json, progress=not args.no_progress,
+                              command=cli_argv(args))
     if args.study_dir:
         raise InputError("--study-dir goes with --study")
     return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress, guard=args.guard)

@@ -203,7 +203,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             raise preflight.refuse(g.plan)
     print(safe(f"study: {planned.study_dir} ({len(names)} guards x {planned.n_calls} calls: {', '.join(names)})"),
           file=sys.stderr)
-    result = api.study_launch_plan(planned, progress=not args.no_progress, command=cli_argv())
+    result = api.study_launch_plan(planned, progress=not args.no_progress, command=cli_argv(args))
     return _finish(result, args)
 
 
@@ -293,7 +293,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                               max_cost=args.max_cost,
                               guard_max_cost=_labelled(args.guard_max_cost, "--guard-max-cost", nonneg_float),
                               max_calls=args.max_calls, retry_failed=retry, progress=not args.no_progress,
-                              command=cli_argv())
+                              command=cli_argv(args))
     return _finish(result, args)
 
 
@@ -306,15 +306,14 @@ def cmd_add(args: argparse.Namespace) -> int:
     result = api.study_add(args.study, args.guard, label=args.label, concurrency=args.concurrency, rpm=args.rpm,
                            fixed_concurrency=args.fixed_concurrency, rate_limit_stop_s=args.rate_limit_stop,
                            max_cost=args.max_cost, guard_max_cost=args.guard_max_cost, max_calls=args.max_calls,
-                           base_url=args.base_url, progress=not args.no_progress, command=cli_argv())
+                           base_url=args.base_url, progress=not args.no_progress, command=cli_argv(args))
     return _finish(result, args)
 
 
 def _preflight_add(args: argparse.Namespace) -> None:
     """The new guard's preflight, on the study's schedule (as `replicate` runs it)."""
     from harness.run.planning import plan_replicate
-    from harness.study.record import open_study, read_record
-    from harness.study.runs import run_folder
+    from harness.study.record import open_study, read_record, run_folder
 
     with open_study(args.study) as study:
         record = read_record(study)
@@ -397,7 +396,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     rep = api.study_report(args.study, n_boot=args.bootstrap, seed=args.seed, missing=args.missing,
                            allow_partial=args.allow_partial, allow_unpublishable=args.allow_unpublishable,
-                           command=cli_argv())
+                           command=cli_argv(args))
     if args.json:
         _print_json(rep.report)
     else:
@@ -420,7 +419,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from harness.study.record import cli_argv
 
     question = api.study_edit(args.study, reason=args.reason, baseline=args.baseline, placebo=args.placebo,
-                              family=args.family, margin=args.margin, failure_rule=args.failures, command=cli_argv())
+                              family=args.family, margin=args.margin, failure_rule=args.failures, command=cli_argv(args))
     if args.json:
         _print_json(question)
     else:

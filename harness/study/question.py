@@ -10,9 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import InputError
-from harness.estimators.core import DEFAULT_PLACEBO
-from harness.estimators.effects import check_rule
-from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin
 from harness.run.layout import utcnow
 from harness.study.record import QUESTION_FIELDS
 
@@ -22,6 +19,10 @@ def resolve_question(conditions: Sequence[tuple[str, str]], *, baseline: str | N
                      margin: float | None = None, failure_rule: str | None = None) -> dict[str, Any]:
     """The question over a cohort's conditions ((name, role), in the cohort's order), each
     default resolved as `estimate` resolves it; InputError naming the option that does not fit."""
+    from harness.estimators.core import DEFAULT_PLACEBO  # numpy and scipy: only when a question is set
+    from harness.estimators.effects import check_rule
+    from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin
+
     names = [c for c, _ in conditions]
     roles = dict(conditions)
     base = baseline or next((c for c, r in conditions if r == "baseline"), "original")

@@ -117,9 +117,9 @@ def command(argv: Sequence[str] | None) -> dict[str, Any]:
     return {"at": utcnow(), "command": [a[:4096] for a in shown[:1000]], "guardeval_version": __version__}
 
 
-def cli_argv() -> list[str]:
+def cli_argv(args: Any) -> list[str]:
     """The command line as typed (`guardeval …`): what `commands` records for a CLI call."""
-    return ["guardeval", *sys.argv[1:]]
+    return ["guardeval", *getattr(args, "argv", sys.argv[1:])]
 
 
 def run_entry(label: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,6 +128,11 @@ def run_entry(label: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
             "guard": {"name": str(guard.get("name")), "backend": str(guard.get("backend")),
                       "model": str(guard.get("model"))},
             "added": utcnow(), "fingerprint": None}
+
+
+def run_folder(study: RunFolder, label: str) -> RunFolder:
+    """`runs/<label>` of a study (a slug, checked), opened without following a link."""
+    return study.folder(f"{RUNS_DIR}/{check_label(label, 'label')}")
 
 
 def check_label(label: str, where: str) -> str:

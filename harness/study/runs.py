@@ -30,6 +30,7 @@ from harness.study.record import (
     open_study,
     read_record,
     run_entry,
+    run_folder,
     write_record,
 )
 
@@ -58,11 +59,6 @@ class StudyOutcome:
             elif r.outcome is not None and r.outcome.result.stop_reason is not None:
                 out[label] = r.outcome.result.stop_reason
         return out
-
-
-def run_folder(study: RunFolder, label: str) -> RunFolder:
-    """`runs/<label>` of a study (a slug, checked), opened without following a link."""
-    return study.folder(f"{RUNS_DIR}/{check_label(label, 'label')}")
 
 
 def open_runs(study: RunFolder, record: Mapping[str, Any], labels: Sequence[str] | None = None

@@ -26,8 +26,7 @@ from harness.run.layout import MANIFEST
 from harness.run.manifest import read_manifest
 from harness.run.status import run_status
 from harness.run.verify import verify_run
-from harness.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record, study_fingerprint
-from harness.study.runs import run_folder
+from harness.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record, run_folder, study_fingerprint
 
 _PARTIAL = re.compile(r"\..+\.partial-[0-9]+")
 
