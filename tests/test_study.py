@@ -392,3 +392,73 @@ def test_one_writer_of_a_study(cli, study: Path, tmp_path: Path) -> None:
         assert json.loads(cli("study", "status", str(copy), "--json").out)["running"] is True
     finally:
         os.close(fd)
+
+
+# -- dispatch: failures stop alone, one budget, pilots ------------------------------------------------
+
+def _guards_args(guards: dict[str, Path]) -> list[str]:
+    return [x for g in guards.values() for x in ("--guard", str(g))]
+
+
+def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with SimServerProcess(["--seed", "4", "--profile", "robust", "--expect-key-env", "STUDY_SIM_KEY"],
+                          env=cli_env({"STUDY_SIM_KEY": "sk-right"})) as keyed:
+        guards = dict(profiles.guards)
+        guards["robust"] = write_guard(tmp_path / "robust.toml", keyed.base_url, name="robust",
+                                       model="sim/robust-guard", api_key_env="STUDY_BAD_KEY")
+        monkeypatch.setenv("STUDY_BAD_KEY", "sk-wrong")           # a bad key: 401, fatal
+        study = tmp_path / "s"
+        r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--study-dir", str(study),
+                "--no-preflight", "--no-progress", *_guards_args(guards))
+        assert r.code == 1, r.err
+        assert "robust: 0/80 calls decided — stopped (fatal" in r.out and "shortcut: 80/80" in r.out, r.out
+        assert "1 run(s) of the study stopped (robust: fatal)" in r.err and "study resume" in r.err
+        st = json.loads(cli("study", "status", str(study), "--json").out)
+        assert st["incomplete"] == ["robust"] and not st["complete"]
+        r = cli("study", "report", str(study), "--bootstrap", "200")
+        assert r.code == 1 and "not every run is complete: robust (0/80 decided)" in r.err
+        monkeypatch.setenv("STUDY_BAD_KEY", "sk-right")           # the key fixed: resumable
+        r = cli("study", "resume", str(study), "--no-progress")
+        assert r.code == 0, r.err
+        assert "shortcut: 80/80 calls decided: ok 80 (nothing to send)" in r.out and "robust: 80/80" in r.out
+        assert json.loads(cli("study", "status", str(study), "--json").out)["complete"]
+        assert cli("study", "verify", str(study)).code == 0
+
+
+def test_one_budget_for_the_study(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path) -> None:
+    study = tmp_path / "s"
+    r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "2", "--study-dir", str(study),
+            "--no-preflight", "--no-progress", "--max-cost", "0.05", *_guards_args(profiles.guards))
+    assert r.code == 1 and "stopped (budget" in r.out, r.out + r.err
+    st = json.loads(cli("study", "status", str(study), "--json").out)
+    assert 0 < st["spend_usd"] <= 0.05 and all(0 < x["decided"] < 160 for x in st["runs"]), st
+    assert _record(study)["budget"] == {"max_cost": 0.05, "per_guard": {}}
+    # Resumed under the recorded budget: nothing more can be admitted.
+    r = cli("study", "resume", str(study), "--no-progress")
+    assert r.code == 1 and json.loads(cli("study", "status", str(study), "--json").out)["spend_usd"] <= 0.05
+    # One guard's own cap, no study budget: that guard stops, the others finish.
+    capped = tmp_path / "c"
+    r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--study-dir", str(capped),
+            "--no-preflight", "--no-progress", "--guard-max-cost", "robust=0.02", *_guards_args(profiles.guards))
+    assert r.code == 1, r.out + r.err
+    runs = {x["label"]: x for x in json.loads(cli("study", "status", str(capped), "--json").out)["runs"]}
+    assert runs["robust"]["spend_usd"] <= 0.02 and runs["robust"]["decided"] < 80
+    assert runs["shortcut"]["complete"] and runs["alias-sensitive"]["complete"]
+
+
+def test_a_pilot_then_resume_with_retry(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path) -> None:
+    study = tmp_path / "s"
+    r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--study-dir", str(study),
+            "--no-preflight", "--no-progress", "--max-calls", "10", "--concurrency", "2", "--concurrency",
+            "robust=1", *_guards_args(profiles.guards))
+    assert r.code == 0 and "not every run is complete" in r.err, r.err
+    st = json.loads(cli("study", "status", str(study), "--json").out)
+    assert [x["decided"] for x in st["runs"]] == [10, 10, 10]
+    options = {x: json.loads((study / "runs" / x / "manifest.json").read_text())["launch_options"]["concurrency"]
+               for x in PROFILE_NAMES}
+    assert options == {"shortcut": 2, "robust": 1, "alias-sensitive": 2}
+    r = cli("study", "resume", str(study), "--no-progress", "--retry-failed")
+    assert r.code == 0, r.err
+    assert json.loads(cli("study", "status", str(study), "--json").out)["complete"]
+    assert cli("study", "verify", str(study)).code == 0
