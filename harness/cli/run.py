@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import preflight
-from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
+from harness.cli.args import (
+    base_url,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    row_limit_options,
+    row_limits,
+    say_problems,
+)
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
@@ -429,12 +437,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report)
     else:
-        # The report is the result: on stdout, whether the run passes or fails (the exit code says which).
-        for p in report["problems"]:
-            where = p["file"] + (f":{p['line']}" if p.get("line") else "")
-            print(safe(f"{where}: {p['message']}"))
-        for s in report["skipped"]:
-            print(safe(f"skipped: {s['check']}: {s['reason']}"))
+        say_problems(report)
         note = ""
         if report["skipped"]:
             note = (f"; {len(report['skipped'])} check(s) skipped"

@@ -8,29 +8,30 @@ import sys
 from typing import Any
 
 from harness.cli import preflight
-from harness.cli.args import nonneg_float, positive_float, positive_int, row_limit_options, row_limits
+from harness.cli.args import (
+    name_list,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    row_limit_options,
+    row_limits,
+    say_problems,
+)
+from harness.cli.estimate import RULES as FAILURE_RULES
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
 STUDY_HELP = "study folder (the one holding study.json)"
-RULES = ("drop", "fail-closed", "fail-open")
-
-
-def _name_list(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
-    return items
 
 
 def _question_options(p: argparse.ArgumentParser, when: str) -> None:
     p.add_argument("--baseline", metavar="CONDITION", help=f"baseline condition ({when}: the cohort's baseline)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help=f"placebo condition ({when}: the condition whose role is placebo, else format_placebo)")
-    p.add_argument("--family", type=_name_list, metavar="C1,C2,...",
+    p.add_argument("--family", type=name_list, metavar="C1,C2,...",
                    help=f"Holm family ({when}: every non-baseline condition)")
     p.add_argument("--margin", type=float, metavar="M", help=f"equivalence margin, a proportion in (0, 1) ({when}: 0.05)")
-    p.add_argument("--failures", choices=RULES, help=f"headline failure rule ({when}: drop)")
+    p.add_argument("--failures", choices=FAILURE_RULES, help=f"headline failure rule ({when}: drop)")
 
 
 def _dispatch_options(p: argparse.ArgumentParser, *, per_guard: bool = True) -> None:
@@ -375,11 +376,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rep)
     else:
-        for p in rep["problems"]:
-            where = p["file"] + (f":{p['line']}" if p.get("line") else "")
-            print(safe(f"{where}: {p['message']}"))
-        for s in rep["skipped"]:
-            print(safe(f"skipped: {s['check']}: {s['reason']}"))
+        say_problems(rep)
         for n in rep["notes"]:
             print(safe(f"note: {n}"))
         fp = rep.get("fingerprint") or {}

@@ -19,32 +19,13 @@ def resolve_question(conditions: Sequence[tuple[str, str]], *, baseline: str | N
                      margin: float | None = None, failure_rule: str | None = None) -> dict[str, Any]:
     """The question over a cohort's conditions ((name, role), in the cohort's order), each
     default resolved as `estimate` resolves it; InputError naming the option that does not fit."""
-    from harness.estimators.core import DEFAULT_PLACEBO  # numpy and scipy: only when a question is set
+    from harness.estimators.core import resolve_names  # numpy and scipy: only when a question is set
     from harness.estimators.effects import check_rule
     from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin
 
-    names = [c for c, _ in conditions]
     roles = dict(conditions)
     base = baseline or next((c for c, r in conditions if r == "baseline"), "original")
-    if base not in roles:
-        raise InputError(f"baseline condition {base!r} is not a condition of the cohort ({', '.join(names)})",
-                         field="baseline")
-    if placebo is None:
-        placebo = next((c for c, r in conditions if r == "placebo"), DEFAULT_PLACEBO if DEFAULT_PLACEBO in roles
-                       else None)
-    elif placebo not in roles:
-        raise InputError(f"placebo condition {placebo!r} is not a condition of the cohort ({', '.join(names)})",
-                         field="placebo")
-    if placebo == base:
-        raise InputError("the placebo cannot be the baseline", field="placebo")
-    contrasts = [c for c in names if c != base]
-    fam = list(contrasts) if family is None else list(dict.fromkeys(family))
-    for c in fam:
-        if c not in contrasts:
-            raise InputError(f"family member {c!r} is not a non-baseline condition of the cohort "
-                             f"({', '.join(contrasts)})", field="family")
-    if not fam:
-        raise InputError("the family is empty", field="family")
+    base, placebo, _, fam = resolve_names([c for c, _ in conditions], base, placebo, family, roles)
     return {"baseline": base, "placebo": placebo, "family": fam,
             "margin": check_margin(DEFAULT_MARGIN if margin is None else margin),
             "failure_rule": check_rule(failure_rule or "drop")}

@@ -27,8 +27,7 @@ import orjson
 
 from harness import __version__
 from harness.canon import canonical_sha256
-from harness.cohorts.limits import DUPLICATE_KEY, deeper_than, has_duplicate_keys
-from harness.cohorts.model import schema_error
+from harness.cohorts.model import checked_json
 from harness.errors import InputError, RunLocked
 from harness.run.folder import RunFolder
 from harness.run.layout import utcnow
@@ -84,16 +83,7 @@ def read_record(folder: RunFolder) -> dict[str, Any]:
     (InputError naming the file and the field)."""
     path = folder.file(STUDY_JSON)
     raw = folder.read_small(STUDY_JSON, MAX_STUDY_BYTES, what="a study record")
-    if deeper_than(raw, MAX_DEPTH):
-        raise InputError(f"nested more than {MAX_DEPTH} levels deep: not a study record", path=path)
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=path) from None
-    if has_duplicate_keys(raw, record):
-        raise InputError(DUPLICATE_KEY, path=path)
-    if (err := schema_error(path, None, record, "study.schema.json")) is not None:
-        raise err
+    record = checked_json(raw, path, "study.schema.json", MAX_DEPTH)
     if with_hash(record)["sha256"] != record["sha256"]:
         raise InputError("does not match its own sha256 (edited by hand?)", path=path, field="sha256")
     labels = [r["label"] for r in record["runs"]]
