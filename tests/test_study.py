@@ -56,6 +56,10 @@ def _launch(profiles: Profiles, cohort: Path, study: Path, *extra: str, env: dic
     return run_cli(*args, *extra, env={**KEY, **(env or {})})
 
 
+def _guards_args(guards: dict[str, Path]) -> list[str]:
+    return [x for g in guards.values() for x in ("--guard", str(g))]
+
+
 @pytest.fixture(scope="module")
 def study(profiles: Profiles, small_cohort: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished study of the three profiles on the small cohort (16 bases x 5 x 2 = 160 calls each)."""
@@ -158,13 +162,28 @@ def test_status_and_verify(cli, study: Path) -> None:
     assert text.code == 0 and "every run complete" in text.out and st["fingerprint"] in text.out
 
 
+def test_dry_run_writes_nothing(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path) -> None:
+    r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "2", "--study-dir", str(tmp_path / "s"),
+            "--dry-run", "--max-cost", "3", "--guard-max-cost", "robust=1", *_guards_args(profiles.guards))
+    assert r.code == 0, r.err
+    assert "study plan: 3 guards x 160 calls on one schedule" in r.out and "dry run: no call sent" in r.out
+    assert r.out.count("preflight: OK") == 3 and "budget: $3 for the whole study; robust $1" in r.out
+    assert not (tmp_path / "s").exists()
+    r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "2", "--study-dir", str(tmp_path / "s"),
+            "--dry-run", "--json", *_guards_args(profiles.guards))
+    plan = json.loads(r.out)
+    assert r.code == 0 and plan["preflight_ok"] and plan["labels"] == list(PROFILE_NAMES) and plan["n_calls"] == 160
+
+
 def test_progress_has_a_line_per_guard(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path) -> None:
+    # With the preflight: each guard's, before the folder is written.
     args = ["study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--seed", "9", "--study-dir",
-            str(tmp_path / "s"), "--no-preflight"]
+            str(tmp_path / "s")]
     for g in profiles.guards.values():
         args += ["--guard", str(g)]
     r = cli(*args)
     assert r.code == 0, r.err
+    assert r.err.count("preflight: OK") == 3 and "preflight of alias-sensitive:" in r.err
     last = [line for line in r.err.splitlines() if line.startswith("progress: ")][-4:]
     assert [line.split()[1] for line in last] == [*PROFILE_NAMES, "study:"]
     assert "80/80 calls" in last[0] and "study: 240/240 calls" in last[3]
@@ -311,8 +330,8 @@ def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path)
     r = cli("study", "add", str(copy), "--guard", str(other_prompt), "--no-preflight")
     assert r.code == 2 and "Traceback" not in r.err
     r = cli("study", "add", str(copy), "--guard", str(profiles.guards["shortcut"]), "--label", "shortcut-2",
-                "--no-preflight", "--no-progress")
-    assert r.code == 0, r.err
+                "--no-progress")
+    assert r.code == 0 and "preflight: OK" in r.err, r.err
     new = copy / "runs" / "shortcut-2"
     assert (new / "schedule.jsonl").read_bytes() == (copy / "runs" / "shortcut" / "schedule.jsonl").read_bytes()
     record = _record(copy)
@@ -395,10 +414,6 @@ def test_one_writer_of_a_study(cli, study: Path, tmp_path: Path) -> None:
 
 
 # -- dispatch: failures stop alone, one budget, pilots ------------------------------------------------
-
-def _guards_args(guards: dict[str, Path]) -> list[str]:
-    return [x for g in guards.values() for x in ("--guard", str(g))]
-
 
 def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

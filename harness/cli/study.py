@@ -35,12 +35,14 @@ def _question_options(p: argparse.ArgumentParser, when: str) -> None:
 
 
 def _dispatch_options(p: argparse.ArgumentParser, *, per_guard: bool = True) -> None:
-    each = " (N for every guard, or LABEL=N for one; repeatable)" if per_guard else ""
+    def each(v: str) -> str:
+        return f"; {v} for every guard, or LABEL={v} for one, repeatable" if per_guard else ""
+
     kind = str if per_guard else positive_int
     p.add_argument("--concurrency", action="append" if per_guard else "store", type=kind, metavar="N",
-                   help="calls in flight at most, per guard (default: each guard config's concurrency, else 16)" + each)
+                   help="calls in flight at most (default: the guard config's concurrency, else 16" + each("N") + ")")
     p.add_argument("--rpm", action="append" if per_guard else "store", type=str if per_guard else positive_float,
-                   metavar="R", help="cap on requests per minute, per guard (default: no cap)" + each)
+                   metavar="R", help="cap on requests per minute (default: no cap" + each("R") + ")")
     p.add_argument("--fixed-concurrency", action=argparse.BooleanOptionalAction, default=None,
                    help="keep --concurrency fixed: no cut on 429 episodes (default: adaptive)")
     p.add_argument("--rate-limit-stop", type=positive_float, metavar="SECONDS",
