@@ -5,6 +5,7 @@ simulated providers of known character (one server per profile) on 127.0.0.1."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -113,6 +114,23 @@ def _rewrite(study: Path, record: dict) -> None:
     """study.json as someone who knows the format would rewrite it: its own hash recomputed."""
     body = {k: v for k, v in record.items() if k != "sha256"}
     (study / "study.json").write_text(json.dumps({**body, "sha256": canonical_sha256(body)}, indent=2))
+
+
+def _prompt_variant(root: Path, new_id: str, *, system_extra: str = "", strict: bool = True) -> str:
+    """A copy of guardeval-json-v1 under `root` as `new_id`: another system text, or another
+    output schema (its `strict`), the manifest's hashes made right."""
+    src = Path(__file__).resolve().parent.parent / "prompts" / "guardeval-json-v1"
+    dst = root / new_id
+    dst.mkdir(parents=True)
+    manifest = json.loads((src / "manifest.json").read_text())
+    for name in manifest["files"]:
+        data = (src / name).read_bytes() + (system_extra.encode() if name == "system.txt" else b"")
+        (dst / name).write_bytes(data)
+        manifest["files"][name] = hashlib.sha256(data).hexdigest()
+    manifest["id"] = new_id
+    manifest["output_schema"]["strict"] = strict
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return new_id
 
 
 def _refused(r, *needles: str) -> None:
@@ -320,15 +338,17 @@ def test_the_question_changes_only_by_a_recorded_edit(cli, study: Path, reported
 
 # -- add --------------------------------------------------------------------------------------------
 
-def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path) -> None:
+def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     copy = _copy(study, tmp_path)
     r = cli("study", "add", str(copy), "--guard", str(profiles.guards["shortcut"]), "--no-preflight",
                 "--no-progress")
     _refused(r, "already has a run labelled 'shortcut'")
+    monkeypatch.setenv("GUARDEVAL_PROMPTS", str(tmp_path / "prompts"))
     other_prompt = write_guard(tmp_path / "other.toml", profiles.servers["robust"].base_url, name="other",
-                               prompt="ts-guard-v2")
-    r = cli("study", "add", str(copy), "--guard", str(other_prompt), "--no-preflight")
-    assert r.code == 2 and "Traceback" not in r.err
+                               prompt=_prompt_variant(tmp_path / "prompts", "other-schema", strict=False))
+    _refused(cli("study", "add", str(copy), "--guard", str(other_prompt), "--no-preflight"),
+             "output schema differs", "one stimulus set")
+    assert not (copy / "runs" / "other").exists()
     r = cli("study", "add", str(copy), "--guard", str(profiles.guards["shortcut"]), "--label", "shortcut-2",
                 "--no-progress")
     assert r.code == 0 and "preflight: OK" in r.err, r.err
@@ -349,7 +369,8 @@ def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path)
 
 # -- bad input ----------------------------------------------------------------------------------------
 
-def test_bad_launches_are_refused_and_write_nothing(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path) -> None:
+def test_bad_launches_are_refused_and_write_nothing(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "s"
     twin = write_guard(tmp_path / "twin.toml", profiles.servers["robust"].base_url, name="shortcut")
     base = ["study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--study-dir", str(target),
@@ -360,9 +381,14 @@ def test_bad_launches_are_refused_and_write_nothing(cli, profiles: Profiles, sma
     _refused(cli(*base, "--guard", str(g["shortcut"]), "--guard", str(twin), "--label", "a", "--label", "a",), "both labelled 'a'")
     _refused(cli(*base, "--guard", str(g["shortcut"])), "two guards or more")
     _refused(cli(*base, "--guard", str(g["shortcut"]), "--guard", str(twin), "--label", "x/y", "--label", "b",), "not a slug")
-    other = write_guard(tmp_path / "other.toml", profiles.servers["robust"].base_url, name="other",
-                        prompt="guardeval-json-v1-nonesuch")
-    _refused(cli(*base, "--guard", str(g["shortcut"]), "--guard", str(other)), "prompt")
+    monkeypatch.setenv("GUARDEVAL_PROMPTS", str(tmp_path / "prompts"))
+    for variant, what in ((_prompt_variant(tmp_path / "prompts", "other-words", system_extra="Be careful.\n"),
+                           "prompt differs"),
+                          (_prompt_variant(tmp_path / "prompts", "other-schema", strict=False), "output schema differs")):
+        other = write_guard(tmp_path / f"{variant}.toml", profiles.servers["robust"].base_url, name="other",
+                            prompt=variant)
+        _refused(cli(*base, "--guard", str(g["shortcut"]), "--guard", str(other)), str(other), "field 'prompt'",
+                 f"guard 'other' uses prompt {variant!r}", what, "one stimulus set")
     _refused(cli(*base, "--guard", str(g["shortcut"]), "--guard", str(g["robust"]), "--concurrency",
                      "nobody=3"), "no guard of the study is labelled 'nobody'")
     _refused(cli(*base, "--guard", str(g["shortcut"]), "--guard", str(g["robust"]), "--guard-max-cost", "1",), "LABEL=VALUE")
@@ -433,12 +459,23 @@ def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_
         assert st["incomplete"] == ["robust"] and not st["complete"]
         r = cli("study", "report", str(study), "--bootstrap", "200")
         assert r.code == 1 and "not every run is complete: robust (0/80 decided)" in r.err
+        assert not (study / "study.html").exists()
+        r = cli("study", "report", str(study), "--bootstrap", "200", "--allow-partial", "--json")
+        assert r.code == 0 and "incomplete runs, reported with --allow-partial" in r.err, r.err
+        partial = json.loads(r.out)
+        assert partial["complete"] is False
+        robust = next(g for g in partial["answer"]["guards"] if g["label"] == "robust")
+        assert robust["effects"] == [] and "can be estimated" in robust["text"]   # no decision: nothing to say
         monkeypatch.setenv("STUDY_BAD_KEY", "sk-right")           # the key fixed: resumable
         r = cli("study", "resume", str(study), "--no-progress")
         assert r.code == 0, r.err
         assert "shortcut: 80/80 calls decided: ok 80 (nothing to send)" in r.out and "robust: 80/80" in r.out
         assert json.loads(cli("study", "status", str(study), "--json").out)["complete"]
-        assert cli("study", "verify", str(study)).code == 0
+        # Resumed since the (partial) report: the runs hold, the report is stale; the fingerprint says so.
+        r = cli("study", "verify", str(study))
+        assert r.code == 0 and "runs/robust: changed since the study's report" in r.out, r.out
+        r = cli("study", "verify", str(study), "--expect", partial["fingerprint"]["token"])
+        assert r.code == 1 and "not the expected" in r.out
 
 
 def test_one_budget_for_the_study(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path) -> None:

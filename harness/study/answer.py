@@ -117,7 +117,8 @@ def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
     fam = [c for c in report["family"] if c != placebo]
     by = {c["condition"]: c for c in report["contrasts"]}
     if placebo is None:
-        return {"label": label, "effects": [], "checked": [], "text": f"{label}: no placebo, so no corrected effect."}
+        return {"label": label, "effects": [], "undefined": [], "checked": [],
+                "text": f"{label}: no placebo, so no corrected effect."}
     adjusted = dict(zip(fam, holm([by[c]["p_minus_placebo"] for c in fam])))
     found, checked = [], []
     for c in fam:
@@ -128,14 +129,21 @@ def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
         checked.append(entry)
         if d.differs:
             found.append(entry)
+    undefined = [e["condition"] for e in checked if e["differs"] is None]
+    defined = [c for c in fam if c not in undefined]
     if found:
         listed = "; ".join(f"{e['condition']} {num(e['delta_minus_placebo'])} {interval(e['ci_minus_placebo'])}"
                            for e in found)
         text = f"{label}: a placebo-corrected effect under {listed} ({GUARD_FAMILY}, α {ALPHA:g})."
+    elif not defined:
+        text = f"{label}: no placebo-corrected effect can be estimated (no base paired under the question)."
     else:
-        text = (f"{label}: no placebo-corrected effect under any of {', '.join(fam)} ({GUARD_FAMILY}, "
+        text = (f"{label}: no placebo-corrected effect under any of {', '.join(defined)} ({GUARD_FAMILY}, "
                 f"α {ALPHA:g}).")
-    return {"label": label, "effects": [e["condition"] for e in found], "checked": checked, "text": text}
+    if undefined and defined:
+        text = text[:-1] + f"; undefined under {', '.join(undefined)} (no paired base)."
+    return {"label": label, "effects": [e["condition"] for e in found], "undefined": undefined, "checked": checked,
+            "text": text}
 
 
 def answer(result: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -6,10 +6,10 @@ now and whether the runs are still those its last report was made from.
 
 Verify checks every run as `guardeval verify` does, and the study's own record: study.json
 (its schema, its own hash), each recorded run present, the run the record names (run id,
-manifest), on the study's cohort, schedule and prompt, and unchanged since the last report; no
-run folder the record does not list. With `expect`, the study fingerprint must be that one, so
-a run removed, replaced, re-run or added since is caught even where the record was rewritten
-to match.
+manifest), on the study's cohort, schedule and prompt; no run folder the record does not list.
+A run changed since the last report (resumed, retried) is noted. With `expect`, the study
+fingerprint must be that one, so a run removed, replaced, re-run, resumed or added since is
+caught even where the record was rewritten to match.
 """
 
 from __future__ import annotations
@@ -131,9 +131,11 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                 token = runs[label]["fingerprint"]
                 tokens[label] = token
                 if entry["fingerprint"] is not None and token is not None and entry["fingerprint"] != token:
-                    problem(where, f"changed since the study's report: fingerprint {entry['fingerprint']} then, {token} "
-                                   "now (resumed, retried, re-run or replaced since; `guardeval study report` makes "
-                                   "the report again)")
+                    # A later session of the same run (a resume, a retry): the run holds, the report is
+                    # stale. Said here; `--expect` with the report's fingerprint fails on it.
+                    notes.append(f"{RUNS_DIR}/{label}: changed since the study's report (fingerprint "
+                                 f"{entry['fingerprint']} then, {token} now: resumed or retried since); `guardeval "
+                                 "study report` makes the report again")
         listed = {r["label"] for r in record["runs"]}
         try:
             present = study.folders(RUNS_DIR)
