@@ -130,7 +130,7 @@ def register(sub: Any) -> None:
     p.add_argument("--allow-partial", action="store_true", help="report incomplete runs anyway (the report says so)")
     p.add_argument("--allow-unpublishable", action="store_true",
                    help="exit 0 even when more than 2%% of a run's calls are quarantined")
-    p.add_argument("--json", action="store_true", help="print study-report.json on stdout")
+    p.add_argument("--json", action="store_true", help="print the report (study-report.json) as JSON on stdout")
     p.set_defaults(func=cmd_report)
 
     p = ss.add_parser("edit", help="change the study's question: a recorded edit, with its reason",

@@ -45,21 +45,6 @@ class StudyOutcome:
     budget: dict[str, Any] = field(default_factory=dict)
     interrupted: str | None = None
 
-    @property
-    def all_complete(self) -> bool:
-        return bool(self.complete) and all(self.complete.values())
-
-    def stopped(self) -> dict[str, str]:
-        """label -> why, for each run of this command that did not end on its own: it could not
-        start, it broke, or a fatal answer, the budget, an outage or a signal stopped it."""
-        out = {}
-        for label, r in self.runs.items():
-            if r.error is not None:
-                out[label] = str(r.error)
-            elif r.outcome is not None and r.outcome.result.stop_reason is not None:
-                out[label] = r.outcome.result.stop_reason
-        return out
-
 
 def open_runs(study: RunFolder, record: Mapping[str, Any], labels: Sequence[str] | None = None
               ) -> dict[str, RunFolder]:
@@ -90,7 +75,7 @@ def _spent(folders: Mapping[str, RunFolder]) -> float:
 def _dispatch(study: RunFolder, record: Mapping[str, Any], folders: Mapping[str, RunFolder],
               options: Mapping[str, RunOptions], others: Mapping[str, RunFolder], *, max_cost: float | None,
               progress: bool, handle_signals: bool) -> StudyOutcome:
-    done = dispatch_runs(folders, options, max_cost=max_cost, spent_elsewhere=_spent(others) if max_cost else 0.0,
+    done = dispatch_runs(folders, options, max_cost=max_cost, spent_elsewhere=_spent(others) if max_cost is not None else 0.0,
                          progress=progress, handle_signals=handle_signals)
     return _outcome(study, record, done)
 
