@@ -8,8 +8,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # Top to bottom; a layer may import only from layers below it (and from itself).
-# harness.api (the public Python API) sits between the CLI, which calls it, and the view.
-LAYERS = ["harness.cli", "harness.api", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
+# harness.api (the public Python API) sits between the CLI, which calls it, and the view;
+# harness.study (several runs as one study) below the API: it dispatches runs, estimates and
+# compares them and writes its report through the view.
+LAYERS = ["harness.cli", "harness.api", "harness.study", "harness.view", "harness.estimators", "harness.run",
+          "harness.cohorts", "guards", "ground"]
 ALLOWED_UP = {("harness/__main__.py", "harness.cli")}   # the `python -m harness` entry point
 
 
@@ -96,7 +99,7 @@ PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir
                 "symlink_to", "is_file", "exists"}
 # The layers that handle run folders, and the few places in them that open files that are not
 # a run folder's (each with its reason). Anything else there that opens a path fails this test.
-RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/")
+RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/", "harness/study/")
 OPENS_ELSEWHERE = {
     "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
     "harness/run/create.py": "builds a new run folder inside a partial folder it has just made, then renames it",

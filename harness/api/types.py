@@ -334,3 +334,86 @@ class CallRecord(_Record):
     provider: str | None
     finish_reason: str | None
     retry_round: int | None = None          # the `resume --retry-failed` round that decided it (None: none)
+
+
+@dataclass(frozen=True)
+class StudyRun(_Record):
+    """One run of a study after a `study_launch`, `study_resume` or `study_add`."""
+
+    label: str
+    run_dir: Path
+    dispatched: bool                        # sent calls in this command (False: already complete, or refused)
+    complete: bool
+    decided: int | None
+    total: int | None
+    statuses: dict[str, int]
+    stop_reason: str | None                 # as RunResult's; None when it ended on its own
+    fatal_message: str | None
+    fingerprint: str | None
+    error: str | None                       # why it could not start, or broke (the others went on)
+
+
+@dataclass(frozen=True)
+class StudyResult(_Record):
+    """What one `study_launch`, `study_resume` or `study_add` did, and where the study stands."""
+
+    study_dir: Path
+    runs: list[StudyRun]                    # every run of the study
+    complete: bool                          # every run has every call decided
+    incomplete: list[str]
+    spend_usd: float                        # the whole study's
+    max_cost: float | None                  # the study's budget in this command
+    interrupted: str | None                 # `signal SIGTERM` when a signal stopped it
+    fingerprint: str                        # the study fingerprint now (`study_verify(expect=)`)
+
+    def run(self, label: str) -> StudyRun:
+        for r in self.runs:
+            if r.label == label:
+                return r
+        raise KeyError(label)
+
+    def stopped(self) -> dict[str, str]:
+        """label -> why, for each run of this command that did not end on its own."""
+        return {r.label: r.error or str(r.stop_reason) for r in self.runs
+                if r.dispatched and (r.error is not None or r.stop_reason is not None)}
+
+    def raise_if_stopped(self) -> None:
+        """RunStopped (exit 1, resumable) when a run stopped: a fatal answer, the budget, a signal..."""
+        from harness.errors import RunStopped
+
+        stopped = self.stopped()
+        if stopped:
+            listed = "; ".join(f"{k}: {v}" for k, v in stopped.items())
+            raise RunStopped(f"{len(stopped)} run(s) of the study stopped ({listed}); the others went on. Fix the "
+                             f"cause, then: guardeval study resume {self.study_dir}")
+
+
+@dataclass(frozen=True)
+class StudyVerifyReport(_Record):
+    """`guardeval study verify`: every run, and the study's record against them."""
+
+    ok: bool
+    problems: list[Problem]
+    skipped: list[Skipped]
+    notes: list[str]
+    runs: dict[str, Any]                    # label -> {"ok", "checked", "problems", "fingerprint"}
+    checked: str
+    fingerprint: dict[str, Any] | None      # {"token", "digest", "runs": {label: run fingerprint}}
+
+
+@dataclass(frozen=True)
+class StudyReport(_Record):
+    """`guardeval study report`: the answer, typed where a caller reads it; `report` is the
+    whole of study-report.json."""
+
+    study_dir: Path
+    fingerprint: str
+    answer: list[str]                       # the answer in words, lead first
+    most_sensitive: dict[str, str]          # intervention -> the guard it moves most
+    least_sensitive: dict[str, str]
+    holds: dict[str, bool | None]           # intervention -> does most − least hold after the correction
+    corrected_effects: dict[str, list[str]]  # guard -> interventions with a placebo-corrected effect
+    complete: bool
+    publishable: bool
+    written: list[Path]
+    report: dict[str, Any] = field(repr=False)

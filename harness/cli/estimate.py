@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli import inspect_bridge
-from harness.cli.args import positive_int, row_limit_options, row_limits, say_verified
+from harness.cli.args import name_list, positive_int, row_limit_options, row_limits, say_verified
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
@@ -17,19 +17,12 @@ RULES = ("drop", "fail-closed", "fail-open")
 MISSING_MODES = ("exclude", "as-failure")
 
 
-def _name_list(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
-    return items
-
-
 def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
     """The options `estimate` and `compare` share; `what` is "estimate" or "compare" (for the help)."""
     runs = "an incomplete run" if what == "estimate" else "incomplete runs"
     p.add_argument("--baseline", metavar="CONDITION",
                    help="baseline condition (default: the cohort's baseline, else original)")
-    p.add_argument("--family", type=_name_list, metavar="C1,C2,...",
+    p.add_argument("--family", type=name_list, metavar="C1,C2,...",
                    help="Holm family (default: every non-baseline condition)")
     p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="bootstrap replicates")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed, recorded in the result")

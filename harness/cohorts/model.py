@@ -60,6 +60,23 @@ def schema_error(path: Path, line: int | None, obj: Any, schema_name: str) -> In
     return InputError(err.message, path=path, line=line, field=fld)
 
 
+def checked_json(raw: bytes, path: Path, schema_name: str, max_depth: int) -> Any:
+    """A small JSON record file's text (cohort.json, a study's study.json), checked: no deeper
+    than `max_depth`, valid JSON, no key repeated in an object, valid under `schema_name`
+    (InputError naming the file and field)."""
+    if deeper_than(raw, max_depth):
+        raise InputError(f"nested more than {max_depth} levels deep", path=path)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    if has_duplicate_keys(raw, obj):
+        raise InputError(DUPLICATE_KEY, path=path)
+    if (err := schema_error(path, None, obj, schema_name)) is not None:
+        raise err
+    return obj
+
+
 def _dig(obj: Any, keys: Iterable[Any]) -> Any:
     for k in keys:
         obj = obj[k]
@@ -281,16 +298,7 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
         if not p.is_file():
             raise InputError("file not found", path=p)
     meta_bytes = read_bounded(meta_path, MAX_COHORT_JSON_BYTES, what="a cohort.json")
-    if deeper_than(meta_bytes, DEFAULT_ROW_LIMITS.max_depth):
-        raise InputError(f"nested more than {DEFAULT_ROW_LIMITS.max_depth} levels deep", path=meta_path)
-    try:
-        meta = orjson.loads(meta_bytes)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=meta_path) from None
-    if has_duplicate_keys(meta_bytes, meta):
-        raise InputError(DUPLICATE_KEY, path=meta_path)
-    if (err := schema_error(meta_path, None, meta, "cohort.schema.json")) is not None:
-        raise err
+    meta = checked_json(meta_bytes, meta_path, "cohort.schema.json", DEFAULT_ROW_LIMITS.max_depth)
     conditions = [Condition(c["name"], c["role"], c["description"], tuple(c.get("acts_on", ["content"])))
                   for c in meta["conditions"]]
     names = [c.name for c in conditions]

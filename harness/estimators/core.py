@@ -53,7 +53,12 @@ def validated(rows: Iterable[Any], *, path: object = None, lines: Iterable[int] 
 def resolve_conditions(design: fx.Design, baseline: str, placebo: str | None, family: Sequence[str] | None,
                        roles: Mapping[str, str] | None) -> tuple[str, str | None, list[str], list[str]]:
     """(baseline, placebo, contrasts, family) checked against the conditions in the table."""
-    conds = design.conditions
+    return resolve_names(design.conditions, baseline, placebo, family, roles)
+
+
+def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, family: Sequence[str] | None,
+                  roles: Mapping[str, str] | None) -> tuple[str, str | None, list[str], list[str]]:
+    """`resolve_conditions` over condition names (a cohort's, before there is a table: a study's question)."""
     if baseline not in conds:
         raise InputError(f"baseline condition {baseline!r} has no rows (conditions: {', '.join(conds)})",
                          field="baseline")

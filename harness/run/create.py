@@ -14,7 +14,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -38,18 +38,7 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
     meanwhile: WriteFailed, nothing left behind. Partial folders of launches that died are
     removed on the way.
     """
-    check_new_run_dir(run_dir)
-    made = _make_parents(run_dir.parent)
-    remove_stale_partials(run_dir.parent)
-    tmp = run_dir.with_name(f".{run_dir.name}.partial-{os.getpid()}")
-    lock_fd: int | None = None
-    try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        # Held while the folder is built: a later launch that can take it knows its owner died.
-        lock_fd = os.open(tmp / PARTIAL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    def build(tmp: Path) -> dict[str, Any]:
         (tmp / COHORT_DIR).mkdir()
         _copy_cohort(cohort_src, tmp / COHORT_DIR, manifest.get("cohort") or {})
         if prompt_files:
@@ -58,12 +47,40 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
                 if "/" in name or name in ("", ".", ".."):
                     raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
                 (tmp / PROMPT_DIR / name).write_bytes(data)
-        manifest = {**manifest, **fill(tmp)}
+        written = {**manifest, **fill(tmp)}
         (tmp / RAW).write_bytes(b"")
         (tmp / DECISIONS).write_bytes(b"")
-        manifest = manifest_with_hash(manifest)
-        (tmp / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+        written = manifest_with_hash(written)
+        (tmp / MANIFEST).write_bytes(orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
                                                   | orjson.OPT_APPEND_NEWLINE))
+        return written
+
+    return build_beside(run_dir, build)
+
+
+T = TypeVar("T")
+
+
+def build_beside(target: Path, build: Callable[[Path], T], *, what: str = "run folder",
+                 content: frozenset[str] | None = None) -> T:
+    """A new folder at `target`, built by `build(partial)` in `.<name>.partial-<pid>` beside it
+    (its lock held meanwhile), every file synced, then renamed into place; the result of
+    `build`. Refused (InputError, nothing left behind) as `check_new_run_dir` refuses; on any
+    failure the partial folder (and the parents made for it) is removed. Partial folders of
+    builders that died are removed first (those holding only names of `content`)."""
+    check_new_run_dir(target, what)
+    made = _make_parents(target.parent)
+    remove_stale_partials(target.parent, content or _PARTIAL_CONTENT)
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    lock_fd: int | None = None
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        # Held while the folder is built: a later launch that can take it knows its owner died.
+        lock_fd = os.open(tmp / PARTIAL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = build(tmp)
         for p in tmp.rglob("*"):
             if p.is_file():
                 _fsync_path(p)
@@ -71,11 +88,11 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
         try:
             # rename(2) onto nothing, or onto an empty folder; a folder that is not empty (another
             # launch won a race for it) is left alone.
-            os.replace(tmp, run_dir)
+            os.replace(tmp, target)
         except OSError as exc:
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                raise InputError("run folder already exists and is not empty (did another launch create it "
-                                 "meanwhile?)", path=run_dir) from None
+                raise InputError(f"{what} already exists and is not empty (did another launch create it "
+                                 "meanwhile?)", path=target) from None
             raise
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -88,33 +105,34 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise WriteFailed(exc.filename or tmp, exc, "Nothing was written: free some space, then launch "
                                   "again.") from None
-            raise InputError(f"cannot create the run folder ({exc.strerror or exc})", path=run_dir) from None
+            raise InputError(f"cannot create the {what} ({exc.strerror or exc})", path=target) from None
         raise
     finally:
         if lock_fd is not None:
             os.close(lock_fd)
-    return manifest
+    return result
 
 
-def check_new_run_dir(run_dir: Path) -> None:
-    """Refuse what cannot become a new run folder before anything is written (also called by
-    `launch` and `replicate` before their preflight: nothing is asked of the provider in vain)."""
+def check_new_run_dir(run_dir: Path, what: str = "run folder") -> None:
+    """Refuse what cannot become a new run folder (or study folder: `what`) before anything is
+    written (also called by `launch` and `replicate` before their preflight: nothing is asked of
+    the provider in vain)."""
     if run_dir.name in ("", ".", ".."):
-        raise InputError("name the run folder itself (not '.', '..' or '/')", path=run_dir)
+        raise InputError(f"name the {what} itself (not '.', '..' or '/')", path=run_dir)
     if run_dir.is_symlink():
-        raise InputError("is a symbolic link; give the run folder itself", path=run_dir)
+        raise InputError(f"is a symbolic link; give the {what} itself", path=run_dir)
     try:
         if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-            what = "is not empty" if run_dir.is_dir() else "is a file, not a folder"
-            raise InputError(f"run folder already exists and {what}", path=run_dir)
+            why = "is not empty" if run_dir.is_dir() else "is a file, not a folder"
+            raise InputError(f"{what} already exists and {why}", path=run_dir)
     except OSError as exc:
-        raise InputError(f"cannot use as a run folder ({exc.strerror or exc})", path=run_dir) from None
+        raise InputError(f"cannot use as a {what} ({exc.strerror or exc})", path=run_dir) from None
     for parent in run_dir.parents:
         if parent.is_symlink() and not parent.exists():
             raise InputError("is a dangling symbolic link", path=parent)
         if parent.exists():
             if not parent.is_dir():
-                raise InputError("is a file, not a folder: the run folder cannot go under it", path=parent)
+                raise InputError(f"is a file, not a folder: the {what} cannot go under it", path=parent)
             break
 
 
@@ -146,10 +164,10 @@ def _make_parents(folder: Path) -> list[Path]:
 _PARTIAL_CONTENT = frozenset((PARTIAL_LOCK, COHORT_DIR, PROMPT_DIR, MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS))
 
 
-def remove_stale_partials(folder: Path) -> list[Path]:
+def remove_stale_partials(folder: Path, content: frozenset[str] = _PARTIAL_CONTENT) -> list[Path]:
     """Remove `.<name>.partial-<pid>` folders whose launch is gone (killed mid-way): nobody holds
     its lock and its process no longer exists. A folder holding
-    anything a launch does not write is left alone, whatever its name."""
+    anything a launch does not write (a name outside `content`) is left alone, whatever its name."""
     removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
@@ -161,7 +179,7 @@ def remove_stale_partials(folder: Path) -> list[Path]:
             continue
         path = Path(entry.path)
         try:
-            ours = {p.name for p in path.iterdir()} <= _PARTIAL_CONTENT
+            ours = {p.name for p in path.iterdir()} <= content
         except OSError:
             ours = False
         if ours and not _partial_is_live(path, int(m[2])):
