@@ -135,3 +135,39 @@ def test_bad_decision_options_are_exit_2_and_write_nothing(tables, tmp_path, fla
     r = run_cli("compare", "--table", str(path), "--table", str(path), "--bootstrap", "50", "--out", str(out),
                 flag, value)
     assert r.code == 2 and f"'{field}'" in r.err and not out.exists()
+
+
+def test_a_strong_effect_is_not_capped_by_the_replicates_resolution():
+    """With every replicate on one side of 0 the percentile p is only known to be below 2/(B+1);
+    t-calibrated for few interactions that floor alone would be ~0.01, too large to survive Holm
+    over a few members. The replicates' normal tail takes over there, never above the floor's p,
+    and only where the printed interval excludes 0 by a clear margin."""
+    from scipy.stats import t
+
+    from harness.estimators.bootstrap import bootstrap_p, calibrated_p, percentile_p
+
+    rng = np.random.default_rng(0)
+    s = rng.normal(0.8, 0.1, 2000)                         # 8 SEs from 0, no replicate below it
+    floor = calibrated_p(percentile_p(s), 8.0)
+    p = bootstrap_p(s, 8.0, point=0.8)
+    assert floor > 0.005 and p == pytest.approx(2 * t.sf(0.8 / s.std(ddof=1), 8.0)) and p < 1e-4
+    near = rng.normal(0.2, 0.1, 2000)                      # 2 SEs: the replicates resolve it, the percentile p stands
+    assert bootstrap_p(near, 8.0, point=0.2) == calibrated_p(percentile_p(near), 8.0)
+
+
+def test_alpha_sets_the_level_of_every_printed_interval(tables):
+    rep = estimate(tables[0], roles=sy.ROLES, n_boot=1000, seed=1, alpha=0.10)
+    for c in rep["contrasts"]:
+        for rec, ci in ((c["equivalence"], c["ci"]), (c["equivalence_minus_placebo"], c["ci_minus_placebo"])):
+            if rec is None:
+                continue
+            # p < α exactly when the (1 − α) interval excludes 0
+            assert (rec["p"] < 0.10) == (ci[0] > 0 or ci[1] < 0)
+            if rec["differs"]:
+                assert ci[0] > 0 or ci[1] < 0
+    md, text = markdown(rep), human_text(rep, width=200)
+    assert "90% CI (unadjusted)" in md and "unadjusted 90% CI" in md and "95%" not in text.split("Decisions")[0]
+    wide = estimate(tables[0], roles=sy.ROLES, n_boot=1000, seed=1)
+    c90 = next(c for c in rep["contrasts"] if c["condition"] == "tool_alias")["ci"]
+    c95 = next(c for c in wide["contrasts"] if c["condition"] == "tool_alias")["ci"]
+    assert c95[0] < c90[0] < c90[1] < c95[1]

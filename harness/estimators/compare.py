@@ -225,7 +225,7 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         ci = d0.cond_index(c)
         _tau_statistic(qs, c, [p[:, b] for p in p_all], [p[:, ci] for p in p_all],
                        [n[:, b] > 0 for n in n_all], [n[:, ci] > 0 for n in n_all], d0.base_cluster, d0.n_clusters)
-    est = qs.run(d0.base_cluster, d0.cluster_domain, n_boot, seed, margin)
+    est = qs.run(d0.base_cluster, d0.cluster_domain, n_boot, seed, margin, 1 - alpha)   # intervals at 1 − α
 
     pair_out = [_pair(est, j, k, labels, contrasts, fam, fam_corr, margin, alpha) for j, k in pairs]
     _holm_across_pairs(pair_out, contrasts, fam_corr)

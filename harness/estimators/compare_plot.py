@@ -13,6 +13,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from harness.estimators.decisions import significant
+from harness.estimators.formats import level
 from harness.estimators.plot import _RC, _label, _p, plt
 
 COLOURS = ("#1b4f8a", "#c0392b", "#2e8b57", "#b8860b", "#6a3d9a", "#8c8c8c", "#e377c2", "#17becf")
@@ -80,8 +81,8 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
         ax.set_yticks(ys, [_label(r["condition"]) for r in rows])
         dx.tick_params(labelleft=False)
         ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel(f"Δ − placebo (Δ for the placebo) vs {_label(result['baseline'])}, unadjusted 95% CI")
-        dx.set_xlabel("difference B − A, paired unadjusted 95% CI")
+        ax.set_xlabel(f"Δ − placebo (Δ for the placebo) vs {_label(result['baseline'])}, unadjusted {level(result)} CI")
+        dx.set_xlabel(f"difference B − A, paired unadjusted {level(result)} CI")
         _title(fig, title)
         handles, labels = [], []
         for a in (ax, dx):
@@ -118,7 +119,7 @@ def leaderboard_figure(result: Mapping[str, Any], title: str) -> Figure:
         ax.grid(axis="x", alpha=0.3)
         ax.set_yticks(ys, [_label(c) + (" (Δ; placebo)" if c == result["placebo"] else "") for c in conds])
         ax.set_ylim(-0.6, len(conds) - 0.4)
-        ax.set_xlabel(f"Δ − placebo vs {_label(result['baseline'])} (proportion), unadjusted 95% CI")
+        ax.set_xlabel(f"Δ − placebo vs {_label(result['baseline'])} (proportion), unadjusted {level(result)} CI")
         _title(fig, title)
         h, l_ = ax.get_legend_handles_labels()
         unique = dict(zip(l_, h))

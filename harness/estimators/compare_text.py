@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.estimators import decisions as dc
 from harness.estimators.decisions import short
-from harness.estimators.formats import interval, num, pval, text_table
+from harness.estimators.formats import interval, level, num, pval, text_table
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -42,7 +42,7 @@ def decision_lines(result: Mapping[str, Any]) -> list[str]:
     what = {"difference": "B − A of Δ", "difference_minus_placebo": "B − A of Δ − placebo (the headline)"}
     parts = [f"{what[q]}: Holm over {f['name']} ({', '.join(f['conditions'])})" for q, f in fams.items()]
     return ["Decisions (every verdict, * and 'yes'): " + "; ".join(parts) + f", each at α {result['alpha']:g}. "
-            "Intervals are unadjusted 95%; p_Holm is the decision's adjusted p."]
+            f"Intervals are unadjusted {level(result)} (1 − α); p_Holm is the decision's adjusted p."]
 
 
 def _headline(r: Mapping[str, Any], side: str) -> float | None:
@@ -63,10 +63,11 @@ def words(result: Mapping[str, Any]) -> list[str]:
                 out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_minus_placebo_a"],
                                                   r["delta_minus_placebo_b"], r["difference_minus_placebo"],
                                                   r["ci_difference_minus_placebo"], r["equivalence_minus_placebo"],
-                                                  "Δ − placebo"))
+                                                  "Δ − placebo", level(result)))
             else:
                 out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"], r["delta_b"],
-                                                  r["difference"], r["ci_difference"], r["equivalence"], "Δ"))
+                                                  r["difference"], r["ci_difference"], r["equivalence"], "Δ",
+                                                  level(result)))
     return out
 
 
@@ -80,9 +81,9 @@ def _p_decision(eq: Mapping[str, Any] | None) -> str:
     return pval(eq.get("p_adjusted"))
 
 
-def corrected_table(pair: Mapping[str, Any]) -> Table:
+def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     """The headline: B − A of the placebo-corrected effect, decided in the stated family."""
-    head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", "95% CI (unadjusted)", "p", "p_Holm",
+    head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
     rows = [[str(r["condition"]) + _sig(r["equivalence_minus_placebo"]), num(r["delta_minus_placebo_a"]),
              num(r["delta_minus_placebo_b"]), num(r["difference_minus_placebo"]),
@@ -93,8 +94,8 @@ def corrected_table(pair: Mapping[str, Any]) -> Table:
     return head, rows
 
 
-def delta_table(pair: Mapping[str, Any]) -> Table:
-    head = ["condition", "A Δ", "A 95% CI", "B Δ", "B 95% CI", "B − A", "95% CI (unadjusted)", "p", "p_Holm",
+def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
+    head = ["condition", "A Δ", f"A {lv} CI", "B Δ", f"B {lv} CI", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
     rows = [[str(r["condition"]) + _sig(r["equivalence"]), num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]),
              interval(r["ci_b"]), num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]),
@@ -140,7 +141,8 @@ def pair_title(pair: Mapping[str, Any]) -> str:
 def leaderboard_table(result: Mapping[str, Any], condition: str) -> Table:
     rows_in = result["leaderboard"][condition]
     labelled = any("accuracy" in r for r in rows_in)
-    head = ["guard", "block rate", "95% CI", "Δ", "Δ − placebo", "95% CI (corr.)", "rank by rate (1 = highest)",
+    lv = level(result)
+    head = ["guard", "block rate", f"{lv} CI", "Δ", "Δ − placebo", f"{lv} CI (corr.)", "rank by rate (1 = highest)",
             "rank by |effect| (1 = least moved)"]
     if labelled:
         head += ["accuracy", "row F1", "interaction F1", "rank by accuracy (1 = highest)"]
@@ -162,7 +164,7 @@ def _rank(x: int | None) -> str:
 
 
 LEADERBOARD_TERMS = ("block rate: the base-equal mean of the guard's block decisions under the condition; Δ and "
-                     "Δ − placebo: its effect, as estimate reports it (unadjusted 95% intervals); ranks: competition "
+                     "Δ − placebo: its effect, as estimate reports it (unadjusted (1 − α) intervals); ranks: competition "
                      "ranks (1, 1, 3), descriptive (they decide nothing; the paired differences above do)")
 
 
@@ -199,7 +201,8 @@ def text(result: Mapping[str, Any]) -> str:
         out += ["In words:", *(f"- {x}" for x in said), ""]
     for pair in result["pairs"]:
         out += [f"{pair_title(pair)}: the headline, B − A of the placebo-corrected effect", "",
-                text_table(*corrected_table(pair)), "", "B − A of Δ", "", text_table(*delta_table(pair)), "",
+                text_table(*corrected_table(pair, level(result))), "", "B − A of Δ", "",
+                text_table(*delta_table(pair, level(result))), "",
                 TABLE_TERMS, "", *ranking_lines(pair, result), ""]
     for c in result["leaderboard"]:
         out += [f"leaderboard under {c}", "", text_table(*leaderboard_table(result, c)), ""]

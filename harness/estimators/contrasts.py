@@ -164,10 +164,10 @@ def add_block_rates(qs: Quantities, f: Frame) -> None:
         qs.add(("block_rate", c), f.p[:, ci], f.has(ci))
 
 
-def block_rate_intervals(f: Frame, est: Estimates) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(cluster-bootstrap, Clopper–Pearson over calls) 95% intervals per condition."""
+def block_rate_intervals(f: Frame, est: Estimates, level: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(cluster-bootstrap, Clopper–Pearson over calls) intervals at `level` per condition."""
     boot = {c: est[("block_rate", c)]["ci"] for c in f.design.conditions}
-    exact = {c: clopper_pearson(int(f.s[:, ci].sum()), int(f.n[:, ci].sum()))
+    exact = {c: clopper_pearson(int(f.s[:, ci].sum()), int(f.n[:, ci].sum()), level)
              for ci, c in enumerate(f.design.conditions)}
     return boot, exact
 

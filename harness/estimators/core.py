@@ -152,12 +152,13 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         lab.add_worst_case(qs, f)
     if part is not None:
         od.add_order(qs, f, part)
-    est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed, margin)
+    # Intervals at 1 − α: a verdict at α never disagrees with the interval printed beside it.
+    est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed, margin, 1 - alpha)
 
     contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin, alpha)
     families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
     stability = cx.stability(f, est)
-    block_ci, block_exact = cx.block_rate_intervals(f, est)
+    block_ci, block_exact = cx.block_rate_intervals(f, est, 1 - alpha)
     quarantine = quarantine_summary(rows, n_sched)
     components = {c: fx.component_rates(design, ci) for ci, c in enumerate(design.conditions)}
     report: Report = {

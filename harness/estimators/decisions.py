@@ -3,9 +3,9 @@
 A "differs from 0" verdict, a star, a bold row, a "yes" and a plain-language sentence are all one
 decision: the Holm-adjusted p below α within a family that is fixed before the data are seen and
 named in the output. "Within ±M" is the same decision on the equivalence (TOST) p-values of the
-family. Intervals shown beside a verdict are the unadjusted 95% intervals, labelled so; the
-verdict never contradicts them (a Holm-adjusted p is at least the unadjusted one, and p < α
-exactly when the interval excludes 0).
+family. Intervals shown beside a verdict are the unadjusted (1 − α) intervals (95% at the default
+α), labelled so; the verdict never contradicts them (a Holm-adjusted p is at least the unadjusted
+one, and p < α exactly when that interval excludes 0).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ OUTSIDE = "not tested (outside the family)"
 RULE = ("verdict: 'differs from 0' when the two-sided p, Holm-adjusted within the stated family, is below α; "
         "'within ±M' when the equivalence p (two one-sided tests against ±M), Holm-adjusted within the same "
         "family, is below α; both when both hold; else 'inconclusive'. A quantity outside every family is not "
-        "tested. Intervals beside a verdict are unadjusted 95% intervals. MDE = (t_{df,1−α/2} + t_{df,0.80})·SE, "
+        "tested. Intervals beside a verdict are unadjusted (1 − α) intervals. MDE = (t_{df,1−α/2} + t_{df,0.80})·SE, "
         "SE the bootstrap standard deviation, at α and at α/m (the first Holm step over the family's m members)")
 
 
@@ -128,8 +128,8 @@ def _n(x: float | None, digits: int = 3) -> str:
     return f"{x:+.{digits}f}".replace("-", "−").replace("+0.000", "0.000").replace("−0.000", "0.000")
 
 
-def ci_words(ci: Sequence[float] | None) -> str:
-    return "no interval" if ci is None else f"unadjusted 95% CI {_n(ci[0])} to {_n(ci[1])}"
+def ci_words(ci: Sequence[float] | None, level: str = "95%") -> str:
+    return "no interval" if ci is None else f"unadjusted {level} CI {_n(ci[0])} to {_n(ci[1])}"
 
 
 def _decision_words(eq: Mapping[str, Any] | None) -> str:
@@ -146,28 +146,29 @@ def _decision_words(eq: Mapping[str, Any] | None) -> str:
 
 
 def effect_sentence(condition: str, who: str, estimate: float | None, ci: Sequence[float] | None,
-                    eq: Mapping[str, Any] | None, reference: str) -> str:
+                    eq: Mapping[str, Any] | None, reference: str, level: str = "95%") -> str:
     """e.g. "tool_alias lowers haiku-4.5's block rate by 0.450 (unadjusted 95% CI −0.530 to
     −0.370) beyond the placebo format_placebo; significant after Holm over the 3 interventions
     (p_Holm 0.0003)." `reference`: "beyond the placebo X" or "against the baseline Y"."""
     if estimate is None:
         return f"{condition}: no estimate for {who} (no paired base)."
     if abs(estimate) < 5e-4:
-        move = f"leaves {who}'s block rate unchanged ({_n(estimate)}; {ci_words(ci)})"
+        move = f"leaves {who}'s block rate unchanged ({_n(estimate)}; {ci_words(ci, level)})"
     else:
-        move = f"{'raises' if estimate > 0 else 'lowers'} {who}'s block rate by {abs(estimate):.3f} ({ci_words(ci)})"
+        move = (f"{'raises' if estimate > 0 else 'lowers'} {who}'s block rate by {abs(estimate):.3f} "
+                f"({ci_words(ci, level)})")
     return f"{condition} {move} {reference}; {_decision_words(eq)}."
 
 
 def difference_sentence(condition: str, a: str, b: str, eff_a: float | None, eff_b: float | None,
                         diff: float | None, ci: Sequence[float] | None, eq: Mapping[str, Any] | None,
-                        what: str) -> str:
+                        what: str, level: str = "95%") -> str:
     """Who is more sensitive to a condition, by how much, and whether that survives the family:
     e.g. "tool_alias (Δ − placebo): B −0.350, A −0.140; B − A −0.210 (unadjusted 95% CI −0.300
     to −0.120): B is the more sensitive, by 0.210; significant after Holm over 3 interventions (p_Holm 0.0012)."."""
     if diff is None:
         return f"{condition} ({what}): no paired difference ({a} vs {b})."
-    head = f"{condition} ({what}): {b} {_n(eff_b)}, {a} {_n(eff_a)}; {b} − {a} {_n(diff)} ({ci_words(ci)})"
+    head = f"{condition} ({what}): {b} {_n(eff_b)}, {a} {_n(eff_a)}; {b} − {a} {_n(diff)} ({ci_words(ci, level)})"
     claim = ""
     if significant(eq) and eff_a is not None and eff_b is not None:
         claim = f": {b}'s effect is {'higher' if diff > 0 else 'lower'} than {a}'s by {abs(diff):.3f}"

@@ -17,6 +17,13 @@ def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 
+def level(obj: Mapping[str, Any] | None) -> str:
+    """The printed intervals' level, '95%' at α 0.05: every interval is at 1 − α (a report's or a
+    comparison's `alpha`), so a verdict at α never disagrees with the interval beside it."""
+    a = (obj or {}).get("alpha", 0.05) if isinstance(obj, Mapping) else 0.05
+    return f"{100 * (1 - float(a)):g}%"
+
+
 def interval(ci: list[float] | None) -> str:
     return "—" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
 

@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.estimators.formats import headline_p, rules_differ, significant  # noqa: E402
+from harness.estimators.formats import headline_p, level, rules_differ, significant  # noqa: E402
 from harness.terminal import safe  # noqa: E402
 
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
@@ -102,7 +102,7 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
         ax.set_ylim(-0.7, len(contrasts) - 0.3)
         side.set_ylim(ax.get_ylim())
         ax.set_xlabel(f"paired effect on block rate vs {_label(report['baseline'])} (proportion), "
-                      "unadjusted 95% cluster-bootstrap CI")
+                      f"unadjusted {level(report)} cluster-bootstrap CI")
         ax.grid(axis="x", alpha=0.3)
         fig.suptitle(_label(title or "guardeval: effects", 160), fontsize=10.5, x=0.01, ha="left")
         handles, names = ax.get_legend_handles_labels()

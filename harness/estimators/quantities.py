@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from harness.estimators.bootstrap import cluster_df, cluster_sums, iter_counts, summarise
+from harness.estimators.bootstrap import LEVEL, cluster_df, cluster_sums, iter_counts, summarise
 
 Key = tuple[Hashable, ...]
 DENSE_FEATURE_CELLS = 1 << 23   # 64 MiB of float64 feature columns in the dense product
@@ -70,10 +70,11 @@ class Quantities:
         self._combos.append((key, dict(terms)))
 
     def run(self, base_cluster: np.ndarray, cluster_domain: np.ndarray, n_boot: int,
-            seed: int, margin: float | None = None) -> dict[Key, dict[str, Any]]:
-        """Every estimate with its 95% and 90% intervals and bootstrap p (t-calibrated for the
-        interactions it uses: bootstrap.calibrated_level), standard error, degrees of freedom
-        and, with `margin`, the equivalence (TOST) p against ±margin."""
+            seed: int, margin: float | None = None, level: float = LEVEL) -> dict[Key, dict[str, Any]]:
+        """Every estimate with its intervals at `level` (1 − α: 95% by default) and 2·level − 1
+        (the equivalence tests'), and its bootstrap p (t-calibrated for the interactions it
+        uses: bootstrap.calibrated_level), standard error, degrees of freedom and, with
+        `margin`, the equivalence (TOST) p against ±margin."""
         n_clusters = len(cluster_domain)
         ratio_keys = self.keys + self._cluster_keys
         stat_keys = [k for s in self._stats for k in s.keys]
@@ -145,7 +146,7 @@ class Quantities:
         for key, point in points.items():
             samples = columns[key]
             defined = point is not None
-            summary = (summarise(samples, margin, cluster_df(used_by[key], cluster_domain)) if defined
+            summary = (summarise(samples, margin, cluster_df(used_by[key], cluster_domain), point, level) if defined
                        else dict.fromkeys(("ci", "ci90", "p", "se", "p_tost", "df")))
             out[key] = {
                 "estimate": point,

@@ -12,7 +12,7 @@ import orjson
 
 from harness.estimators import decisions as dc
 from harness.estimators import sections
-from harness.estimators.formats import headline_p, interval, md_table, num, pval, rules_differ, significant
+from harness.estimators.formats import headline_p, interval, level, md_table, num, pval, rules_differ, significant
 from harness.run.folder import RunFolder, write_into
 from harness.run.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
 from harness.terminal import safe as terminal_safe
@@ -27,8 +27,9 @@ def dumps_json(report: Mapping[str, Any]) -> str:
 
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     margin = report.get("margin")
-    head = ["condition", "delta", "95% CI (unadjusted)", "p", "p_Holm (delta)", "delta-placebo",
-            "95% CI (corr., unadjusted)", "p (corr.)", "p_Holm (corr.)", "+/-/=", "bases", "drop", "fail-closed",
+    lv = level(report)
+    head = ["condition", "delta", f"{lv} CI (unadjusted)", "p", "p_Holm (delta)", "delta-placebo",
+            f"{lv} CI (corr., unadjusted)", "p (corr.)", "p_Holm (corr.)", "+/-/=", "bases", "drop", "fail-closed",
             "fail-open", f"delta: ±{margin:g} verdict; MDE" if margin else "delta: verdict; MDE",
             "corr.: verdict; MDE"]
     rows = []
@@ -65,7 +66,7 @@ def headline_sentences(report: Mapping[str, Any]) -> list[str]:
             ref, est, ci = f"beyond the placebo {report['placebo']}", c["delta_minus_placebo"], c["ci_minus_placebo"]
         else:
             ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
-        line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref)
+        line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
         if eq and eq.get("mde") is not None:
             line += (f" Detectable with 80% power: {eq['mde']:.3f}"
                      + (f" ({eq['mde_holm']:.3f} at the Holm level α/{eq['holm_m']})"
@@ -85,7 +86,7 @@ def decision_lines(report: Mapping[str, Any]) -> list[str]:
     out = [f"Decisions: Holm at α {report['alpha']:g} within each family, fixed before the data: " + "; ".join(parts)
            + ". * marks an intervention whose headline (Δ − placebo; Δ without a placebo) differs from 0 in its "
              "family; the placebo's own Δ is a check of the placebo, decided in the Δ family and said in its "
-             "sentence. Intervals are unadjusted 95%."]
+             f"sentence. Intervals are unadjusted {level(report)} (1 − α)."]
     for eqf in (report.get("equivalence_family") or {}).values():
         out.append(f"{eqf['claim'][0].upper()}{eqf['claim'][1:]} (intersection–union: every member's own TOST at "
                    f"α {eqf['alpha']:g}): {'yes' if eqf['holds'] else 'no'}"
@@ -110,7 +111,7 @@ def summary_line(report: Mapping[str, Any]) -> str:
 SHORT_TERMS = (
     ("Δ", "mean over bases of the paired difference in block rate against the baseline"),
     ("Δ − placebo", "Δ minus the placebo's Δ on the same bases (the headline)"),
-    ("95% CI", "unadjusted; interaction-cluster bootstrap, percentile at the t-calibrated level"),
+    ("CI", "unadjusted, at 1 − α; interaction-cluster bootstrap, percentile at the t-calibrated level"),
     ("p_Holm", "the headline's bootstrap p, Holm-adjusted over its family"),
     ("+/−/=", "bases whose block rate rose / fell / tied"),
     ("bases", "bases paired with the baseline"),
@@ -151,8 +152,8 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
     table.add_column("condition", overflow="fold", width=name_w)
     gap = " " if one_line else "\n"
-    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[95% CI]", overflow="fold", width=est_w)
-    table.add_column(f"Δ − placebo{gap}[95% CI]", overflow="fold", width=est_w)
+    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[{level(report)} CI]", overflow="fold", width=est_w)
+    table.add_column(f"Δ − placebo{gap}[{level(report)} CI]", overflow="fold", width=est_w)
     table.add_column("p_Holm", justify="right", width=6)
     table.add_column("+/−/=", justify="right", overflow="fold", width=8)
     table.add_column("bases", justify="right", overflow="fold", width=5)

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.estimators import compare_text as CT
 from harness.estimators.compare_plot import leaderboard_figure, paired_figure
-from harness.estimators.formats import md_table
+from harness.estimators.formats import level, md_table
 from harness.estimators.plot import figure_bytes, save
 from harness.run.folder import RunFolder, write_into
 from harness.run.layout import COMPARE_HTML, COMPARE_MD, COMPARE_PNG, LEADERBOARD_PNG
@@ -27,7 +27,7 @@ def _pair_title(result: Mapping[str, Any], pair: Mapping[str, Any]) -> str:
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    said = CT.words(result)
+    said, lv = CT.words(result), level(result)
     out = ["# guardeval compare", "", *(f"- {line}" for line in CT.input_lines(result)),
            f"- {CT.method_line(result)}", *(f"- {line}" for line in CT.decision_lines(result)), ""]
     if said:
@@ -35,7 +35,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     out += ["![paired effects](compare.png)", ""]
     for pair in result["pairs"]:
         out += [f"## {CT.pair_title(pair)}", "", "Headline: B − A of the placebo-corrected effect.", "",
-                md_table(*CT.corrected_table(pair)), "", "B − A of Δ:", "", md_table(*CT.delta_table(pair)), "",
+                md_table(*CT.corrected_table(pair, lv)), "", "B − A of Δ:", "", md_table(*CT.delta_table(pair, lv)), "",
                 CT.TABLE_TERMS + ".", "", *(f"- {line}" for line in CT.ranking_lines(pair, result)), ""]
     out += ["## Leaderboard", ""]
     if len(result["inputs"]) > 2:
@@ -59,7 +59,7 @@ def _heading(result: Mapping[str, Any]) -> str:
 
 
 def html(result: Mapping[str, Any]) -> str:
-    said = CT.words(result)
+    said, lv = CT.words(result), level(result)
     parts = [f"<h1>{T.esc(_heading(result))}</h1>",
              "<ul>" + "".join(f"<li>{T.esc(x)}</li>" for x in [*CT.input_lines(result), CT.method_line(result)])
              + "</ul>"]
@@ -72,7 +72,7 @@ def html(result: Mapping[str, Any]) -> str:
                   f'<img class="plot" alt="paired effects of {T.esc(pair["a"])} and {T.esc(pair["b"])}" '
                   f'src="data:image/svg+xml;base64,{_svg(fig)}">',
                   "<p class=\"lead\">Headline: B − A of the placebo-corrected effect.</p>",
-                  T.table(*CT.corrected_table(pair)), "<p>B − A of Δ</p>", T.table(*CT.delta_table(pair)),
+                  T.table(*CT.corrected_table(pair, lv)), "<p>B − A of Δ</p>", T.table(*CT.delta_table(pair, lv)),
                   f'<p class="note">{T.esc(CT.TABLE_TERMS)}.</p>',
                   "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in CT.ranking_lines(pair, result)) + "</ul>"]
     parts += ["<h2>Leaderboard</h2>",

@@ -28,6 +28,7 @@ import orjson
 from harness.canon import canonical_bytes
 from harness.errors import GuardevalError, InputError
 from harness.estimators import sections as S
+from harness.estimators.formats import level
 from harness.run.folder import RunFolder, opened
 from harness.run.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from harness.run.lines import iter_jsonl
@@ -332,7 +333,7 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         f"<h2>Run</h2>{_header(calls, report, verify)}",
         "<h2>Effects</h2><p class=\"lead\">The headline is the placebo-corrected effect (Δ − placebo); a row marked * "
         "has a headline that differs from 0 after Holm in its stated family (below the table). Intervals are "
-        "unadjusted 95%.</p>", T.notes(report),
+        f"unadjusted {level(report)} (1 − α).</p>", T.notes(report),
         f'<img class="plot" alt="forest plot of the effects" src="{_svg_data_uri(report, title)}">',
         T.contrasts_table(report), T.definitions("effects", "rules"),
         "<h2>Diagnostics</h2>", T.diagnostics(report), T.definitions("diagnostics"),

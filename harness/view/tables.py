@@ -14,7 +14,7 @@ import orjson
 
 from harness.estimators.decisions import short
 from harness.estimators.definitions import DEFINITIONS
-from harness.estimators.formats import rules_differ, significant
+from harness.estimators.formats import level, rules_differ, significant
 from harness.estimators.report import decision_lines, headline_sentences
 from harness.estimators.sections import Section
 
@@ -153,7 +153,8 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
 def contrasts_table(report: Mapping[str, Any]) -> str:
     # A column per failure rule only when the rules give different answers.
     rules = list(report["failure_rules"]) if rules_differ(report) else []
-    head = ["condition", "role", "Δ [95% CI, unadjusted]", "p", "p_Holm (Δ)", "Δ − placebo [95% CI, unadjusted]",
+    lv = level(report)
+    head = ["condition", "role", f"Δ [{lv} CI, unadjusted]", "p", "p_Holm (Δ)", f"Δ − placebo [{lv} CI, unadjusted]",
             "p (corr.)", "p_Holm (corr.)", "+/−/=", "bases", "clusters", "block rate", "same-round flip rate",
             *(f"Δ {r}" for r in rules), f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
     rows, attrs = [], []
@@ -201,7 +202,7 @@ def strata_tables(report: Mapping[str, Any]) -> str:
     for kind, strata in (report.get("strata") or {}).items():
         if not isinstance(strata, Mapping):
             continue
-        head = [kind, "bases", *(f"Δ {c} [95% CI]" for c in conds)]
+        head = [kind, "bases", *(f"Δ {c} [{level(report)} CI]" for c in conds)]
         rows = []
         for name, s in strata.items():
             cs = s.get("contrasts") or {}
