@@ -64,6 +64,44 @@ _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
     "data_collection": (str,), "quantizations": (list,),
 }
 
+# What each key means: the guard-config reference (docs/reference/guard-config.md) is generated
+# from these with _FIELDS (type, required), the dataclass defaults and RANGES, so it cannot drift.
+FIELD_DOCS: dict[str, str] = {
+    "name": "1–64 of A-Z a-z 0-9 . _ -, not . or .. (it becomes part of the run id and folder name)",
+    "backend": "openrouter, openai-compatible, mlx or python",
+    "model": "the model the back-end asks for: at most 1024 characters, no control characters",
+    "prompt": "a prompt id (same rule as name): a folder under $GUARDEVAL_PROMPTS, ./prompts or the shipped prompts",
+    "base_url": "http:// or https:// with a host, at most 2048 characters; no credentials, query or fragment "
+                "(default: OpenRouter's API; http://127.0.0.1:8000/v1 for openai-compatible); --base-url overrides",
+    "api_key_env": "the NAME of the environment variable holding the key (OPENROUTER_API_KEY for openrouter; none "
+                   "for local back-ends); a value that looks like a token is refused without being echoed",
+    "temperature": "sampling temperature",
+    "max_tokens": "the answer's token cap",
+    "seed": "the sampling seed sent, a signed 64-bit integer (none: not sent)",
+    "timeout_s": "per attempt, in seconds",
+    "max_attempts": "attempts per call before it is exhausted",
+    "concurrency": "the default for --concurrency (16 when unset)",
+    "price_in_per_mtok": "USD per million prompt tokens, for projections and --max-cost admission",
+    "price_out_per_mtok": "USD per million answer tokens, for projections and --max-cost admission",
+    "structured_output": "the shape of response_format when the prompt declares a schema: json_schema, json_object, "
+                         "none (or false), auto (openai-compatible: the preflight probes and records it); true is the "
+                         "back-end's default",
+    "retry_initial_s": "the first backoff after a retryable failure, in seconds",
+    "retry_max_s": "the largest backoff, in seconds",
+    "context_tokens": "the context length (mlx: an override of the model's)",
+    "max_response_bytes": "the largest response body read, decoded; a larger one is a response_too_large attempt",
+    "provider": "OpenRouter routing table (openrouter only): the keys below",
+    "callable": "python back-end only: package.module:function, imported when the guard runs",
+}
+PROVIDER_DOCS: dict[str, str] = {
+    "only": "the providers an answer may come from (an answer from another is quarantined as provider_drift)",
+    "order": "the providers to try in order (with fallbacks off, also the allowed ones)",
+    "allow_fallbacks": "let OpenRouter route elsewhere when these fail (default false)",
+    "require_parameters": "only providers that support every parameter sent (default true)",
+    "data_collection": "deny (default) or allow",
+    "quantizations": "the quantizations a provider may serve",
+}
+
 
 @dataclass(frozen=True)
 class GuardConfig:

@@ -1,0 +1,122 @@
+"""MkDocs hook: the reference pages that must not drift from the code are generated from it at
+build time — every command and option from the argparse parsers (`reference/cli.md`), every
+guard-config key from the config's own definitions (`reference/guard-config.md`). The pages in
+the tree hold only a title and a marker; `mkdocs build --strict` fails if a marker is left."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+MARKERS = {"<!-- generated: cli -->": "cli", "<!-- generated: guard-config -->": "config",
+           "<!-- include: BENCHMARKS.md -->": "benchmarks"}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def on_config(config: Any) -> Any:
+    # argparse wraps usage lines to the terminal's width: the same page on every machine.
+    os.environ["COLUMNS"] = "100"
+    return config
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    for marker, kind in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, _generated(kind))
+    return markdown
+
+
+def _generated(kind: str) -> str:
+    if kind == "cli":
+        return cli_reference()
+    if kind == "config":
+        return config_reference()
+    # BENCHMARKS.md stays at the repository's root (where the benchmarks' own docstrings name it);
+    # the site shows it as it is, without its own first heading.
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    return text.split("\n", 1)[1] if text.startswith("# ") else text
+
+
+# ----------------------------------------------------------------------------- commands
+
+def _commands(parser: argparse.ArgumentParser, path: list[str]) -> list[tuple[list[str], argparse.ArgumentParser, str]]:
+    """(the words that name it, its parser, its one-line help) for every command, depth first."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                out.append(([*path, name], sub, helps.get(name, "")))
+                out += _commands(sub, [*path, name])
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        if action.option_strings:
+            names = ", ".join(f"`{o}`" for o in action.option_strings)
+            if action.nargs != 0:
+                names += f" `{formatter._format_args(action, formatter._get_default_metavar_for_optional(action))}`"
+        else:
+            names = f"`{formatter._format_args(action, formatter._get_default_metavar_for_positional(action))}`"
+        help_text = formatter._expand_help(action) if action.help else ""
+        rows.append(f"| {_cell(names)} | {_cell(help_text)} |")
+    return rows
+
+
+def cli_reference() -> str:
+    from harness.cli.app import build_parser
+
+    top = build_parser()
+    out = ["Every command and option, generated from the command line's own parsers when the site is "
+           "built. `guardeval COMMAND --help` prints the same.", ""]
+    for words, sub, one_line in _commands(top, []):
+        has_sub = any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
+        out += [f"## `guardeval {' '.join(words)}`", ""]
+        if one_line:
+            out += [one_line[0].upper() + one_line[1:] + ("" if one_line.endswith(".") else "."), ""]
+        if sub.description and sub.description != one_line:
+            out += [sub.description, ""]
+        usage = sub.format_usage().strip()
+        out += ["```text", usage, "```", ""]
+        rows = _options(sub)
+        if rows and not has_sub:
+            out += ["| option | what it does |", "|---|---|", *rows, ""]
+        elif has_sub:
+            out += ["Subcommands: " + ", ".join(f"`{w}`" for w, s, _ in _commands(sub, words)
+                                                if len(w) == len(words) + 1), ""]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- guard config
+
+def config_reference() -> str:
+    import dataclasses
+
+    from guards import config as c
+
+    defaults = {f.name: f.default for f in dataclasses.fields(c.GuardConfig)
+                if f.default is not dataclasses.MISSING}
+    out = ["Every key of a guard config (a TOML file), generated from the config's own definitions "
+           "(`guards/config.py`) when the site is built: types, whether required, defaults, allowed ranges.", "",
+           "| key | type | required | default | range | meaning |", "|---|---|---|---|---|---|"]
+    for key, (types, required) in c._FIELDS.items():
+        default = defaults.get(key)
+        rng = c.RANGES.get(key)
+        out.append(f"| `{key}` | {' or '.join(t.__name__ for t in types)} | {'yes' if required else ''} | "
+                   f"{'' if required or default is None else f'`{default!r}`'} | "
+                   f"{'' if rng is None else f'{rng[0]:g} – {rng[1]:g}'} | {_cell(c.FIELD_DOCS[key])} |")
+    out += ["", "## `[provider]`", "", "| key | type | meaning |", "|---|---|---|"]
+    for key, types in c._PROVIDER_FIELDS.items():
+        out.append(f"| `provider.{key}` | {' or '.join(t.__name__ for t in types)} | {_cell(c.PROVIDER_DOCS[key])} |")
+    return "\n".join(out)
