@@ -99,8 +99,12 @@ PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir
 RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/")
 OPENS_ELSEWHERE = {
     "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
-    "harness/run/create.py": "builds a new run folder inside a partial folder it has just made, then renames it",
-    "harness/run/planning.py:Plan.write": "streams schedule/stimuli into that partial folder (create_run_dir's fill)",
+    # The runs folder around a new run; the new run itself is built through RunFolder.
+    "harness/run/create.py:create_run_dir": "opens the parent folder that the partial folder is made in",
+    "harness/run/create.py:check_new_run_dir": "probes the path the user named for the new run",
+    "harness/run/create.py:_make_parents": "makes the missing parents of that path",
+    "harness/run/create.py:remove_stale_partials": "lists the partial folders of dead launches beside it",
+    "harness/run/create.py:_partial_is_live": "tries a partial folder's lock (never through a link)",
     "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
     "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
     "harness/view/html.py:asset": "the package's own CSS and JS",

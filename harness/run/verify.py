@@ -45,9 +45,9 @@ from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError, InputError
 from harness.run import callable_pin, supersede, verify_raw
 from harness.run.folder import LineTooLong, RunFolder, opened, reason
-from harness.run.layout import COHORT_DIR, DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
+from harness.run.layout import DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.lines import STIMULUS_LINE
-from harness.run.manifest import MAX_MANIFEST_BYTES, load_run_prompt, run_row_limits
+from harness.run.manifest import MAX_MANIFEST_BYTES, load_cohort_copy, load_run_prompt, run_row_limits
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
 from harness.run.verify_raw import MISSING
 from harness.run.verify_render import RenderJob, parser_and_pin
@@ -211,11 +211,9 @@ class _Verifier:
 
     # -- manifest and cohort -----------------------------------------------------------------
     def _load_cohort(self, rep: Report) -> None:
-        from harness.cohorts.model import load_cohort
-
         try:
             limits = run_row_limits(self.folder, self.manifest, self.row_limits)
-            self.cohort = load_cohort(self.folder.subdir(COHORT_DIR), limits=limits)
+            self.cohort = load_cohort_copy(self.folder, limits)
         except GuardevalError as exc:
             rep.add("cohort", None, str(exc))
 
