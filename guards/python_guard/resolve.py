@@ -13,6 +13,7 @@ of that module's source file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -61,7 +62,9 @@ def load(name: str, *, where: object = None, field: str = "callable") -> Callabl
         raise InputError(problem, path=where, field=field)
     module_name, attrs = split(name)
     try:
-        obj: Any = importlib.import_module(module_name)
+        # What the module prints as it loads goes to stderr: stdout is the command's (`--json`).
+        with contextlib.redirect_stdout(sys.stderr):
+            obj: Any = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - any failure of the user's module is bad input here
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -399,6 +399,8 @@ STOP_TEXT = {
     "fatal": "stopped by a fatal provider error",
     "unreachable": "stopped: the provider looked unreachable",
     "server_errors": "stopped: the server kept answering with errors",
+    "unusable_answers": "stopped: the server kept answering with nothing usable",
+    "guard_timeouts": "stopped: the guard kept timing out",
     "rate_limited": "stopped: the provider answered nothing but 429s",
     "no_room": "stopped: no room on the disk to record answers",
     "write_failed": "stopped: a write failed",
