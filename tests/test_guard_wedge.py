@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, CliResult, cli_env, run_cli
 
 GOOD = '''
 def guard(inp):
@@ -25,21 +25,41 @@ def guard(inp):
 '''
 
 
-def _guard(tmp_path: Path, name: str, source: str, **extra: object) -> tuple[Path, dict[str, str]]:
-    """A module `name` in tmp_path/lib and its guard config; the env that finds it."""
+def _guard(tmp_path: Path, name: str, source: str, fn: str = "guard", **extra: object) -> tuple[Path, dict[str, str]]:
+    """A module `name` in tmp_path/lib and a guard config calling its `fn`; the env that finds it."""
     lib = tmp_path / "lib"
     lib.mkdir(exist_ok=True)
     (lib / f"{name}.py").write_text(textwrap.dedent(source))
     fields = {"retry_initial_s": 0.01, "retry_max_s": 0.05, **extra}
     cfg = tmp_path / f"{name}.toml"
-    cfg.write_text(f'name = "{name}"\nbackend = "python"\ncallable = "{name}:guard"\nmodel = "rules"\n'
+    cfg.write_text(f'name = "{name}"\nbackend = "python"\ncallable = "{name}:{fn}"\nmodel = "rules"\n'
                    'prompt = "guardeval-json-v1"\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()))
     return cfg, {"PYTHONPATH": f"{REPO}:{lib}"}
 
 
-def _spawn(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=cli_env(env), cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _launch(run: Path, guard: tuple[Path, dict[str, str]], *extra: str, timeout: float = 120) -> CliResult:
+    cfg, env = guard
+    return run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
+                   "--no-progress", *extra, env=env, timeout=timeout)
+
+
+def _signalled_launch(run: Path, guard: tuple[Path, dict[str, str]], signum: int) -> tuple[int, str, float]:
+    """Launch the demo with `guard`, send `signum` once its first call is in the guard; (exit
+    code, stderr, seconds from the signal to the exit)."""
+    cfg, env = guard
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", "demo", "--guard", str(cfg),
+                             "--reps", "1", "--run-dir", str(run), "--no-progress"], env=cli_env(env), cwd=REPO,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _started(run, proc)
+        t0 = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        return proc.returncode, err, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def _started(run: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
@@ -80,11 +100,10 @@ async def guard(inp):
 
 def test_an_async_guard_that_blocks_the_loop_is_stopped_naming_it(tmp_path):
     """Issue 27 item 4, no signal: the watchdog interrupts the call once it is past timeout_s."""
-    cfg, env = _guard(tmp_path, "blocker", BLOCKING, timeout_s=1)
+    guard = _guard(tmp_path, "blocker", BLOCKING, timeout_s=1)
     run = tmp_path / "run"
     t0 = time.monotonic()
-    r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                "--no-progress", env=env, timeout=60)
+    r = _launch(run, guard, timeout=60)
     took = time.monotonic() - t0
     assert r.code == 1 and "Traceback" not in r.err, r.err
     assert "blocker:guard blocked the event loop" in r.err and "(in guard at blocker.py:5)" in r.err, r.err
@@ -94,32 +113,20 @@ def test_an_async_guard_that_blocks_the_loop_is_stopped_naming_it(tmp_path):
     assert raw and {x["error_class"] for x in raw} == {"python_blocked_loop"}
     st = json.loads(run_cli("status", str(run), "--json").out)
     assert st["state"] == "stopped" and st["decided"] == 0
-    _resumes_with_a_good_guard(tmp_path, run, "blocker", env)
+    _resumes_with_a_good_guard(tmp_path, run, "blocker", guard[1])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_blocked_loop_answers_a_signal_within_seconds(tmp_path, signum):
     """timeout_s = 600: only the signal can end this launch soon. It does, saying why."""
-    cfg, env = _guard(tmp_path, "blocker", BLOCKING, timeout_s=600)
-    run = tmp_path / "run"
-    proc = _spawn("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                  "--no-progress", env=env)
-    try:
-        _started(run, proc)
-        t0 = time.monotonic()
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1 and "Traceback" not in err, err
+    run, env = tmp_path / "run", _guard(tmp_path, "blocker", BLOCKING, timeout_s=600)
+    code, err, took = _signalled_launch(run, env, signum)
+    assert code == 1 and "Traceback" not in err, err
     assert took < 5, took
     name = signal.Signals(signum).name
     assert f"interrupted (signal {name}: blocker:guard blocked the event loop when {name} came" in err, err
     assert {x["error_class"] for x in _raw(run)} == {"python_blocked_loop"}
-    _resumes_with_a_good_guard(tmp_path, run, "blocker", env)
+    _resumes_with_a_good_guard(tmp_path, run, "blocker", env[1])
 
 
 SWALLOWING = '''
@@ -135,34 +142,20 @@ async def guard(inp):
 
 
 def test_a_guard_that_swallows_the_interrupt_cannot_keep_the_process_alive(tmp_path):
-    cfg, env = _guard(tmp_path, "swallower", SWALLOWING, timeout_s=600)
-    run = tmp_path / "run"
-    proc = _spawn("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                  "--no-progress", env=env)
-    try:
-        _started(run, proc)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1 and "Traceback" not in err, err
+    run, env = tmp_path / "run", _guard(tmp_path, "swallower", SWALLOWING, timeout_s=600)
+    code, err, took = _signalled_launch(run, env, signal.SIGTERM)
+    assert code == 1 and "Traceback" not in err, err
     assert took < 10, took
     assert "swallower:guard still blocks the event loop (in guard at swallower.py:7)" in err, err
     assert json.loads(run_cli("status", str(run), "--json").out)["state"] == "interrupted"
-    _resumes_with_a_good_guard(tmp_path, run, "swallower", env)
+    _resumes_with_a_good_guard(tmp_path, run, "swallower", env[1])
 
 
 def test_repeated_async_timeouts_stop_the_run_as_the_guards_not_the_providers(tmp_path):
     """Issue 27 item 7."""
-    cfg, env = _guard(tmp_path, "slow", "import anyio\n\nasync def guard(inp):\n    await anyio.sleep(30)\n",
-                      timeout_s=0.2, max_attempts=8)
     run = tmp_path / "run"
-    r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                "--no-progress", env=env, timeout=120)
+    r = _launch(run, _guard(tmp_path, "slow", "import anyio\n\nasync def guard(inp):\n    await anyio.sleep(30)\n",
+                            timeout_s=0.2, max_attempts=8))
     assert r.code == 1 and "Traceback" not in r.err, r.err
     assert "stopped: the guard kept timing out" in r.err and "did not return within timeout_s" in r.err, r.err
     assert "unreachable" not in r.err
@@ -206,15 +199,8 @@ def loop(inp):
 def test_a_return_that_raises_when_read_fails_that_attempt_only(tmp_path, fn, said):
     """Issue 27 item 5: a failed attempt (`python_return_type`), retried, then `exhausted`; no
     ExceptionGroup traceback, the run goes on."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "returns.py").write_text(textwrap.dedent(HOSTILE_RETURNS))
-    cfg = tmp_path / "g.toml"
-    cfg.write_text(f'name = "ret"\nbackend = "python"\ncallable = "returns:{fn}"\nmodel = "rules"\n'
-                   'prompt = "guardeval-json-v1"\nmax_attempts = 2\nretry_initial_s = 0.01\nretry_max_s = 0.05\n')
     run = tmp_path / "run"
-    r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                "--max-calls", "3", "--no-progress", env={"PYTHONPATH": f"{REPO}:{lib}"})
+    r = _launch(run, _guard(tmp_path, "returns", HOSTILE_RETURNS, fn, max_attempts=2), "--max-calls", "3")
     assert r.code == 0 and "Traceback" not in r.err and "ExceptionGroup" not in r.err, r.err
     raw = _raw(run)
     assert len(raw) == 6 and {x["error_class"] for x in raw} == {"python_return_type"}
@@ -243,15 +229,9 @@ async def async_guard(inp):
 def test_what_a_guard_prints_stays_out_of_launch_json(tmp_path, fn):
     """Issue 27 item 6: stdout is the JSON alone; the guard's output is kept, bounded, on its
     attempt's raw line."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "chatty.py").write_text(textwrap.dedent(PRINTING))
-    cfg = tmp_path / "g.toml"
-    cfg.write_text(f'name = "chatty"\nbackend = "python"\ncallable = "chatty:{fn}"\nmodel = "rules"\n'
-                   'prompt = "guardeval-json-v1"\n')
     run = tmp_path / "run"
-    r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                "--max-calls", "5", "--no-progress", "--json", env={"PYTHONPATH": f"{REPO}:{lib}"})
+    guard = _guard(tmp_path, "chatty", PRINTING, fn)
+    r = _launch(run, guard, "--max-calls", "5", "--json")
     assert r.code == 0, r.err
     out = json.loads(r.out)      # nothing but the outcome on stdout
     assert out["decided"] == 5 and out["statuses"] == {"ok": 5}
@@ -261,4 +241,4 @@ def test_what_a_guard_prints_stays_out_of_launch_json(tmp_path, fn):
         got = line["guard_output"]
         assert got["stdout"] == "x" * 2048 and got["stdout_chars"] == 52_001
         assert got["stderr"] == "a warning\n" and got["stderr_chars"] == 10
-    assert run_cli("verify", str(run), env={"PYTHONPATH": f"{REPO}:{lib}"}).code == 0
+    assert run_cli("verify", str(run), env=guard[1]).code == 0

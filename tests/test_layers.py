@@ -108,7 +108,7 @@ OPENS_ELSEWHERE = {
     "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
     "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
     "harness/view/html.py:asset": "the package's own CSS and JS",
-    "harness/view/html.py:write_report_html": "report.html to an --out file the user named",
+    "harness/view/html.py:_write": "report.html (or the page saying why there is none) to an --out file the user named",
     "harness/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",
     "harness/estimators/audits.py": "audit inputs (--table files)",
     "harness/cli/cohort.py": "cohort build/inspect: cohort folders and source files",
