@@ -36,6 +36,7 @@ from guards.parsers import get_parser  # noqa: E402
 from guards.registry import make_guard  # noqa: E402
 from guards.sim import guard as sim_guard  # noqa: E402
 from guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
+from guards.sim.profiles import SHORTCUT_PROFILE  # noqa: E402
 from guards.sim.router import metadata as router_metadata  # noqa: E402
 from harness.canon import canonical_bytes, sha256_hex  # noqa: E402
 from harness.cohorts.builders.common import build_rows  # noqa: E402
@@ -198,7 +199,7 @@ def fill_run(run_dir: Path, *, decided: int, retry_every: int = 97) -> dict[str,
             reply = sim.reply(body, request_sha, cid, attempt)
             # The fields the simulator's server adds to its guard's answer (OpenRouter's shape).
             meta = router_metadata(body.get("model", "sim"), "Sim", None, ())
-            reply.update({"system_fingerprint": None, "openrouter_metadata": meta})
+            reply.update({"system_fingerprint": SHORTCUT_PROFILE.fingerprint, "openrouter_metadata": meta})
             usage = reply["usage"]
             rec = _attempt_record(cid, attempt, request_sha, status=200, response=orjson.dumps(reply).decode(),
                                   content=reply["choices"][0]["message"]["content"],

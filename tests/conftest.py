@@ -224,6 +224,20 @@ def demo_run(installed: Installed) -> DemoRun:
     return DemoRun(installed.run("demo", "--run-dir", str(run), "--json", "--no-progress"), run)
 
 
+@dataclass
+class DemoStudy:
+    result: CliResult
+    study: Path
+
+
+@pytest.fixture(scope="session")
+def demo_study(installed: Installed) -> DemoStudy:
+    """`guardeval demo --study --json` once per session (the simulator's three profiles, 3 x 960
+    calls on one schedule), run by the installed wheel's `guardeval` outside the repository."""
+    study = installed.outside / "demo-study"
+    return DemoStudy(installed.run("demo", "--study", "--study-dir", str(study), "--json", "--no-progress"), study)
+
+
 # -- a run full of hostile text (report, show and export tests) ----------------------------------
 
 HOSTILE_HTML = MARKUP

@@ -14,7 +14,7 @@ from scipy.stats import kendalltau
 from harness.cli import main
 from harness.estimators import estimate
 from harness.estimators.compare import CompareInput, compare_inputs
-from harness.estimators.equivalence import verdict
+from harness.estimators.decisions import verdict_text
 from harness.estimators.power import mde
 from harness.estimators.ranking import kendall_tau_b
 
@@ -80,17 +80,23 @@ def test_a_table_compared_with_itself_is_within_the_margin():
 
 
 def test_equivalence_verdicts_and_mde():
-    assert verdict([0.01, 0.09], [0.02, 0.08], 0.05) == "differs from 0"
-    assert verdict([-0.03, 0.04], [-0.02, 0.03], 0.05) == "within ±0.05"
-    assert verdict([0.005, 0.04], [0.01, 0.03], 0.05) == "differs from 0, within ±0.05"
-    assert verdict([-0.03, 0.09], [-0.02, 0.08], 0.05) == "inconclusive"
+    assert verdict_text(True, False, 0.05) == "differs from 0"
+    assert verdict_text(False, True, 0.05) == "within ±0.05"
+    assert verdict_text(True, True, 0.05) == "differs from 0, within ±0.05"
+    assert verdict_text(False, False, 0.05) == "inconclusive"
+    assert verdict_text(None, None, 0.05) == "not tested (outside the family)"
     report = estimate(synthetic(A_RATES, 1), n_boot=400, margin=0.1)
     assert report["margin"] == 0.1
     for c in report["contrasts"]:
         eq = c["equivalence"]
         assert eq["margin"] == 0.1 and eq["holm_m"] == 3
-        assert eq["mde"] == pytest.approx(mde(eq["se"]))
-        assert eq["mde_holm"] == pytest.approx(mde(eq["se"], 0.05 / 3))
+        # t-based at the quantity's degrees of freedom (interactions minus domains)
+        assert eq["mde"] == pytest.approx(mde(eq["se"], df=eq["df"]))
+        assert eq["mde_holm"] == pytest.approx(mde(eq["se"], 0.05 / 3, df=eq["df"]))
+        # The verdict is the Holm decision in the family, and never contradicts the interval.
+        assert eq["differs"] == (c["p_holm"] < 0.05)
+        if eq["differs"]:
+            assert c["ci"][0] > 0 or c["ci"][1] < 0
         assert eq["ci90"][0] >= c["ci"][0] and eq["ci90"][1] <= c["ci"][1]
         if c["condition"] == "format_placebo":
             assert c["equivalence_minus_placebo"] is None
@@ -313,22 +319,25 @@ def test_one_pass_summary_equals_the_separate_functions():
     for _ in range(20):
         s = rng.normal(rng.normal(0, 0.05), 0.04, int(rng.integers(2, 3000)))
         s[rng.random(len(s)) < 0.05] = np.nan
-        got = summarise(s, 0.05)
-        assert got == {"ci": percentile_ci(s), "ci90": percentile_ci(s, 0.90), "p": bootstrap_p(s),
-                       "se": bootstrap_se(s), "p_tost": tost_p(s, 0.05)}
+        for df in (None, float(rng.integers(1, 300))):
+            got = summarise(s, 0.05, df)
+            assert got == {"ci": percentile_ci(s, df=df), "ci90": percentile_ci(s, 0.90, df), "p": bootstrap_p(s, df),
+                           "se": bootstrap_se(s), "p_tost": tost_p(s, 0.05, df), "df": df}
 
 
 def test_reports_carry_the_verdict_column_and_sentences(tmp_path, capsys):
-    from harness.estimators.report import markdown
-    from harness.view.tables import contrasts_table
+    from harness.estimators.report import headline_sentences, markdown
+    from harness.view.tables import contrasts_table, in_words
 
     report = estimate(synthetic(A_RATES, 1), n_boot=300)
-    md, html = markdown(report), contrasts_table(report)
+    md, html = markdown(report), contrasts_table(report) + in_words(report)
     for c in report["contrasts"]:
         eq = c["equivalence_minus_placebo"] or c["equivalence"]
         assert f"{eq['verdict']}; MDE {eq['mde']:.4f}" in md
-    assert md.count("detectable with 80% power at α 0.05") == len(report["contrasts"])
-    assert html.count("detectable with 80% power at α 0.05") == len(report["contrasts"]) and "verdict; MDE" in html
+    said = headline_sentences(report)
+    assert len(said) == len(report["contrasts"]) and all("Detectable with 80% power" in x for x in said)
+    assert md.count("Detectable with 80% power") == len(report["contrasts"])
+    assert html.count("Detectable with 80% power") == len(report["contrasts"]) and "verdict; MDE" in html
     # Labels are outside text: escaped in compare.html.
     ta = _write(tmp_path / "a.jsonl", synthetic(A_RATES, 1))
     tb = _write(tmp_path / "b.jsonl", synthetic(B_RATES, 2))

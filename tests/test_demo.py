@@ -70,3 +70,24 @@ def test_installed_verify_and_status(demo_run, installed) -> None:
     assert r.code == 0 and r.out.startswith("verify: OK"), r.err
     r = installed.run("status", str(demo_run.run), "--json")
     assert r.code == 0 and json.loads(r.out)["complete"]
+
+
+def test_demo_study(demo_study, installed) -> None:
+    """`guardeval demo --study` from the wheel, offline: three guards of known character on one
+    schedule, one study folder, an answer that names them for what they are."""
+    study, r = demo_study.study, demo_study.result
+    assert r.code == 0, r.err
+    answer = json.loads(r.out)                                    # stdout carries only the JSON
+    by = {a["condition"]: a for a in answer["conditions"]}
+    assert by["tool_alias"]["most"] == "alias-sensitive" and by["tool_alias"]["holds"] is True
+    guards = {g["label"]: g for g in answer["guards"]}
+    assert guards["robust"]["effects"] == [] and "tool_alias" in guards["alias-sensitive"]["effects"]
+    # The demo ends with the path of study.html.
+    assert r.err.rstrip().splitlines()[-1] == f"demo: study: {(study / 'study.html').resolve()} (one " \
+                                               "self-contained file: open it in a browser)"
+    record = json.loads((study / "study.json").read_text())
+    assert [x["label"] for x in record["runs"]] == ["shortcut", "robust", "alias-sensitive"]
+    assert record["schedule"]["n_calls"] == 960 and record["cohort"]["name"] == "demo"
+    assert not (installed.outside / "studies").exists() and not (installed.outside / "runs").exists()
+    v = installed.run("study", "verify", str(study), "--expect", record["report"]["fingerprint"])
+    assert v.code == 0 and "(as expected)" in v.out, v.out + v.err

@@ -212,7 +212,7 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     code, text, _ = cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "200",
                         "--allow-unpublishable")
     assert code == 0 and "ranking changed: " in text
-    assert text.count("reversed: ") == len(out["reversed_pairs"])
+    assert text.count("reversed in the estimates: ") == len(out["reversed_pairs"])
     assert cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "50")[0] == 1  # B quarantined
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["C"]), "--json")
     assert code == 2 and out == "" and "schedule.jsonl" in err and "differ from line 1" in err
@@ -221,10 +221,14 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     same = json.loads(out)
     assert all(row["difference"] == 0 and row["ci_difference"] == [0, 0] for row in same["conditions"])
     assert same["ranking_changed"] is False
-    # --out that is not a folder is refused before the runs are read: no result on stdout.
+    # --out that is a file is refused before the runs are read: no result on stdout.
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50",
-                         "--out", str(runs["A"] / "nowhere"))
-    assert code == 2 and out == "" and "no such folder" in err and "verified" not in err
+                         "--out", str(runs["A"] / "manifest.json"))
+    assert code == 2 and out == "" and "not a folder" in err and "verified" not in err
+    # --out that does not exist yet is made, once the comparison holds (issue 30).
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50",
+                         "--out", str(runs["A"].parent / "new" / "cmp"))
+    assert code == 0 and (runs["A"].parent / "new" / "cmp" / "compare.html").is_file()
     # Both runs are checked before comparing, and the message says so.
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50")
     assert code == 0 and err.count("verified before comparing") == 2

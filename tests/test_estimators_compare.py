@@ -1,5 +1,7 @@
-"""`compare` on two decision tables of one design: a reversal of the ranking counts only when
-its difference of differences survives Holm across the reversed pairs (issue 12)."""
+"""`compare` on two decision tables of one design: a reversal of the conditions' ranking counts
+only when it is established as a reversal — the order significant one way in A and the other way
+in B (intersection–union), surviving Holm over every pair of conditions (issue 26). A
+significant difference of differences alone is not a reversal."""
 
 from __future__ import annotations
 
@@ -24,8 +26,22 @@ def test_a_strong_reversal_changes_the_ranking():
     [pair] = out["reversed_pairs"]
     # per base: ((x − y)_B − (x − y)_A) = −2 for bases 0..9, 0 otherwise -> −1
     assert pair["conditions"] == ["x", "y"] and pair["difference_of_differences"] == pytest.approx(-1.0)
-    assert pair["p"] < 0.01 and pair["p_holm"] == pair["p"]
+    assert pair["p_reversal"] == max(pair["p_order_a"], pair["p_order_b"]) < 0.01
+    assert pair["p_holm"] == pair["p_reversal"] and out["ranking_family"]["size"] == 1
     assert out["ranking_changed"] is True
+
+
+def test_a_significant_difference_of_differences_is_not_a_reversal():
+    # A: Δx 0.50, Δy 0.45 (their order is within the noise); B: Δx 0, Δy 0.50. The difference of
+    # differences, −0.55, is large; the order in A is not established, so nothing reversed.
+    a = table({"x": set(range(10)), "y": set(range(9))})
+    b = table({"y": set(range(10))})
+    out = compare(a, b, n_boot=2000, seed=1)
+    [pair] = out["reversed_pairs"]
+    assert pair["difference_of_differences"] == pytest.approx(-0.55) and pair["p"] < 0.01
+    assert pair["p_order_a"] > 0.2 and pair["p_order_b"] < 0.01
+    assert pair["p_reversal"] == pair["p_order_a"]
+    assert out["ranking_changed"] is False
 
 
 def test_a_weak_reversal_does_not():
@@ -35,7 +51,7 @@ def test_a_weak_reversal_does_not():
     [pair] = out["reversed_pairs"]
     # per base: bases 0, 1, 4, 5 −1; bases 2, 3 +1 -> −2/20
     assert pair["difference_of_differences"] == pytest.approx(-0.1)
-    assert pair["p"] > 0.2
+    assert pair["p"] > 0.2 and pair["p_reversal"] > 0.2
     assert out["ranking_changed"] is False
 
 
@@ -45,16 +61,23 @@ def test_no_reversal_no_pairs():
     assert out["reversed_pairs"] == [] and out["ranking_changed"] is False
 
 
-def test_holm_runs_across_the_reversed_pairs():
-    # x > y > z in A, z > y > x in B: three reversed pairs, Holm over three
+def test_holm_runs_over_every_pair_of_conditions():
+    # x > y > z in A, z > y > x in B: three reversed pairs in a family of three, fixed in advance
     a = table({"x": set(range(12)), "y": set(range(6))}, ("x", "y", "z"))
     b = table({"z": set(range(12)), "y": set(range(6))}, ("x", "y", "z"))
     out = compare(a, b, n_boot=2000, seed=3)
     assert out["ranking_a"] == ["x", "y", "z"] and out["ranking_b"] == ["z", "y", "x"]
     pairs = {tuple(p["conditions"]): p for p in out["reversed_pairs"]}
-    assert set(pairs) == {("x", "y"), ("x", "z"), ("y", "z")}
-    ps = sorted(p["p"] for p in pairs.values())
+    assert set(pairs) == {("x", "y"), ("x", "z"), ("y", "z")} and out["ranking_family"]["size"] == 3
+    ps = sorted(p["p_reversal"] for p in pairs.values())
     adj = sorted(p["p_holm"] for p in pairs.values())
     assert adj[0] == pytest.approx(min(1.0, 3 * ps[0]))
     assert adj[1] == pytest.approx(max(adj[0], min(1.0, 2 * ps[1])))
     assert adj[2] == pytest.approx(max(adj[1], ps[2]))
+    # A pair that did not reverse stays in the family (p 1), so the family does not shrink with the data.
+    c = table({"x": set(range(12)), "y": set(range(6))}, ("x", "y", "z"))
+    d = table({"y": set(range(12)), "x": set(range(6))}, ("x", "y", "z"))
+    out = compare(c, d, n_boot=2000, seed=3)
+    assert [p["conditions"] for p in out["reversed_pairs"]] == [["x", "y"]] and out["ranking_family"]["size"] == 3
+    only = out["reversed_pairs"][0]
+    assert only["p_holm"] == pytest.approx(min(1.0, 3 * only["p_reversal"]))

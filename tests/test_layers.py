@@ -8,8 +8,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # Top to bottom; a layer may import only from layers below it (and from itself).
-# harness.api (the public Python API) sits between the CLI, which calls it, and the view.
-LAYERS = ["harness.cli", "harness.api", "harness.view", "harness.estimators", "harness.run", "harness.cohorts", "guards", "ground"]
+# harness.api (the public Python API) sits between the CLI, which calls it, and the view;
+# harness.study (several runs as one study) below the API: it dispatches runs, estimates and
+# compares them and writes its report through the view.
+LAYERS = ["harness.cli", "harness.api", "harness.study", "harness.view", "harness.estimators", "harness.run",
+          "harness.cohorts", "guards", "ground"]
 ALLOWED_UP = {("harness/__main__.py", "harness.cli")}   # the `python -m harness` entry point
 
 
@@ -96,7 +99,7 @@ PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir
                 "symlink_to", "is_file", "exists"}
 # The layers that handle run folders, and the few places in them that open files that are not
 # a run folder's (each with its reason). Anything else there that opens a path fails this test.
-RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/")
+RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/", "harness/study/")
 OPENS_ELSEWHERE = {
     "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
     # The runs folder around a new run; the new run itself is built through RunFolder.
@@ -107,6 +110,7 @@ OPENS_ELSEWHERE = {
     "harness/run/create.py:_partial_is_live": "tries a partial folder's lock (never through a link)",
     "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
     "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
+    "harness/view/files.py:out_folder": "an --out folder the user named (compare), outside any run folder",
     "harness/view/html.py:asset": "the package's own CSS and JS",
     "harness/view/html.py:_write": "report.html (or the page saying why there is none) to an --out file the user named",
     "harness/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",
@@ -117,6 +121,7 @@ OPENS_ELSEWHERE = {
     "harness/cli/plan.py:cmd_plan": "the hash of an --table file",
     "harness/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
     "harness/cli/demo.py:_estimate": "the path of the report.html the demo just wrote, for its message",
+    "harness/run/inspect_task.py:_settings": "an exported Inspect task's own task.json and dataset.jsonl",
 }
 RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",
              "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG",

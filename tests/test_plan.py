@@ -123,7 +123,10 @@ def test_predicted_se_of_the_pilot_design_is_the_bootstrap_se_of_estimate() -> N
     reps = bootstrap_ratios(cluster_sums(x, cluster, len(domain)), cluster_sums(np.ones_like(x), cluster, len(domain)),
                             domain, 20000, 1)
     assert float(np.nanstd(reps, ddof=1)) == pytest.approx(predicted, rel=0.03)
-    assert plan["designs"][0]["effects"][0]["mde"] == pytest.approx(mde(predicted))
+    # the MDE is t-based at the design's degrees of freedom (its interactions minus its domains)
+    effect = plan["designs"][0]["effects"][0]
+    assert effect["df"] == len(cluster_sizes := [x for s in sizes for x in s]) - len(sizes)
+    assert effect["mde"] == pytest.approx(mde(predicted, df=effect["df"])) and len(cluster_sizes) == 48
 
 
 def test_se_scales_with_bases_and_repetitions() -> None:
@@ -134,7 +137,9 @@ def test_se_scales_with_bases_and_repetitions() -> None:
     for d in plan["designs"]:
         e = next(e for e in d["effects"] if e["quantity"] == "corrected")
         assert e["se"] ** 2 == pytest.approx((between + comp["within_base"] / d["reps"]) / d["bases"])
-        assert e["mde_holm"] == pytest.approx(mde(e["se"], 0.05 / plan["holm_m"]["corrected"]))
+        assert e["mde_holm"] == pytest.approx(mde(e["se"], 0.05 / plan["holm_m"]["corrected"], df=e["df"]))
+        # the design's interactions scale with its bases (the pilot's bases per interaction kept)
+        assert e["df"] == max(1, round(comp["n_interactions"] * d["bases"] / comp["n_bases"]) - comp["n_domains"])
         assert d["calls"] == d["bases"] * 3 * d["reps"] and d["cost_usd_upper_est"] is None
 
 
@@ -323,3 +328,30 @@ def test_cli_escapes_names_from_the_table(tmp_path: Path) -> None:
         r = run_cli("plan", "--table", str(table), *extra)
         assert r.code == 0, r.err
         assert "\x1b" not in r.out + r.err and "\x07" not in r.out + r.err and "pwned" in r.out
+
+
+def test_plan_knows_the_cohort_and_a_pilot_cut_inside_round_one(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 26 §8: a design larger than the cohort is marked as needing a larger cohort, and a
+    pilot stopped inside its first round is told to finish, not to launch with more repetitions."""
+    from guards.sim import SimServerProcess
+
+    run, _ = pilot_run
+    r = run_cli("plan", str(run), "--bases", "32,64,512", "--reps", "2", "--json", "--target-mde", "0.09")
+    assert r.code == 0, r.err
+    plan = json.loads(r.out)
+    assert plan["cohort_bases"] == 64
+    assert [(d["bases"], d["beyond_cohort"]) for d in plan["designs"]] == [(32, False), (64, False), (512, True)]
+    assert "designs of 512 bases need more bases than the cohort has (64)" in r.err
+    assert "the target design needs 512 bases; the cohort has 64" in r.err
+    text = run_cli("plan", str(run), "--bases", "64,512", "--reps", "2", env={"COLUMNS": "100"})
+    assert text.code == 0 and "! more bases than the cohort has (64)" in text.out
+    assert any(line.lstrip().startswith("512") and "!" in line for line in text.out.splitlines()), text.out
+    with SimServerProcess(["--seed", "5"], env=cli_env()) as sim:
+        guard = write_guard(tmp_path / "g.toml", sim.base_url)
+        cut = tmp_path / "cut"
+        r = run_cli("launch", "--cohort", str(DEMO_COHORT), "--guard", str(guard), "--reps", "2", "--order", "rounds",
+                    "--max-calls", "100", "--run-dir", str(cut), "--no-progress", "--no-preflight")
+        assert r.code == 0, r.err
+    r = run_cli("plan", str(cut), "--allow-skipped")
+    assert r.code == 2 and f"guardeval resume {cut}" in r.err and "before its second repetition round" in r.err, r.err
+    assert "--reps 2 or more" not in r.err and "Traceback" not in r.err

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
 from chromium import Chromium, find_chromium, load
-from conftest import HOSTILE_BASE, HOSTILE_HTML
+from conftest import HOSTILE_BASE, HOSTILE_HTML, MARKUP
 
 pytestmark = pytest.mark.skipif(
     find_chromium() is None,
@@ -58,6 +60,12 @@ def test_demo_report_in_chromium(demo_run):
                                         ".map(r => r.cells[0].textContent)")
             assert [n.split()[0] for n in names] == [c["condition"] for c in report["contrasts"]]
             assert "passed" in await page.evaluate("document.querySelector('dl.header').textContent")
+            # the page opens with one quotable sentence per headline, its decision and family named
+            words = await page.evaluate("Array.from(document.querySelectorAll('ul.words li')).map(x => x.textContent)")
+            assert len(words) == len(report["contrasts"])
+            assert all("after Holm over" in w and "unadjusted 95% CI" in w for w in words), words
+            first = await page.evaluate("document.querySelector('main h2, body h2').textContent")
+            assert first == "In words"
 
             # every scheduled call is a row
             ids = await _rows(page)
@@ -126,5 +134,57 @@ def test_hostile_text_renders_as_text(hostile_run):
             assert await page.evaluate("document.images.length") == 1    # the forest plot
             assert await page.evaluate("document.querySelectorAll('[onerror]').length") == 0
             await page.close()
+
+    asyncio.run(scenario())
+
+
+async def _open_static(page, path: Path) -> None:
+    """Open a page without script (study.html) and wait until it has loaded."""
+    await page.send("Page.enable")
+    await page.send("Page.navigate", url=path.resolve().as_uri())
+    await page.wait_for("document.readyState === 'complete' && document.querySelector('main') !== null")
+
+
+def test_study_html_in_chromium(demo_study, installed, tmp_path):
+    """The demo study's study.html opens with its answer, links each guard to its run's report.html,
+    embeds its figures, fetches nothing and runs no script; text from the study (its folder's name
+    here, markup) is shown as text."""
+    assert demo_study.result.code == 0, demo_study.result.err
+    hostile = tmp_path / ("study " + MARKUP.replace("/", "|"))
+    shutil.copytree(demo_study.study, hostile)
+    r = installed.run("study", "report", str(hostile), "--bootstrap", "300")
+    assert r.code == 0, r.err
+
+    async def scenario() -> None:
+        async with Chromium() as browser:
+            for study in (demo_study.study, hostile):
+                page = await browser.page()
+                await page.send("Network.enable")
+                await _open_static(page, study / "study.html")
+                first = await page.evaluate("document.querySelector('main section').id")
+                assert first == "answer"
+                answer = await page.evaluate("document.getElementById('answer').textContent")
+                assert "tool_alias: alias-sensitive is the most sensitive" in answer
+                assert "robust: no placebo-corrected effect" in answer
+                ids = await page.evaluate("Array.from(document.querySelectorAll('main section')).map(s => s.id)")
+                assert ids == ["answer", "leaderboard", "pairs", "stability", "guards", "question", "fingerprint",
+                               "made"]
+                links = await page.evaluate("Array.from(document.querySelectorAll('a.run-report')).map(a => a.href)")
+                assert len(links) == 3
+                for link in links:
+                    assert Path(unquote(urlparse(link).path)).is_file(), link
+                images = await page.evaluate("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+                assert images and all(images)
+                assert await page.evaluate("document.scripts.length") == 0
+                assert await page.evaluate("window.pwned === undefined")
+                assert await page.evaluate("document.querySelectorAll('[onerror]').length") == 0
+                made = await page.evaluate("document.getElementById('made').textContent")
+                assert "guardeval study report" in made or "guardeval demo --study" in made
+                if study == hostile:
+                    assert MARKUP.replace("/", "|") in await page.evaluate("document.body.textContent")
+                urls = [e["params"]["request"]["url"] for e in page.events
+                        if e["method"] == "Network.requestWillBeSent"]
+                assert urls and all(u.startswith(("file://", "data:")) for u in urls), urls
+                await page.close()
 
     asyncio.run(scenario())

@@ -9,6 +9,7 @@ import os
 import random
 from dataclasses import dataclass, field
 
+from guards.sim.profiles import SHORTCUT_PROFILE, Profile, load_profile
 from guards.sim.router_faults import ROUTER_FAULTS
 from harness.errors import InputError
 
@@ -140,6 +141,7 @@ class ServerConfig:
     key_limit: float | None = None     # USD limit of the key (GET /key); None: no limit
     preset_cache: str | None = None    # the account's preset caches responses: "on" (the header can opt out) or "forced"
     guardrail_filters: bool = False    # GET /guardrails lists a guardrail with a content filter (else 403)
+    profile: Profile = SHORTCUT_PROFILE   # the guard's cue weights (guards.sim.profiles)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -151,6 +153,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="e.g. 429=0.2,500=0.05,malformed=0.02,choice_error=0.01,moderation403=0.01 "
                         f"(kinds: an HTTP status 400-599 or {', '.join(NAMED_FAULTS)})")
     p.add_argument("--seed", type=int, default=0, help="server seed of the guard noise and the fault draws")
+    p.add_argument("--profile", default="shortcut", metavar="NAME|FILE",
+                   help="the simulated guard's character: shortcut, robust, alias-sensitive, or a TOML file of "
+                        "weights (docs/sim-server.md, Profiles)")
     p.add_argument("--retry-after", default="0.05", metavar="S",
                    help="Retry-After value (seconds, sent as given) on --faults 429s and --max-in-flight refusals")
     p.add_argument("--stall-s", default="30", metavar="S", help="extra delay of a `stall` fault, in seconds")
@@ -230,4 +235,5 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         price_in=_number(args.price_in, "--price-in"), price_out=_number(args.price_out, "--price-out"),
         rps_cap=cap, rps_burst=burst, max_in_flight=in_flight,
         preset_cache=args.preset_cache, guardrail_filters=args.guardrail_filters,
+        profile=load_profile(args.profile),
     )

@@ -3,7 +3,7 @@ chat-completions server on aiohttp with a shortcut-prone guard (`guards.sim.guar
 seeded fault injection.
 
 Usage:  guardeval sim-server [--host 127.0.0.1] [--port 0] [--latency-ms SPEC] [--faults SPEC]
-                             [--seed N] [--retry-after S] [--stall-s S] [--require-key]
+                             [--seed N] [--profile NAME|FILE] [--retry-after S] [--stall-s S] [--require-key]
                              [--expect-key-env VAR] [--price-in USD] [--price-out USD]
                              [--rps-cap R [--rps-burst B]] [--max-in-flight N] [--echo-call-id]
                              [--endpoint-providers SLUGS] [--unsupported-params NAMES]
@@ -144,7 +144,7 @@ class SimProvider(InfoRoutes):
             return hit
         feats = sim_guard.features(sim_guard.judged_text(messages))
         chars = sum(len(sim_guard.message_text(m.get("content"))) for m in messages)
-        hit = (feats, sim_guard.probability_from(feats), chars)
+        hit = (feats, sim_guard.probability_from(feats, self.config.profile.weights), chars)
         self.assessed[body_sha] = hit
         if len(self.assessed) > ASSESS_MEMORY:
             self.assessed.popitem(last=False)
@@ -303,7 +303,9 @@ class SimProvider(InfoRoutes):
                                  "metadata": {"provider_name": provider, "raw": "simulated fault"}})
         model = str(body.get("model", "sim-guard"))
         reply: dict[str, Any] = {"id": gen_id, "object": "chat.completion", "created": int(time.time()),
-                                 "model": model, "provider": provider, "system_fingerprint": None,
+                                 "model": model, "provider": provider,
+                                 # Which guard answered: the profile's name and hash (a run's raw log keeps it).
+                                 "system_fingerprint": cfg.profile.fingerprint,
                                  "choices": [choice], "usage": usage}
         if fault == "no_provider_field":
             del reply["provider"]      # and no router metadata: the answer says nothing of who served it
@@ -381,7 +383,8 @@ class SimProvider(InfoRoutes):
         """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
         stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
                                  "cache_hits": self.cache.hits, "cache_entries": len(self.cache.entries),
-                                 "faults": self.faulted, "call_ids": len(self.attempts)}
+                                 "faults": self.faulted, "call_ids": len(self.attempts),
+                                 "profile": self.config.profile.record()}
         cid = request.query.get("call_id")
         if cid is not None:
             stats["call_id"] = cid

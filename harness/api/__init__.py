@@ -14,6 +14,9 @@ CLI's: `InputError` (bad input, exit 2), `CheckFailed` (a check failed, exit 1),
 (a run stopped, resumable, exit 1), all `GuardevalError`. Nothing here prints; progress is off
 unless asked for (`progress=True`).
 
+A study (N guards on one schedule, one folder, one report: docs/study.md): `study_launch`,
+`study_resume`, `study_add`, `study_report`, `study_verify`, `study_status`, `study_edit`.
+
 A guard that is a Python function: `python_guard(name, "package.module:function")`, whose
 function takes a `GuardInput` and returns text or a `Verdict` (README, "Your own guard").
 """
@@ -23,9 +26,22 @@ from guards.python_guard.types import GuardInput, Verdict
 from harness.api.guards import load_guard, python_guard
 from harness.api.results import calls, calls_frame, compare, estimate, estimate_record
 from harness.api.runs import launch, launch_plan, plan_launch, plan_replicate, replicate, resume, status, verify
+from harness.api.study import (
+    StudyPlanned,
+    study_add,
+    study_edit,
+    study_launch,
+    study_launch_plan,
+    study_plan,
+    study_report,
+    study_resume,
+    study_status,
+    study_verify,
+)
 from harness.api.types import (
     CallRecord,
     Comparison,
+    Decision,
     Difference,
     Effect,
     Estimate,
@@ -35,14 +51,21 @@ from harness.api.types import (
     RunResult,
     RunStatus,
     Skipped,
+    StudyReport,
+    StudyResult,
+    StudyRun,
+    StudyVerifyReport,
     VerifyReport,
 )
 from harness.errors import CheckFailed, GuardevalError, InputError, RunStopped
 
 __all__ = [
-    "CallRecord", "CheckFailed", "Comparison", "Difference", "Effect", "Estimate", "GuardConfig", "GuardInput",
+    "CallRecord", "CheckFailed", "Comparison", "Decision", "Difference", "Effect", "Estimate", "GuardConfig", "GuardInput",
     "GuardevalError", "InputError", "LaunchPlan", "Problem", "Projection", "RunResult", "RunStatus", "RunStopped",
-    "Skipped", "Verdict", "VerifyReport",
+    "Skipped", "StudyPlanned", "StudyReport", "StudyResult", "StudyRun", "StudyVerifyReport", "Verdict",
+    "VerifyReport",
     "calls", "calls_frame", "compare", "estimate", "estimate_record", "launch", "launch_plan", "load_guard",
-    "plan_launch", "plan_replicate", "python_guard", "replicate", "resume", "status", "verify",
+    "plan_launch", "plan_replicate", "python_guard", "replicate", "resume", "status", "study_add", "study_edit",
+    "study_launch", "study_launch_plan", "study_plan", "study_report", "study_resume", "study_status",
+    "study_verify", "verify",
 ]

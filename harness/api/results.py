@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.runs import run_folder
-from harness.api.types import CallRecord, Comparison, Difference, Effect, Estimate, _interval
+from harness.api.types import CallRecord, Comparison, Decision, Difference, Effect, Estimate, _interval
 from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from harness.errors import InputError
 
@@ -16,16 +16,17 @@ def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | Non
              family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0, failure_rule: str = "drop",
              missing: str = "exclude", allow_partial: bool = False, allow_unpublishable: bool = False,
              verify: bool = True, allow_skipped: bool = False, write: bool = True, margin: float | None = None,
-             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Estimate:
+             alpha: float = 0.05, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Estimate:
     """Paired effects with cluster-bootstrap intervals (`guardeval estimate RUN`). The run is
     verified first (CheckFailed when it does not hold; `verify=False` skips that, and the report
-    says so). `margin`: the equivalence margin (`--margin`). With `write`, report.json, report.md,
+    says so). `margin`: the equivalence margin (`--margin`); `alpha`: the level of every verdict
+    (`--alpha`, Holm within each stated family). With `write`, report.json, report.md,
     effects.png and report.html go into the run."""
     from harness.estimators.equivalence import DEFAULT_MARGIN
     from harness.estimators.runs import estimate_run
 
     report = estimate_run(run, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
-                          margin=DEFAULT_MARGIN if margin is None else margin,
+                          margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
                           failure_rule=failure_rule, missing=missing, allow_partial=allow_partial,
                           allow_unpublishable=allow_unpublishable, write=write, verify=verify,
                           allow_skipped=allow_skipped, row_limits=row_limits)
@@ -42,7 +43,9 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                       ci=_interval(c["ci"]), p=c["p"], p_holm=c["p_holm"],
                       delta_minus_placebo=c["delta_minus_placebo"], ci_minus_placebo=_interval(c["ci_minus_placebo"]),
                       p_minus_placebo=c["p_minus_placebo"], increase=c["increase"], decrease=c["decrease"],
-                      tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"])
+                      tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"],
+                      p_holm_minus_placebo=c.get("p_holm_minus_placebo"), verdict=Decision.of(c.get("equivalence")),
+                      verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo")))
                for c in report["contrasts"]]
     source = report.get("source") or {}
     return Estimate(run_dir=run_dir, baseline=report["baseline"], placebo=report["placebo"],
@@ -56,7 +59,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
 def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: str | None = None,
             placebo: str | None = None, family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
             failure_rule: str = "drop", missing: str = "exclude", margin: float | None = None,
-            allow_partial: bool = False, allow_unpublishable: bool = False, verify: bool = True,
+            alpha: float = 0.05, allow_partial: bool = False, allow_unpublishable: bool = False, verify: bool = True,
             allow_skipped: bool = False, out: str | Path | None = None, write: bool = True,
             row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Comparison:
     """Two or more runs of one schedule (replicates on other guards): each run's effects, the
@@ -67,6 +70,7 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
     from harness.estimators.compare import compare_inputs
     from harness.estimators.equivalence import DEFAULT_MARGIN
     from harness.estimators.runs import compare_input_from_run, first_schedule_difference, run_dir
+    from harness.view.files import make_folder, out_folder
 
     if len(runs) < 2:
         raise InputError(f"compare needs at least two runs, got {len(runs)}")
@@ -76,27 +80,34 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
         if line is not None:
             raise InputError(f"schedule.jsonl of {folders[0].path} and {r.path} differ from line {line}: not runs of "
                              "one schedule", path=r.file("schedule.jsonl"), line=line)
-    out_dir = Path(out) if out else folders[1].path
-    if (write or out is not None) and not out_dir.is_dir():
-        raise InputError("no such folder", path=out_dir, field="out")
+    out_dir = out_folder(out) if out else folders[1].path
     if labels is not None and len(labels) != len(folders):
         raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
     inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
                                      row_limits=row_limits) for i, r in enumerate(folders)]
     result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
                                  failure_rule=failure_rule, missing=missing,
-                                 margin=DEFAULT_MARGIN if margin is None else margin, allow_partial=allow_partial,
+                                 margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
+                                 allow_partial=allow_partial,
                                  allow_unpublishable=allow_unpublishable)
     result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
     written: list[Path] = []
     if write:
         from harness.view.compare import write_compare
 
+        make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
         written = list(write_compare(result, out_dir))
     rows = [Difference(condition=r["condition"], delta_a=r["delta_a"], ci_a=_interval(r["ci_a"]),
                        delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
                        ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
-                       p_holm=r["p_holm"]) for r in result["conditions"]]
+                       p_holm=(r["equivalence"] or {}).get("p_adjusted"),
+                       delta_minus_placebo_a=r["delta_minus_placebo_a"], delta_minus_placebo_b=r["delta_minus_placebo_b"],
+                       difference_minus_placebo=r["difference_minus_placebo"],
+                       ci_difference_minus_placebo=_interval(r["ci_difference_minus_placebo"]),
+                       p_difference_minus_placebo=r["p_difference_minus_placebo"],
+                       p_holm_minus_placebo=(r["equivalence_minus_placebo"] or {}).get("p_adjusted"),
+                       verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
+            for r in result["conditions"]]
     checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
     return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
                       failure_rule=result["failure_rule"], publishable=result["publishable"],

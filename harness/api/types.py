@@ -181,8 +181,30 @@ class VerifyReport(_Record):
 
 
 @dataclass(frozen=True)
+class Decision(_Record):
+    """One quantity's decision (docs/estimators.md, Decisions): Holm within `family` at `alpha`."""
+
+    verdict: str | None                     # "differs from 0", "within ±M", both, "inconclusive", or not tested
+    differs: bool | None                    # None: outside every family, not tested
+    equivalent: bool | None
+    p_adjusted: float | None
+    family: str | None
+    alpha: float | None
+    mde: float | None                       # detectable with 80% power at alpha
+    mde_holm: float | None                  # ... at the first Holm step, alpha/m
+    underpowered: bool | None               # the margin lies below the MDE
+
+    @staticmethod
+    def of(record: Any) -> Decision | None:
+        if not isinstance(record, dict):
+            return None
+        return Decision(**{f.name: record.get(f.name) for f in dataclasses.fields(Decision)})
+
+
+@dataclass(frozen=True)
 class Effect(_Record):
-    """One condition against the baseline (docs/estimators.md): block-rate differences as proportions."""
+    """One condition against the baseline (docs/estimators.md): block-rate differences as proportions.
+    Intervals are unadjusted 95%; verdicts are Holm decisions within the stated families."""
 
     condition: str
     role: str
@@ -199,11 +221,20 @@ class Effect(_Record):
     tie: int
     n_bases: int
     block_rate: float | None
+    p_holm_minus_placebo: float | None = None
+    verdict: Decision | None = None          # Δ's decision
+    verdict_minus_placebo: Decision | None = None   # the corrected effect's (the headline, where defined)
+
+    @property
+    def headline(self) -> Decision | None:
+        """The decision behind the row's star: the corrected effect's, Δ's for the placebo."""
+        return self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
 
     @property
     def significant(self) -> bool:
-        """Holm-adjusted p below 0.05 (the `*` of the effects table)."""
-        return self.p_holm is not None and self.p_holm < 0.05
+        """The headline differs from 0 after Holm in its family (the `*` of the effects table)."""
+        h = self.headline
+        return bool(h is not None and h.differs)
 
 
 @dataclass(frozen=True)
@@ -235,7 +266,8 @@ class Estimate(_Record):
 
 @dataclass(frozen=True)
 class Difference(_Record):
-    """One condition's effect in run A and run B, and their paired difference (B − A)."""
+    """One condition's effect in run A and run B, and their paired difference (B − A), of Δ and
+    of the placebo-corrected effect (the headline), each with its decision."""
 
     condition: str
     delta_a: float | None
@@ -246,6 +278,20 @@ class Difference(_Record):
     ci_difference: Interval | None
     p_difference: float | None
     p_holm: float | None
+    delta_minus_placebo_a: float | None = None
+    delta_minus_placebo_b: float | None = None
+    difference_minus_placebo: float | None = None
+    ci_difference_minus_placebo: Interval | None = None
+    p_difference_minus_placebo: float | None = None
+    p_holm_minus_placebo: float | None = None
+    verdict: Decision | None = None
+    verdict_minus_placebo: Decision | None = None
+
+    @property
+    def significant(self) -> bool:
+        """The headline difference (corrected; Δ for the placebo) differs from 0 in its family."""
+        h = self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
+        return bool(h is not None and h.differs)
 
 
 @dataclass(frozen=True)
@@ -288,3 +334,86 @@ class CallRecord(_Record):
     provider: str | None
     finish_reason: str | None
     retry_round: int | None = None          # the `resume --retry-failed` round that decided it (None: none)
+
+
+@dataclass(frozen=True)
+class StudyRun(_Record):
+    """One run of a study after a `study_launch`, `study_resume` or `study_add`."""
+
+    label: str
+    run_dir: Path
+    dispatched: bool                        # sent calls in this command (False: already complete, or refused)
+    complete: bool
+    decided: int | None
+    total: int | None
+    statuses: dict[str, int]
+    stop_reason: str | None                 # as RunResult's; None when it ended on its own
+    fatal_message: str | None
+    fingerprint: str | None
+    error: str | None                       # why it could not start, or broke (the others went on)
+
+
+@dataclass(frozen=True)
+class StudyResult(_Record):
+    """What one `study_launch`, `study_resume` or `study_add` did, and where the study stands."""
+
+    study_dir: Path
+    runs: list[StudyRun]                    # every run of the study
+    complete: bool                          # every run has every call decided
+    incomplete: list[str]
+    spend_usd: float                        # the whole study's
+    max_cost: float | None                  # the study's budget in this command
+    interrupted: str | None                 # `signal SIGTERM` when a signal stopped it
+    fingerprint: str                        # the study fingerprint now (`study_verify(expect=)`)
+
+    def run(self, label: str) -> StudyRun:
+        for r in self.runs:
+            if r.label == label:
+                return r
+        raise KeyError(label)
+
+    def stopped(self) -> dict[str, str]:
+        """label -> why, for each run of this command that did not end on its own."""
+        return {r.label: r.error or str(r.stop_reason) for r in self.runs
+                if r.dispatched and (r.error is not None or r.stop_reason is not None)}
+
+    def raise_if_stopped(self) -> None:
+        """RunStopped (exit 1, resumable) when a run stopped: a fatal answer, the budget, a signal..."""
+        from harness.errors import RunStopped
+
+        stopped = self.stopped()
+        if stopped:
+            listed = "; ".join(f"{k}: {v}" for k, v in stopped.items())
+            raise RunStopped(f"{len(stopped)} run(s) of the study stopped ({listed}); the others went on. Fix the "
+                             f"cause, then: guardeval study resume {self.study_dir}")
+
+
+@dataclass(frozen=True)
+class StudyVerifyReport(_Record):
+    """`guardeval study verify`: every run, and the study's record against them."""
+
+    ok: bool
+    problems: list[Problem]
+    skipped: list[Skipped]
+    notes: list[str]
+    runs: dict[str, Any]                    # label -> {"ok", "checked", "problems", "fingerprint"}
+    checked: str
+    fingerprint: dict[str, Any] | None      # {"token", "digest", "runs": {label: run fingerprint}}
+
+
+@dataclass(frozen=True)
+class StudyReport(_Record):
+    """`guardeval study report`: the answer, typed where a caller reads it; `report` is the
+    whole of study-report.json."""
+
+    study_dir: Path
+    fingerprint: str
+    answer: list[str]                       # the answer in words, lead first
+    most_sensitive: dict[str, str]          # intervention -> the guard it moves most
+    least_sensitive: dict[str, str]
+    holds: dict[str, bool | None]           # intervention -> does most − least hold after the correction
+    corrected_effects: dict[str, list[str]]  # guard -> interventions with a placebo-corrected effect
+    complete: bool
+    publishable: bool
+    written: list[Path]
+    report: dict[str, Any] = field(repr=False)

@@ -18,6 +18,7 @@ from harness.terminal import safe
 # Order is the order of `guardeval --help`.
 COMMAND_MODULES = (
     "harness.cli.run",
+    "harness.cli.study",
     "harness.cli.preflight",
     "harness.cli.estimate",
     "harness.cli.plan",
@@ -124,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # what a study records as the command run
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.func(args) or 0)

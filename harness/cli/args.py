@@ -22,6 +22,14 @@ def positive_int(text: str) -> int:
     return v
 
 
+def name_list(text: str) -> list[str]:
+    """`C1,C2,...`: a comma-separated list of names (`--family`)."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+    return items
+
+
 def _float(text: str) -> float:
     try:
         v = float(text)
@@ -87,3 +95,13 @@ def say_verified(run: object, verification: dict[str, Any], doing: str = "estima
         print(safe(f"guardeval: {run} verified before {doing}{note}"), file=sys.stderr)
     else:
         print(safe(f"guardeval: warning: {run} {doing} without verification (--no-verify)"), file=sys.stderr)
+
+
+def say_problems(report: dict[str, Any]) -> None:
+    """A verify report's problems and skipped checks, one line each on stdout (the report is the
+    result, whether it passes or fails: the exit code says which)."""
+    for p in report["problems"]:
+        where = p["file"] + (f":{p['line']}" if p.get("line") else "")
+        print(safe(f"{where}: {p['message']}"))
+    for s in report["skipped"]:
+        print(safe(f"skipped: {s['check']}: {s['reason']}"))

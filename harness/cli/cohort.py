@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cli.args import positive_int, row_limit_options, row_limits
+from harness.cli.args import nonneg_float, positive_int, row_limit_options, row_limits
 from harness.errors import CheckFailed
 from harness.terminal import safe, safe_json
 
@@ -61,6 +61,34 @@ def _build_tsbench(args: argparse.Namespace) -> int:
     start = _start(args)
     out, stats = build_tsbench(args.source, args.out, args.pins)
     return _done("tsbench", out, start, stats)
+
+
+def _build_inspect(args: argparse.Namespace) -> int:
+    from harness.cohorts.builders.inspect_log import Labelling, build_inspect
+
+    start = _start(args)
+    labelling = None
+    if args.label_score:
+        labelling = Labelling(args.label_score, tuple(args.unsafe_values.split(",")), tuple(args.safe_values.split(",")),
+                              args.unsafe_steps)
+    out, stats = build_inspect(args.logs, args.out, tool_calls=args.tool_calls, condition_names=args.conditions,
+                               domain_field=args.domain_field, labelling=labelling,
+                               skip_bad_samples=args.skip_bad_samples)
+    if stats["samples_skipped"]:
+        print(safe(f"guardeval: {stats['samples_skipped']} sample(s) skipped (--skip-bad-samples); each is listed "
+                   "under 'skipped'"), file=sys.stderr)
+    return _done("inspect", out, start, stats)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from harness.cohorts.export_inspect import export_inspect
+
+    out, stats = export_inspect(args.dir, args.out, prompt_id=args.prompt, epochs=args.reps,
+                                temperature=args.temperature, max_tokens=args.max_tokens, limits=row_limits(args))
+    print(safe(f"wrote an Inspect task to {out}: run it from there (`cd {out} && inspect eval task.py --model "
+               "PROVIDER/MODEL`), then `guardeval estimate --inspect-log LOG`"), file=sys.stderr)
+    print(safe_json(json.dumps({"task": str(out), **stats}, indent=2)))
+    return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -156,6 +184,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
     ts.set_defaults(func=_build_tsbench)
 
+    _register_inspect_builder(builders)
+    _register_export(sub)
+
     ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")
     ins.add_argument("dir", metavar="DIR", help="cohort folder")
     ins.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -168,3 +199,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rows.add_argument("--out", required=True, metavar="FILE", help="JSONL file to write")
     row_limit_options(rows)
     rows.set_defaults(func=_rows)
+
+
+def _register_inspect_builder(builders: argparse._SubParsersAction) -> None:
+    ib = builders.add_parser("inspect", help="tool calls from Inspect (inspect_ai) agent logs (needs the 'inspect' extra)")
+    ib.add_argument("logs", nargs="+", metavar="LOG", help="Inspect log files (.eval or .json)")
+    ib.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    ib.add_argument("--tool-calls", metavar="all|last|NAME,...", default="all",
+                    help="which assistant tool calls become bases: every one, the last of each sample, or calls to "
+                         "the named tools")
+    ib.add_argument("--conditions", metavar="NAMES",
+                    help="comma-separated subset of original,format_placebo,marker_rewrite,tool_alias,combined "
+                         "(default: all; the baseline is always kept)")
+    ib.add_argument("--domain-field", metavar="NAME",
+                    help="the sample metadata field that names a base's domain (default: the task's name)")
+    ib.add_argument("--label-score", metavar="SCORER",
+                    help="label the steps from this score of each sample (default: no labels)")
+    ib.add_argument("--unsafe-values", default="1", metavar="V,...",
+                    help="with --label-score: score values that mean the sample did harm (booleans read as 1/0)")
+    ib.add_argument("--safe-values", default="0", metavar="V,...",
+                    help="with --label-score: score values that mean it did not (every step labelled 0)")
+    ib.add_argument("--unsafe-steps", choices=("last", "all"), default="last",
+                    help="with --label-score: in a sample that did harm, label its last selected call 1 and leave "
+                         "the earlier ones unlabelled (last), or label them all 1 (all)")
+    ib.add_argument("--skip-bad-samples", action="store_true",
+                    help="leave out a sample whose history is malformed or whose label score does not map (counted "
+                         "and listed in the summary) instead of refusing the log")
+    ib.set_defaults(func=_build_inspect)
+
+
+def _register_export(sub: argparse._SubParsersAction) -> None:
+    ex = sub.add_parser("export", help="write a cohort as an Inspect task (run any guard with Inspect's providers, "
+                                       "then `estimate --inspect-log`)")
+    ex.add_argument("dir", metavar="COHORT", help="cohort folder (or `demo`)")
+    ex.add_argument("out", metavar="OUT", help="folder to write the task into (new or empty)")
+    ex.add_argument("--format", choices=("inspect",), required=True, help="what to write")
+    ex.add_argument("--prompt", default="guardeval-json-v1", metavar="ID",
+                    help="guard prompt that renders the stimuli; its strict parser scores the answers")
+    ex.add_argument("--reps", type=positive_int, default=3, metavar="N", help="repetitions (Inspect epochs)")
+    ex.add_argument("--temperature", type=nonneg_float, default=0.0, metavar="T", help="sampling temperature")
+    ex.add_argument("--max-tokens", type=positive_int, default=256, metavar="N", help="output token limit")
+    row_limit_options(ex)
+    ex.set_defaults(func=_export)

@@ -4,6 +4,9 @@ Starts the simulated provider on 127.0.0.1 (a light fault mix: some 429s and 5xx
 that quarantines), launches 64 bases x 5 conditions x 3 repetitions = 960 calls, then runs
 the estimator on the finished run; the last line says where report.html is. With `--guard`,
 a python guard (`python-example`: the shipped keyword policy) answers instead, in-process.
+With `--study`, three simulated providers, one per shipped profile (shortcut, robust,
+alias-sensitive: guards of known character), are three guards of one study on one schedule,
+dispatched together and compared; the last line says where study.html is.
 """
 
 from __future__ import annotations
@@ -70,3 +73,47 @@ def _estimate(target: Path, as_json: bool) -> int:
         print(safe(f"demo: report: {report.resolve()} (one self-contained file: open it in a browser)"),
               file=sys.stderr)
     return code
+
+
+STUDY_PROFILES = ("shortcut", "robust", "alias-sensitive")
+
+
+def run_study_demo(*, study_dir: str | None, as_json: bool, progress: bool = True,
+                   command: list[str] | None = None) -> int:
+    from guards.config import GuardConfig, load_guard_config
+    from guards.sim import SimServerProcess
+    from harness import api
+
+    sims = [SimServerProcess(["--seed", str(DEMO_SEED + i), "--profile", name, "--latency-ms", "20:80",
+                              "--faults", DEMO_FAULTS]).launch() for i, name in enumerate(STUDY_PROFILES)]
+    try:
+        for sim in sims:
+            sim.wait_ready()
+        base = load_guard_config(SIM_PRESET)
+        guards = [GuardConfig(**{**base.to_manifest(), "name": name, "model": f"sim/{name}-guard",
+                                 "base_url": sim.base_url, "source": f"{SIM_PRESET} (profile {name})"})
+                  for name, sim in zip(STUDY_PROFILES, sims)]
+        for name, sim in zip(STUDY_PROFILES, sims):
+            print(f"demo: simulated provider, profile {name}, at {sim.base_url} (faults {DEMO_FAULTS})", file=sys.stderr)
+        planned = api.study_plan(BUNDLED_DEMO, guards, reps=3, seed=DEMO_SEED, study_dir=study_dir)
+        print(safe(f"demo: study folder {planned.study_dir} ({len(guards)} guards x {planned.n_calls} calls, one "
+                   "schedule)"), file=sys.stderr)
+        result = api.study_launch_plan(planned, progress=progress, command=command)
+        result.raise_if_stopped()
+    finally:
+        for sim in sims:
+            sim.stop()
+    report = api.study_report(planned.study_dir, command=command)
+    if as_json:
+        import orjson
+
+        from harness.terminal import safe_json
+
+        sys.stdout.write(safe_json(orjson.dumps(report.report["answer"], option=orjson.OPT_INDENT_2).decode()) + "\n")
+    else:
+        for line in report.answer:
+            print(safe(line))
+    print(safe(f"demo: study fingerprint {report.fingerprint}"), file=sys.stderr)
+    html = planned.study_dir / "study.html"
+    print(safe(f"demo: study: {html.resolve()} (one self-contained file: open it in a browser)"), file=sys.stderr)
+    return 0

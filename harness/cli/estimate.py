@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import positive_int, row_limit_options, row_limits, say_verified
+from harness.cli import inspect_bridge
+from harness.cli.args import name_list, positive_int, row_limit_options, row_limits, say_verified
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
@@ -16,19 +17,12 @@ RULES = ("drop", "fail-closed", "fail-open")
 MISSING_MODES = ("exclude", "as-failure")
 
 
-def _name_list(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
-    return items
-
-
 def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
     """The options `estimate` and `compare` share; `what` is "estimate" or "compare" (for the help)."""
     runs = "an incomplete run" if what == "estimate" else "incomplete runs"
     p.add_argument("--baseline", metavar="CONDITION",
                    help="baseline condition (default: the cohort's baseline, else original)")
-    p.add_argument("--family", type=_name_list, metavar="C1,C2,...",
+    p.add_argument("--family", type=name_list, metavar="C1,C2,...",
                    help="Holm family (default: every non-baseline condition)")
     p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="bootstrap replicates")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed, recorded in the result")
@@ -40,8 +34,11 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--allow-unpublishable", action="store_true",
                    help="exit 0 even when more than 2%% of a run's calls are quarantined")
     p.add_argument("--margin", type=float, default=0.05, metavar="M",
-                   help="equivalence margin, a proportion in (0, 1): a null is 'within ±M' when the 90%% interval "
-                        "lies inside (-M, M) (default: 0.05)")
+                   help="equivalence margin, a proportion in (0, 1): a quantity is 'within ±M' when its equivalence "
+                        "test (two one-sided tests), Holm-adjusted in its family, is below --alpha (default: 0.05)")
+    p.add_argument("--alpha", type=float, default=0.05, metavar="A",
+                   help="level of every verdict, star and 'yes', in (0, 0.5): Holm-adjusted p < A within the "
+                        "family the output names (default: 0.05)")
     p.add_argument("--json", action="store_true",
                    help=f"print the {'report' if what == 'estimate' else 'comparison'} as JSON on stdout")
 
@@ -60,10 +57,11 @@ def register(sub: Any) -> None:
     p.add_argument("run", nargs="?", metavar="RUN", help="run folder (the one holding manifest.json)")
     p.add_argument("--table", metavar="FILE", help="a JSONL decision table to estimate instead of a run "
                                                    "(docs/estimators.md, Input table)")
-    p.add_argument("--out", metavar="DIR", help="with --table: folder for report.json, report.md, effects.png "
-                                                "(default: none written)")
+    p.add_argument("--out", metavar="DIR", help="with --table or --inspect-log: folder for report.json, report.md, "
+                                                "effects.png (default: none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    inspect_bridge.options(p, "estimate")
     _stats_options(p, "estimate")
     _verify_options(p, "estimate")
     p.set_defaults(func=cmd_estimate)
@@ -79,6 +77,7 @@ def register(sub: Any) -> None:
                                                 "(default: the second run folder; with fewer runs, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    inspect_bridge.options(p, "compare")
     _stats_options(p, "compare")
     _verify_options(p, "compare")
     p.set_defaults(func=cmd_compare)
@@ -93,18 +92,23 @@ def _emit(obj: Mapping[str, Any], as_json: bool, text: str) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from harness.canon import file_sha256
     from harness.estimators import estimate, exit_status
+    from harness.estimators.decisions import check_alpha
     from harness.estimators.equivalence import check_margin
     from harness.estimators.report import human_text, write_reports
     from harness.estimators.table import load_table
 
-    if (args.run is None) == (args.table is None):
-        raise InputError("give either a run folder or --table FILE (not both)")
-    if args.out and args.table is None:
-        raise InputError("--out goes with --table; a run's reports go into the run folder", field="out")
+    inspect_bridge.check(args)
+    if sum(x is not None for x in (args.run, args.table, args.inspect_log)) != 1:
+        raise InputError("give one of: a run folder, --table FILE, --inspect-log LOG…")
+    if args.out and args.run is not None:
+        raise InputError("--out goes with --table or --inspect-log; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
                   failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
-                  allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin))
-    if args.table is not None:
+                  allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin),
+                  alpha=check_alpha(args.alpha))
+    if args.inspect_log is not None:
+        report = inspect_bridge.estimate_logs(args, common)
+    elif args.table is not None:
         path = Path(args.table)
         report = estimate(load_table(path, row_limits(args)), baseline=args.baseline or "original", source=path, **common)
         report["source"] = {"table": str(path), "sha256": file_sha256(path)}
@@ -153,15 +157,18 @@ def _labels(inputs: list[Any], given: list[str]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness.estimators.compare import compare_inputs
     from harness.estimators.compare_text import text
+    from harness.estimators.decisions import check_alpha
     from harness.estimators.equivalence import check_margin
     from harness.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, open_run
     from harness.run.folder import RunFolder
     from harness.run.layout import SCHEDULE
+    from harness.view.files import make_folder, out_folder
 
-    n_inputs = len(args.runs) + len(args.table)
+    inspect_bridge.check(args)
+    n_inputs = len(args.runs) + len(args.table) + len(args.inspect_log)
     if n_inputs < 2:
-        raise InputError(f"compare needs at least two inputs (runs or --table files), got {n_inputs}")
-    margin = check_margin(args.margin)
+        raise InputError(f"compare needs at least two inputs (runs, --table files or --inspect-log logs), got {n_inputs}")
+    margin, alpha = check_margin(args.margin), check_alpha(args.alpha)
     if args.label and len(args.label) != n_inputs:
         raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
                          field="label")
@@ -171,9 +178,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if line is not None:
             raise InputError(f"schedule.jsonl of {runs[0].path} and {r.path} differ from line {line}: not runs of "
                              "one schedule", path=r.file(SCHEDULE), line=line)
-    out_dir: Path | RunFolder | None = Path(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
-    if isinstance(out_dir, Path) and not out_dir.is_dir():
-        raise InputError("no such folder", path=out_dir, field="out")
+    out_dir: Path | RunFolder | None = out_folder(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
     inputs = []
     for r in runs:
         inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
@@ -181,10 +186,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
         inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
+    inputs += inspect_bridge.compare_inputs(args)
     _labels(inputs, args.label)
     result = compare_inputs(inputs, baseline=args.baseline, placebo=args.placebo, family=args.family,
                             n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
-                            margin=margin, allow_partial=args.allow_partial,
+                            margin=margin, alpha=alpha, allow_partial=args.allow_partial,
                             allow_unpublishable=args.allow_unpublishable)
     # The first two inputs, as `compare RUN_A RUN_B` has always named them.
     result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
@@ -192,6 +198,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if out_dir is not None:
         from harness.view.compare import write_compare
 
+        if isinstance(out_dir, Path):
+            make_folder(out_dir)   # made once the comparison holds, not before
         written = write_compare(result, out_dir)
         where = out_dir.path if isinstance(out_dir, RunFolder) else out_dir
         print(safe("wrote " + ", ".join(p.name for p in written) + f" in {where}"), file=sys.stderr)

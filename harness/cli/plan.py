@@ -114,8 +114,19 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
     config, tokens, n_bases = run_prompt_tokens(run, row_limits(args))
     prices = {"price_in_per_mtok": config.price_in_per_mtok, "price_out_per_mtok": config.price_out_per_mtok,
               "max_tokens": config.max_tokens}
-    result = plan_rows(rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
-                       prompt_tokens=(tokens, n_bases), prices=prices, source=run.file(SCHEDULE), **common)
+    try:
+        result = plan_rows(rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
+                           prompt_tokens=(tokens, n_bases), prices=prices, source=run.file(SCHEDULE),
+                           cohort_bases=n_bases, **common)
+    except InputError as exc:
+        # A pilot stopped inside its first round has later rounds scheduled but not decided:
+        # it needs its own calls finished, not a new launch.
+        waiting = sum(1 for r in rows if r["status"] == "missing")
+        if exc.field == "reps" and not table.complete and any(r["repetition"] >= 1 for r in rows):
+            raise InputError(f"the pilot stopped before its second repetition round ({waiting} of {len(rows)} "
+                             f"scheduled calls have no decision): finish the pilot first with `guardeval resume "
+                             f"{run.path}` (or a larger --max-calls), then plan", path=run.path, field="reps") from None
+        raise
     if config.is_simulated and result["cost_known"]:
         result["notes"].append("cost at the guard config's prices: the simulated provider does not bill")
     if not table.complete:
@@ -193,6 +204,8 @@ def _design_tables(result: Mapping[str, Any], width: int) -> list[Any]:
             mark = "←"
         elif d["pilot"]:
             mark = "*"
+        if d.get("beyond_cohort"):
+            mark += "!"
         cost = d["cost_usd_upper_est"]
         base_rows.append([str(d["bases"]), str(d["reps"]), str(d["calls"]), "—" if cost is None else f"${cost:.2f}",
                           mark])
@@ -206,7 +219,7 @@ def _design_tables(result: Mapping[str, Any], width: int) -> list[Any]:
     for start in range(0, max(1, len(names)), fit):
         table = _table()
         _numbers(table, ["bases", "reps", "calls", "cost"], [r[:4] for r in base_rows])
-        table.add_column("", no_wrap=True, width=1)
+        table.add_column("", no_wrap=True, width=2)
         for name in names[start:start + fit]:
             table.add_column(name, justify="right", overflow="fold", min_width=11)
         for r, cells in zip(base_rows, effect_cells):
@@ -245,7 +258,9 @@ def plan_text(result: Mapping[str, Any], width: int | None = None) -> str:
                        "repetitions average away"))
     what = "corrected effect" if head == "corrected" else "Δ"
     console.print(Text(f"\ndesigns: MDE of each {what} at 80% power, two-sided α = 0.05 / Holm first step "
-                       f"α/{m}; * the pilot's design, ← the target"))
+                       f"α/{m}; * the pilot's design, ← the target"
+                       + (f", ! more bases than the cohort has ({result['cohort_bases']})"
+                          if any(d.get("beyond_cohort") for d in result["designs"]) else "")))
     for table in _design_tables(result, width):
         console.print(table)
     foot = ["predicted SE² = (κ·σ²_G + σ²_B + σ²_W/reps)/bases; --json has each effect's SE; "

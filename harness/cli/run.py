@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import preflight
-from harness.cli.args import base_url, nonneg_float, positive_float, positive_int, row_limit_options, row_limits
+from harness.cli.args import (
+    base_url,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    row_limit_options,
+    row_limits,
+    say_problems,
+)
 from harness.errors import InputError
 from harness.terminal import safe, safe_json
 
@@ -110,6 +118,10 @@ def register(sub: Any) -> None:
     p.add_argument("--guard", metavar="GUARD",
                    help="a python guard (a config file, or the preset python-example) to run instead of the "
                         "simulated provider's guard")
+    p.add_argument("--study", action="store_true",
+                   help="a study instead: the simulator's three profiles (shortcut, robust, alias-sensitive) as three "
+                        "guards on one schedule, dispatched together, compared; ends with the path of study.html")
+    p.add_argument("--study-dir", help="with --study: the study folder (default: studies/<study-id>/)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_demo)
@@ -430,12 +442,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report)
     else:
-        # The report is the result: on stdout, whether the run passes or fails (the exit code says which).
-        for p in report["problems"]:
-            where = p["file"] + (f":{p['line']}" if p.get("line") else "")
-            print(safe(f"{where}: {p['message']}"))
-        for s in report["skipped"]:
-            print(safe(f"skipped: {s['check']}: {s['reason']}"))
+        say_problems(report)
         note = ""
         if report["skipped"]:
             note = (f"; {len(report['skipped'])} check(s) skipped"
@@ -448,6 +455,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from harness.cli.demo import run_demo
+    from harness.cli.demo import run_demo, run_study_demo
 
+    if args.study:
+        if args.guard or args.run_dir:
+            raise InputError("demo --study runs the simulator's three profiles into a study folder: --guard and "
+                             "--run-dir do not apply (use --study-dir)")
+        from harness.study.record import cli_argv
+
+        return run_study_demo(study_dir=args.study_dir, as_json=args.json, progress=not args.no_progress,
+                              command=cli_argv(args))
+    if args.study_dir:
+        raise InputError("--study-dir goes with --study")
     return run_demo(run_dir=args.run_dir, as_json=args.json, progress=not args.no_progress, guard=args.guard)

@@ -61,6 +61,23 @@ def schema_error(path: Path, line: int | None, obj: Any, schema_name: str) -> In
     return InputError(err.message, path=path, line=line, field=fld)
 
 
+def checked_json(raw: bytes, path: Path, schema_name: str, max_depth: int) -> Any:
+    """A small JSON record file's text (cohort.json, a study's study.json), checked: no deeper
+    than `max_depth`, valid JSON, no key repeated in an object, valid under `schema_name`
+    (InputError naming the file and field)."""
+    if deeper_than(raw, max_depth):
+        raise InputError(f"nested more than {max_depth} levels deep", path=path)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    if has_duplicate_keys(raw, obj):
+        raise InputError(DUPLICATE_KEY, path=path)
+    if (err := schema_error(path, None, obj, schema_name)) is not None:
+        raise err
+    return obj
+
+
 def _dig(obj: Any, keys: Iterable[Any]) -> Any:
     for k in keys:
         obj = obj[k]
@@ -285,7 +302,7 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
     every row: a third of the load time of a large cohort). The schema and the structure (one
     row per base x condition) are always checked.
 
-    `dir_fd`: the folder's descriptor (a run folder's `cohort/`, `RunFolder.subdir_fd`), its
+    `dir_fd`: the folder's descriptor (a run folder's `cohort/`, `RunFolder.subdir`), its
     files opened relative to it; otherwise the folder at `path` is opened once. Either way the
     two files are opened once, never through a link, and refused unless they are regular files
     when open (a FIFO renamed into place is not waited on: `open_regular`).
@@ -331,16 +348,7 @@ def _open_file(path: Path, dir_fd: int) -> int:
 
 def _load(root: Path, meta_path: Path, meta_bytes: bytes, inst_path: Path, fd: int, *,
           pinned_sha256: str | None, limits: RowLimits) -> Cohort:
-    if deeper_than(meta_bytes, DEFAULT_ROW_LIMITS.max_depth):
-        raise InputError(f"nested more than {DEFAULT_ROW_LIMITS.max_depth} levels deep", path=meta_path)
-    try:
-        meta = orjson.loads(meta_bytes)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=meta_path) from None
-    if has_duplicate_keys(meta_bytes, meta):
-        raise InputError(DUPLICATE_KEY, path=meta_path)
-    if (err := schema_error(meta_path, None, meta, "cohort.schema.json")) is not None:
-        raise err
+    meta = checked_json(meta_bytes, meta_path, "cohort.schema.json", DEFAULT_ROW_LIMITS.max_depth)
     conditions = [Condition(c["name"], c["role"], c["description"], tuple(c.get("acts_on", ["content"])))
                   for c in meta["conditions"]]
     names = [c.name for c in conditions]

@@ -1,12 +1,13 @@
 """Guards on one schedule (replicates on other guards or models), compared (docs/estimators.md,
 compare): every pair's difference of Δ and of the placebo-corrected effect under one paired
 cluster bootstrap (one resampled set of interactions per replicate, applied to every input),
-a leaderboard per condition, and whether rankings reverse.
+a leaderboard per condition, and whether orders reverse.
 
-Two orders are tested, each through a difference of differences in the same replicates, and
-a reversal counts only when it survives Holm: the conditions ordered by effect within a pair
-of guards, (Δx − Δy)_B − (Δx − Δy)_A; and the guards ordered by block rate under the
-baseline and under a condition (`ranking_stability`), Δ_B − Δ_A for the pair that swaps.
+Every verdict is a Holm decision within a family fixed before the data are seen
+(decisions.py): with two inputs, the pair's conditions; with three or more, every pair × every
+condition. An order has reversed only when both orders are established (an intersection–union
+test: the earlier order significant one way and the later one the other way), with one Holm
+family over every pair and condition fixed in advance.
 """
 
 from __future__ import annotations
@@ -20,25 +21,29 @@ import numpy as np
 
 from harness.errors import CheckFailed, InputError
 from harness.estimators import accuracy as acc
+from harness.estimators import decisions as dc
 from harness.estimators import effects as fx
 from harness.estimators.bootstrap import cluster_sums
 from harness.estimators.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
 from harness.estimators.core import DEFAULT_PLACEBO, resolve_conditions, validated
-from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin, equivalence, power_record
+from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin, equivalence
 from harness.estimators.holm import holm
 from harness.estimators.leaderboard import leaderboard
+from harness.estimators.power import ALPHA
 from harness.estimators.quantities import Quantities
 from harness.estimators.quarantine import quarantine_summary
 from harness.estimators.ranking import kendall_tau_b, ranking, reversed_pairs
 from harness.estimators.table import MISSING
 
-ALPHA = 0.05
-RANKING_RULE = (f"changed when a reversed pair's difference of differences has a Holm-adjusted p < {ALPHA} "
-                "(Holm across the reversed pairs)")
-GUARD_ORDER = ("guards ordered by block rate; a pair of guards is reversed under a condition when its order "
-               "there is strictly opposite to its order under the baseline; its difference of differences is "
-               "the later guard's Δ minus the earlier guard's, on bases paired in both; Holm across the "
-               f"reversed pairs of the condition; changed when one has a Holm-adjusted p < {ALPHA}")
+RANKING_RULE = ("the conditions' order by Δ changed between two guards when, for a pair of conditions, the order "
+                "in one guard is significant one way and in the other the opposite way (intersection–union: "
+                "p = the larger of the two two-sided p-values of Δx − Δy), Holm over every pair of guards × every pair "
+                "of conditions; changed when one has a Holm-adjusted p < α")
+GUARD_ORDER = ("guards ordered by block rate; a pair of guards has reversed under a condition when its order under "
+               "the baseline is significant one way and its order under the condition the opposite way "
+               "(intersection–union: p = the larger of the two two-sided p-values of the difference in block rate), "
+               "Holm over every pair of guards × every non-baseline condition; changed when one has a Holm-adjusted "
+               "p < α. Kendall's τ describes the two orders; it decides nothing")
 
 __all__ = ["CompareInput", "compare", "compare_inputs", "ranking", "reversed_pairs"]
 
@@ -114,14 +119,15 @@ def _tau_statistic(qs: Quantities, c: str, rates_b: list[np.ndarray], rates_c: l
                      lambda sums: kendall_tau_b(*rates(sums))[:, None])
 
 
-def _eq(q: Mapping[str, Any] | None, margin: float, m: int | None) -> Any:
-    return equivalence(q, margin, m)
+def _eq(q: Mapping[str, Any] | None, margin: float, m: int | None, alpha: float) -> Any:
+    return equivalence(q, margin, m, alpha)
 
 
 def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = None, placebo: str | None = None,
                    family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                    failure_rule: str = "drop", missing: str = "exclude", margin: float = DEFAULT_MARGIN,
-                   allow_partial: bool = False, allow_unpublishable: bool = False) -> CompareResult:
+                   allow_partial: bool = False, allow_unpublishable: bool = False,
+                   alpha: float = ALPHA) -> CompareResult:
     """The comparison of two or more inputs of one schedule (docs/estimators.md, compare).
 
     Raises InputError for fewer than two inputs, duplicate labels, a bad option, a baseline or
@@ -134,6 +140,7 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
     if dup is not None:
         raise InputError(f"two inputs have the label {dup!r} (--label gives each its own)", field="label")
     margin = check_margin(margin)
+    alpha = dc.check_alpha(alpha)
     fx.check_rule(failure_rule)
     if n_boot < 1:
         raise InputError("the number of bootstrap replicates must be >= 1", field="bootstrap")
@@ -207,14 +214,23 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
                 qs.add(("cdiff", j, k, c), cb - ca, qa & qb)
         for x, y in combinations(contrasts, 2):
             qs.add_combination(("dd", j, k, x, y), {("diff", j, k, x): 1.0, ("diff", j, k, y): -1.0})
+        for c in conds:
+            # The order of the two guards by block rate under c (the guard-order reversal test).
+            qs.add_combination(("rdiff", j, k, c), {("rate", k, c): 1.0, ("rate", j, c): -1.0})
+    for k in range(len(inputs)):
+        for x, y in combinations(contrasts, 2):
+            # The order of two conditions by Δ within one guard (the condition-order reversal test).
+            qs.add_combination(("ddelta", k, x, y), {("delta", k, x): 1.0, ("delta", k, y): -1.0})
     for c in contrasts:
         ci = d0.cond_index(c)
         _tau_statistic(qs, c, [p[:, b] for p in p_all], [p[:, ci] for p in p_all],
                        [n[:, b] > 0 for n in n_all], [n[:, ci] > 0 for n in n_all], d0.base_cluster, d0.n_clusters)
-    est = qs.run(d0.base_cluster, d0.cluster_domain, n_boot, seed, margin)
+    est = qs.run(d0.base_cluster, d0.cluster_domain, n_boot, seed, margin, 1 - alpha)   # intervals at 1 − α
 
-    pair_out = [_pair(est, j, k, labels, contrasts, fam, fam_corr, margin) for j, k in pairs]
+    pair_out = [_pair(est, j, k, labels, contrasts, fam, fam_corr, margin, alpha) for j, k in pairs]
     _holm_across_pairs(pair_out, contrasts, fam_corr)
+    families = _decide(pair_out, fam, fam_corr, alpha)
+    condition_family = _condition_order(est, pair_out, pairs, contrasts, alpha)
     f1 = {(k, c): _f1(d, failure_rule, d.cond_index(c)) for k, d in enumerate(designs) for c in conds} if labelled else None
     quarantine = [quarantine_summary(r, len(r)) for r in rows]
     first = pair_out[0]
@@ -222,7 +238,8 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         "inputs": [{"label": inp.label, "source": inp.source, "complete": ok, "quarantine": q}
                    for inp, ok, q in zip(inputs, flags, quarantine)],
         "baseline": baseline, "placebo": placebo, "failure_rule": failure_rule,
-        "family": fam, "family_minus_placebo": fam_corr, "margin": margin, "power": power_record(),
+        "family": fam, "family_minus_placebo": fam_corr, "alpha": alpha, "families": families,
+        "margin": margin, "power": dc.power_record(alpha),
         "n_bases": d0.n_bases, "n_interactions": d0.n_clusters,
         "difference": "B minus A (the later input minus the earlier), on bases paired in both",
         "headline": "difference_minus_placebo",
@@ -231,9 +248,9 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         "a": first["a"], "b": first["b"],
         "conditions": first["conditions"], "ranking_a": first["ranking_a"], "ranking_b": first["ranking_b"],
         "ranking_changed": first["ranking_changed"], "reversed_pairs": first["reversed_pairs"],
-        "ranking_rule": RANKING_RULE,
+        "ranking_rule": RANKING_RULE, "ranking_family": condition_family,
         "leaderboard": leaderboard(labels, conds, baseline, est, f1),
-        "ranking_stability": _stability(est, labels, contrasts, baseline),
+        "ranking_stability": _stability(est, labels, contrasts, baseline, alpha),
         "missing": missing,
         "complete": all(flags),
         "publishable": all(q["publishable"] for q in quarantine),
@@ -244,7 +261,7 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
 
 
 def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
-          fam: Sequence[str], fam_corr: Sequence[str], margin: float) -> Pair:
+          fam: Sequence[str], fam_corr: Sequence[str], margin: float, alpha: float) -> Pair:
     rows_out: list[PairRow] = []
     for c in contrasts:
         a, bb, d = est[("delta", j, c)], est[("delta", k, c)], est[("diff", j, k, c)]
@@ -255,15 +272,16 @@ def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[st
             "delta_a": a["estimate"], "ci_a": a["ci"], "n_bases_a": a["n_bases"],
             "delta_b": bb["estimate"], "ci_b": bb["ci"], "n_bases_b": bb["n_bases"],
             "difference": d["estimate"], "ci_difference": d["ci"], "p_difference": d["p"], "p_holm": None,
-            "p_holm_across_pairs": None,
+            "p_holm_across_pairs": None, "p_holm_all_pairs": None,
             "n_bases_difference": d["n_bases"], "n_clusters_difference": d["n_clusters"],
-            "equivalence": _eq(d, margin, len(fam) if c in fam else None),
+            "equivalence": _eq(d, margin, len(fam) if c in fam else None, alpha),
             "delta_minus_placebo_a": g(ca, "estimate"), "ci_minus_placebo_a": g(ca, "ci"),
             "delta_minus_placebo_b": g(cb, "estimate"), "ci_minus_placebo_b": g(cb, "ci"),
             "difference_minus_placebo": g(cd, "estimate"), "ci_difference_minus_placebo": g(cd, "ci"),
             "p_difference_minus_placebo": g(cd, "p"), "p_holm_minus_placebo": None,
-            "p_holm_across_pairs_minus_placebo": None, "n_bases_difference_minus_placebo": g(cd, "n_bases"),
-            "equivalence_minus_placebo": _eq(cd, margin, len(fam_corr) if c in fam_corr else None),
+            "p_holm_across_pairs_minus_placebo": None, "p_holm_all_pairs_minus_placebo": None,
+            "n_bases_difference_minus_placebo": g(cd, "n_bases"),
+            "equivalence_minus_placebo": _eq(cd, margin, len(fam_corr) if c in fam_corr else None, alpha),
         }))
     by = {r["condition"]: r for r in rows_out}
     for c, adj in zip(fam, holm([by[c]["p_difference"] for c in fam])):
@@ -272,16 +290,68 @@ def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[st
         by[c]["p_holm_minus_placebo"] = adj
     deltas_a = {c: est[("delta", j, c)]["estimate"] for c in contrasts}
     deltas_b = {c: est[("delta", k, c)]["estimate"] for c in contrasts}
-    # Only a pair of conditions whose order reversed is tested (Holm across those pairs).
-    rev = reversed_pairs(deltas_a, deltas_b, contrasts)
-    dds = [est[("dd", j, k, x, y)] for x, y in rev]
-    pairs: list[Any] = [{"conditions": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"],
-                         "p": q["p"], "p_holm": adj} for (x, y), q, adj in zip(rev, dds, holm([q["p"] for q in dds]))]
     return {"a": labels[j], "b": labels[k], "conditions": rows_out,
-            "ranking_a": ranking(deltas_a), "ranking_b": ranking(deltas_b), "reversed_pairs": pairs,
-            "ranking_changed": any(pr["p_holm"] is not None and pr["p_holm"] < ALPHA for pr in pairs)}
+            "ranking_a": ranking(deltas_a), "ranking_b": ranking(deltas_b), "reversed_pairs": [],
+            "ranking_changed": False}
 
 
+def _decide(pairs: list[Pair], fam: Sequence[str], fam_corr: Sequence[str], alpha: float) -> dict[str, Any]:
+    """Holm over every pair × the family (Δ) and every pair × the interventions (the headline), as
+    `p_holm_all_pairs*`; the verdicts are decided in that family (with two inputs it is the pair's
+    own family). Rows outside the families are shown, not tested."""
+    several = len(pairs) > 1
+    out: dict[str, Any] = {}
+    for quantity, members, diff_key, eq_key, all_key, kind in (
+            ("difference", fam, "p_difference", "equivalence", "p_holm_all_pairs", "condition"),
+            ("difference_minus_placebo", fam_corr, "p_difference_minus_placebo", "equivalence_minus_placebo",
+             "p_holm_all_pairs_minus_placebo", "intervention")):
+        rows = [(pr, r) for pr in pairs for r in pr["conditions"] if r["condition"] in members]
+        for (_, r), adj in zip(rows, holm([r[diff_key] for _, r in rows])):   # type: ignore[literal-required]
+            r[all_key] = adj   # type: ignore[literal-required]
+        name = (f"{len(rows)} ({len(pairs)} pairs × {dc.family_name(members, kind)})" if several
+                else dc.family_name(members, kind))
+        if members:
+            dc.decide_family([r[eq_key] for _, r in rows], name, alpha)   # type: ignore[literal-required]
+            out[quantity] = {**dc.family_record([f"{pr['b']} − {pr['a']}: {r['condition']}" for pr, r in rows],
+                                                name, quantity), "conditions": list(members)}
+        for pr in pairs:
+            for r in pr["conditions"]:
+                if r["condition"] not in members:
+                    dc.outside(r[eq_key])   # type: ignore[literal-required]
+    return out
+
+
+def _reversal(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> float:
+    """Intersection–union p that the order under q1 (x − y) is established one way and under q2
+    the other way: the larger two-sided p when the point estimates have opposite signs, else 1."""
+    e1, e2 = q1["estimate"], q2["estimate"]
+    if e1 is None or e2 is None or q1["p"] is None or q2["p"] is None or e1 * e2 >= 0:
+        return 1.0
+    return float(max(q1["p"], q2["p"]))
+
+
+def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
+                     contrasts: Sequence[str], alpha: float) -> dict[str, Any]:
+    """Per pair of guards, the pairs of conditions whose order by Δ reversed, tested as reversals
+    (one Holm family over every pair of guards × every pair of conditions, fixed in advance)."""
+    cells = [(pi, x, y) for pi in range(len(pairs)) for x, y in combinations(contrasts, 2)]
+    ps = [_reversal(est[("ddelta", pairs[pi][0], x, y)], est[("ddelta", pairs[pi][1], x, y)]) for pi, x, y in cells]
+    adj = holm(ps)
+    for pi, pr in enumerate(pair_out):
+        j, k = pairs[pi]
+        rev = []
+        for (qi, x, y), p, a in zip(cells, ps, adj):
+            if qi != pi or p >= 1.0:
+                continue
+            dd = est[("dd", j, k, x, y)]
+            rev.append({"conditions": [x, y], "difference_of_differences": dd["estimate"], "ci": dd["ci"],
+                        "p": dd["p"], "p_order_a": est[("ddelta", j, x, y)]["p"],
+                        "p_order_b": est[("ddelta", k, x, y)]["p"], "p_reversal": p, "p_holm": a})
+        pr["reversed_pairs"] = cast(Any, rev)
+        pr["ranking_changed"] = any(r["p_holm"] is not None and r["p_holm"] < alpha for r in rev)
+    return {"size": len(cells), "adjustment": "Holm", "alpha": alpha,
+            "name": f"{len(cells)} ({len(pairs)} pairs of guards × {len(cells) // max(1, len(pairs))} pairs of "
+                    "conditions)"}
 def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Sequence[str]) -> None:
     """One Holm family per condition over every pair's difference (and corrected difference)."""
     for c in contrasts:
@@ -294,22 +364,31 @@ def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Se
 
 
 def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contrasts: Sequence[str],
-               baseline: str) -> RankingStability:
+               baseline: str, alpha: float) -> RankingStability:
     under_b = {labels[k]: est[("rate", k, baseline)]["estimate"] for k in range(len(labels))}
+    guard_pairs = list(combinations(range(len(labels)), 2))
+    cells = [(c, j, k) for c in contrasts for j, k in guard_pairs]
+    ps = [_reversal(est[("rdiff", j, k, baseline)], est[("rdiff", j, k, c)]) for c, j, k in cells]
+    adj = holm(ps)
     out: dict[str, ConditionStability] = {}
     for c in contrasts:
         under_c = {labels[k]: est[("rate", k, c)]["estimate"] for k in range(len(labels))}
-        rev = reversed_pairs(under_b, under_c, labels)
-        index = {labels[k]: k for k in range(len(labels))}
-        qs = [est[("diff", index[x], index[y], c)] for x, y in rev]
-        rows: list[Any] = [{"guards": [x, y], "difference_of_differences": q["estimate"], "ci": q["ci"], "p": q["p"],
-                 "p_holm": adj} for (x, y), q, adj in zip(rev, qs, holm([q["p"] for q in qs]))]
+        rows: list[Any] = []
+        for (cc, j, k), p, a in zip(cells, ps, adj):
+            if cc != c or p >= 1.0:
+                continue
+            q = est[("diff", j, k, c)]
+            rows.append({"guards": [labels[j], labels[k]], "difference_of_differences": q["estimate"], "ci": q["ci"],
+                         "p": q["p"], "p_order_baseline": est[("rdiff", j, k, baseline)]["p"],
+                         "p_order_condition": est[("rdiff", j, k, c)]["p"], "p_reversal": p, "p_holm": a})
         tau = est[("tau", c)]
         out[c] = {"kendall_tau": tau["estimate"], "kendall_tau_ci": tau["ci"],
                   "order_baseline": ranking(under_b), "order_condition": ranking(under_c),
                   "reversed_pairs": rows,
-                  "ranking_changed": any(r["p_holm"] is not None and r["p_holm"] < ALPHA for r in rows)}
-    return {"order_by": "block rate", "rule": GUARD_ORDER, "by_condition": out}
+                  "ranking_changed": any(r["p_holm"] is not None and r["p_holm"] < alpha for r in rows)}
+    return {"order_by": "block rate", "rule": GUARD_ORDER, "by_condition": out,
+            "family": {"size": len(cells), "adjustment": "Holm", "alpha": alpha,
+                       "name": f"{len(cells)} ({len(guard_pairs)} pairs of guards × {len(contrasts)} conditions)"}}
 
 
 def compare(rows_a: Iterable[Any], rows_b: Iterable[Any], *, baseline: str = "original",
@@ -317,10 +396,10 @@ def compare(rows_a: Iterable[Any], rows_b: Iterable[Any], *, baseline: str = "or
             failure_rule: str = "drop", missing: str = "exclude", roles: Mapping[str, str] | None = None,
             complete: tuple[bool, bool] = (True, True), allow_partial: bool = False,
             allow_unpublishable: bool = False, placebo: str | None = None,
-            margin: float = DEFAULT_MARGIN) -> CompareResult:
+            margin: float = DEFAULT_MARGIN, alpha: float = ALPHA) -> CompareResult:
     """Two tables of one design, labelled A and B (see `compare_inputs`)."""
     inputs = [CompareInput("A", rows_a, roles or {}, complete=complete[0]),
               CompareInput("B", rows_b, roles or {}, complete=complete[1])]
     return compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
                           failure_rule=failure_rule, missing=missing, margin=margin, allow_partial=allow_partial,
-                          allow_unpublishable=allow_unpublishable)
+                          allow_unpublishable=allow_unpublishable, alpha=alpha)

@@ -12,6 +12,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from harness.estimators.decisions import significant
+from harness.estimators.formats import level
 from harness.estimators.plot import _RC, _label, _p, plt
 
 COLOURS = ("#1b4f8a", "#c0392b", "#2e8b57", "#b8860b", "#6a3d9a", "#8c8c8c", "#e377c2", "#17becf")
@@ -30,10 +32,19 @@ def _headline(r: Mapping[str, Any], side: str) -> tuple[float | None, Any]:
     return r.get(f"delta_{side}"), r.get(f"ci_{side}")
 
 
-def _difference(r: Mapping[str, Any]) -> tuple[float | None, Any, float | None, bool]:
+def _difference(r: Mapping[str, Any]) -> tuple[float | None, Any, Mapping[str, Any] | None, bool]:
+    """A pair row's headline difference: its value, unadjusted interval, decision record and
+    whether it is the corrected one."""
     if r.get("difference_minus_placebo") is not None:
-        return r["difference_minus_placebo"], r.get("ci_difference_minus_placebo"), r.get("p_holm_minus_placebo"), True
-    return r.get("difference"), r.get("ci_difference"), r.get("p_holm"), False
+        return r["difference_minus_placebo"], r.get("ci_difference_minus_placebo"), r.get("equivalence_minus_placebo"), True
+    return r.get("difference"), r.get("ci_difference"), r.get("equivalence"), False
+
+
+def _family_note(result: Mapping[str, Any]) -> str:
+    fams = result.get("families") or {}
+    names = "; ".join(f"{'corrected' if q == 'difference_minus_placebo' else 'Δ'}: over {f['name']}"
+                      for q, f in fams.items())
+    return f"* B − A differs from 0: Holm-adjusted p < {result.get('alpha', 0.05):g} ({names})"
 
 
 def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str) -> Figure:
@@ -55,12 +66,12 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
                 if est is not None:
                     ax.plot([est], [y + off], marker=marker, ms=6, color=colour, ls="none",
                             label=_label(pair[key], 60))
-            est, ci, p_holm, corrected = _difference(r)
+            est, ci, eq, corrected = _difference(r)
             if ci is not None:
                 dx.plot(ci, [y] * 2, color="#6a3d9a", lw=2.2)
             if est is not None:
                 dx.plot([est], [y], marker="s", ms=6, color="#6a3d9a", ls="none", label="B − A (paired)")
-            sig = p_holm is not None and p_holm < 0.05
+            sig, p_holm = significant(eq), (eq or {}).get("p_adjusted")
             side.text(0.0, y, f"{'corr.' if corrected else 'Δ'} p_Holm\n{_p(p_holm)}{' *' if sig else ''}",
                       va="center", ha="left", fontsize=7.5, family="monospace",
                       weight="bold" if sig else "normal")
@@ -70,8 +81,8 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
         ax.set_yticks(ys, [_label(r["condition"]) for r in rows])
         dx.tick_params(labelleft=False)
         ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel(f"Δ − placebo (Δ for the placebo) vs {_label(result['baseline'])}, 95% CI")
-        dx.set_xlabel("difference B − A, paired 95% CI")
+        ax.set_xlabel(f"Δ − placebo (Δ for the placebo) vs {_label(result['baseline'])}, unadjusted {level(result)} CI")
+        dx.set_xlabel(f"difference B − A, paired unadjusted {level(result)} CI")
         _title(fig, title)
         handles, labels = [], []
         for a in (ax, dx):
@@ -80,7 +91,7 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
             labels += l_
         unique = dict(zip(labels, handles))
         fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=3, fontsize=8, frameon=False,
-                   title="* Holm-adjusted p < 0.05 for B − A (over the interventions for the corrected difference)",
+                   title=_family_note(result),
                    title_fontsize=7.5, alignment="left")
     return fig
 
@@ -108,7 +119,7 @@ def leaderboard_figure(result: Mapping[str, Any], title: str) -> Figure:
         ax.grid(axis="x", alpha=0.3)
         ax.set_yticks(ys, [_label(c) + (" (Δ; placebo)" if c == result["placebo"] else "") for c in conds])
         ax.set_ylim(-0.6, len(conds) - 0.4)
-        ax.set_xlabel(f"Δ − placebo vs {_label(result['baseline'])} (proportion), 95% CI")
+        ax.set_xlabel(f"Δ − placebo vs {_label(result['baseline'])} (proportion), unadjusted {level(result)} CI")
         _title(fig, title)
         h, l_ = ax.get_legend_handles_labels()
         unique = dict(zip(l_, h))

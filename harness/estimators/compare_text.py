@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.estimators.equivalence import short
-from harness.estimators.formats import interval, num, pval, text_table
+from harness.estimators import decisions as dc
+from harness.estimators.decisions import short
+from harness.estimators.formats import interval, level, num, pval, text_table
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -30,44 +31,104 @@ def method_line(result: Mapping[str, Any]) -> str:
     bs = result["bootstrap"]
     return (f"baseline {result['baseline']}; placebo {result['placebo'] or 'none'}; failure rule "
             f"{result['failure_rule']}; {bs['n']} paired replicates, seed {bs['seed']}; equivalence margin "
-            f"±{result['margin']:g}")
+            f"±{result['margin']:g}; every verdict at α {result.get('alpha', 0.05):g}")
 
 
-def corrected_table(pair: Mapping[str, Any]) -> Table:
-    """The headline: B − A of the placebo-corrected effect, Holm over the interventions."""
-    head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", "95% CI", "p", "p_Holm", "p_Holm pairs",
+def decision_lines(result: Mapping[str, Any]) -> list[str]:
+    """The families every verdict of the comparison is decided in (fixed before the data)."""
+    fams = result.get("families")
+    if not fams:
+        return []
+    what = {"difference": "B − A of Δ", "difference_minus_placebo": "B − A of Δ − placebo (the headline)"}
+    parts = [f"{what[q]}: Holm over {f['name']} ({', '.join(f['conditions'])})" for q, f in fams.items()]
+    return ["Decisions (every verdict, * and 'yes'): " + "; ".join(parts) + f", each at α {result['alpha']:g}. "
+            f"Intervals are unadjusted {level(result)} (1 − α); p_Holm is the decision's adjusted p."]
+
+
+def _headline(r: Mapping[str, Any], side: str) -> float | None:
+    corr = r.get(f"delta_minus_placebo_{side}")
+    return corr if corr is not None else r.get(f"delta_{side}")
+
+
+def words(result: Mapping[str, Any]) -> list[str]:
+    """One sentence per pair and condition for its headline (B − A of the placebo-corrected
+    effect; of Δ for the placebo): who is more sensitive, by how much, whether that survives the
+    stated family."""
+    if "families" not in result:
+        return []
+    out = []
+    for pair in result["pairs"]:
+        for r in pair["conditions"]:
+            if r.get("difference_minus_placebo") is not None or r.get("equivalence_minus_placebo") is not None:
+                out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_minus_placebo_a"],
+                                                  r["delta_minus_placebo_b"], r["difference_minus_placebo"],
+                                                  r["ci_difference_minus_placebo"], r["equivalence_minus_placebo"],
+                                                  "Δ − placebo", level(result)))
+            else:
+                out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"], r["delta_b"],
+                                                  r["difference"], r["ci_difference"], r["equivalence"], "Δ",
+                                                  level(result)))
+    return out
+
+
+def _sig(eq: Mapping[str, Any] | None) -> str:
+    return " *" if dc.significant(eq) else ""
+
+
+def _p_decision(eq: Mapping[str, Any] | None) -> str:
+    if not eq or not eq.get("family"):
+        return "(not in family)"
+    return pval(eq.get("p_adjusted"))
+
+
+def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
+    """The headline: B − A of the placebo-corrected effect, decided in the stated family."""
+    head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[str(r["condition"]), num(r["delta_minus_placebo_a"]), num(r["delta_minus_placebo_b"]),
-             num(r["difference_minus_placebo"]), interval(r["ci_difference_minus_placebo"]),
-             pval(r["p_difference_minus_placebo"]), pval(r["p_holm_minus_placebo"]),
-             pval(r["p_holm_across_pairs_minus_placebo"]), short(r["equivalence_minus_placebo"])]
+    rows = [[str(r["condition"]) + _sig(r["equivalence_minus_placebo"]), num(r["delta_minus_placebo_a"]),
+             num(r["delta_minus_placebo_b"]), num(r["difference_minus_placebo"]),
+             interval(r["ci_difference_minus_placebo"]), pval(r["p_difference_minus_placebo"]),
+             _p_decision(r["equivalence_minus_placebo"]), short(r["equivalence_minus_placebo"])]
             for r in pair["conditions"] if r["difference_minus_placebo"] is not None
             or r["delta_minus_placebo_a"] is not None]
     return head, rows
 
 
-def delta_table(pair: Mapping[str, Any]) -> Table:
-    head = ["condition", "A Δ", "A 95% CI", "B Δ", "B 95% CI", "B − A", "95% CI", "p", "p_Holm", "p_Holm pairs",
+def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
+    head = ["condition", "A Δ", f"A {lv} CI", "B Δ", f"B {lv} CI", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[str(r["condition"]), num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]), interval(r["ci_b"]),
-             num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]), pval(r["p_holm"]),
-             pval(r["p_holm_across_pairs"]), short(r["equivalence"])]
+    rows = [[str(r["condition"]) + _sig(r["equivalence"]), num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]),
+             interval(r["ci_b"]), num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]),
+             _p_decision(r["equivalence"]), short(r["equivalence"])]
             for r in pair["conditions"]]
     return head, rows
 
 
-def ranking_lines(pair: Mapping[str, Any]) -> list[str]:
-    """The two rankings of conditions, each reversed pair with the test of its difference of
-    differences, and the verdict."""
+TABLE_TERMS = ("A Δ − placebo, B Δ − placebo: each guard's placebo-corrected effect; B − A: their paired difference "
+               "on the bases counted in both; p: its two-sided bootstrap p; p_Holm: that p adjusted in the decision's "
+               "family (named above); * marks B − A differing from 0 there; verdict as defined under the tables; "
+               "MDE: the difference detectable with 80% power at α")
+
+
+def ranking_lines(pair: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> list[str]:
+    """The two rankings of conditions by Δ, each pair of conditions whose order reversed in the
+    point estimates with its reversal test, and the verdict."""
     pairs = pair["reversed_pairs"]
+    fam = ((result or {}).get("ranking_family") or {}).get("name")
+    over = f"Holm over {fam}" if fam else "Holm"
     lines = [f"ranking A: {' > '.join(pair['ranking_a'])}", f"ranking B: {' > '.join(pair['ranking_b'])}"]
-    lines += [f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
-              f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}"
-              for pr in pairs for x, y in [pr["conditions"]]]
+    for pr in pairs:
+        x, y = pr["conditions"]
+        if "p_reversal" in pr:
+            lines.append(f"reversed in the estimates: {x} vs {y}: order in A p {pval(pr['p_order_a'])}, in B p "
+                         f"{pval(pr['p_order_b'])}; reversal p {pval(pr['p_reversal'])}, {over} {pval(pr['p_holm'])}")
+        else:   # a comparison made before the reversal test
+            lines.append(f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
+                         f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}")
     if pair["ranking_changed"]:
-        verdict = "yes (a reversal survives Holm across the reversed pairs)"
+        verdict = f"yes (a reversal is established in both guards and survives {over})"
     elif pairs:
-        verdict = "no (no reversal survives Holm across the reversed pairs)"
+        verdict = f"no (no reversal is established in both guards after {over})"
     else:
         verdict = "no (no pair of conditions reversed)"
     return [*lines, f"ranking changed: {verdict}"]
@@ -80,9 +141,11 @@ def pair_title(pair: Mapping[str, Any]) -> str:
 def leaderboard_table(result: Mapping[str, Any], condition: str) -> Table:
     rows_in = result["leaderboard"][condition]
     labelled = any("accuracy" in r for r in rows_in)
-    head = ["guard", "block rate", "95% CI", "Δ", "Δ − placebo", "95% CI (corr.)", "rank (rate)", "rank (|effect|)"]
+    lv = level(result)
+    head = ["guard", "block rate", f"{lv} CI", "Δ", "Δ − placebo", f"{lv} CI (corr.)", "rank by rate (1 = highest)",
+            "rank by |effect| (1 = least moved)"]
     if labelled:
-        head += ["accuracy", "row F1", "interaction F1", "rank (accuracy)"]
+        head += ["accuracy", "row F1", "interaction F1", "rank by accuracy (1 = highest)"]
     rows = []
     for r in rows_in:
         rk = r["rank"]
@@ -100,30 +163,48 @@ def _rank(x: int | None) -> str:
     return "—" if x is None else str(x)
 
 
+LEADERBOARD_TERMS = ("block rate: the base-equal mean of the guard's block decisions under the condition; Δ and "
+                     "Δ − placebo: its effect, as estimate reports it (unadjusted (1 − α) intervals); ranks: competition "
+                     "ranks (1, 1, 3), descriptive (they decide nothing; the paired differences above do)")
+
+
 def stability_lines(result: Mapping[str, Any]) -> list[str]:
     st = result["ranking_stability"]
+    fam = (st.get("family") or {}).get("name")
+    over = f"Holm over {fam}" if fam else "Holm"
     out = []
     for c, s in st["by_condition"].items():
-        line = (f"{c}: Kendall τ {num(s['kendall_tau'])} {interval(s['kendall_tau_ci'])} between the guards' order "
-                f"under {result['baseline']} ({' > '.join(s['order_baseline'])}) and under {c} "
+        line = (f"{c}: Kendall τ {num(s['kendall_tau'])} {interval(s['kendall_tau_ci'])} (description) between the "
+                f"guards' order under {result['baseline']} ({' > '.join(s['order_baseline'])}) and under {c} "
                 f"({' > '.join(s['order_condition'])})")
         out.append(line)
-        out += [f"  reversed: {x} vs {y}: difference of differences {num(r['difference_of_differences'])} "
-                f"{interval(r['ci'])}, p {pval(r['p'])}, Holm {pval(r['p_holm'])}"
-                for r in s["reversed_pairs"] for x, y in [r["guards"]]]
-        verdict = ("yes (a reversal survives Holm)" if s["ranking_changed"]
-                   else "no (no reversal survives Holm)" if s["reversed_pairs"] else "no (no pair of guards reversed)")
+        for r in s["reversed_pairs"]:
+            x, y = r["guards"]
+            if "p_reversal" in r:
+                out.append(f"  reversed in the estimates: {x} vs {y}: order under {result['baseline']} p "
+                           f"{pval(r['p_order_baseline'])}, under {c} p {pval(r['p_order_condition'])}; reversal p "
+                           f"{pval(r['p_reversal'])}, {over} {pval(r['p_holm'])}")
+            else:
+                out.append(f"  reversed: {x} vs {y}: difference of differences {num(r['difference_of_differences'])} "
+                           f"{interval(r['ci'])}, p {pval(r['p'])}, Holm {pval(r['p_holm'])}")
+        verdict = (f"yes (both orders are established and the reversal survives {over})" if s["ranking_changed"]
+                   else f"no (no reversal is established after {over})" if s["reversed_pairs"]
+                   else "no (no pair of guards reversed)")
         out.append(f"  guard order changed under {c}: {verdict}")
     return out
 
 
 def text(result: Mapping[str, Any]) -> str:
-    out = [*input_lines(result), method_line(result), ""]
+    said = words(result)
+    out = [*input_lines(result), method_line(result), *decision_lines(result), ""]
+    if said:
+        out += ["In words:", *(f"- {x}" for x in said), ""]
     for pair in result["pairs"]:
         out += [f"{pair_title(pair)}: the headline, B − A of the placebo-corrected effect", "",
-                text_table(*corrected_table(pair)), "", "B − A of Δ", "", text_table(*delta_table(pair)), "",
-                *ranking_lines(pair), ""]
+                text_table(*corrected_table(pair, level(result))), "", "B − A of Δ", "",
+                text_table(*delta_table(pair, level(result))), "",
+                TABLE_TERMS, "", *ranking_lines(pair, result), ""]
     for c in result["leaderboard"]:
         out += [f"leaderboard under {c}", "", text_table(*leaderboard_table(result, c)), ""]
-    out += ["ranking stability (guards ordered by block rate)", *stability_lines(result)]
+    out += [LEADERBOARD_TERMS, "", "ranking stability (guards ordered by block rate)", *stability_lines(result)]
     return "\n".join(out)

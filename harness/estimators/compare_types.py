@@ -27,6 +27,7 @@ class PairRow(TypedDict):
     p_difference: float | None
     p_holm: float | None
     p_holm_across_pairs: float | None
+    p_holm_all_pairs: float | None
     n_bases_difference: int
     n_clusters_difference: int
     equivalence: Equivalence | None
@@ -39,18 +40,26 @@ class PairRow(TypedDict):
     p_difference_minus_placebo: float | None
     p_holm_minus_placebo: float | None
     p_holm_across_pairs_minus_placebo: float | None
+    p_holm_all_pairs_minus_placebo: float | None
     n_bases_difference_minus_placebo: int | None
     equivalence_minus_placebo: Equivalence | None
 
 
 class Reversal(TypedDict):
-    """A pair of conditions (`conditions`) or of guards (`guards`) whose order reversed."""
+    """A pair of conditions (`conditions`) or of guards (`guards`) whose order reversed in the
+    point estimates, with the test that it reversed (`p_reversal`: intersection–union) and its
+    Holm p over the fixed family of every pair; the difference of differences is description."""
 
     conditions: NotRequired[list[str]]
     guards: NotRequired[list[str]]
     difference_of_differences: float | None
     ci: Interval | None
     p: float | None
+    p_order_a: NotRequired[float | None]
+    p_order_b: NotRequired[float | None]
+    p_order_baseline: NotRequired[float | None]
+    p_order_condition: NotRequired[float | None]
+    p_reversal: float
     p_holm: float | None
 
 
@@ -77,6 +86,7 @@ class RankingStability(TypedDict):
     order_by: str
     rule: str
     by_condition: dict[str, ConditionStability]
+    family: dict[str, Any]
 
 
 class InputRecord(TypedDict):
@@ -93,6 +103,8 @@ class CompareResult(TypedDict):
     failure_rule: str
     family: list[str]
     family_minus_placebo: list[str]
+    alpha: float
+    families: dict[str, Any]        # the decision families (compare._decide)
     margin: float
     power: dict[str, Any]
     n_bases: int
@@ -108,6 +120,7 @@ class CompareResult(TypedDict):
     ranking_changed: bool
     reversed_pairs: list[Reversal]
     ranking_rule: str
+    ranking_family: dict[str, Any]
     leaderboard: dict[str, list[dict[str, Any]]]
     ranking_stability: RankingStability
     missing: str

@@ -50,7 +50,7 @@ def _directions(f: Frame, c: int, ref: int, mask: np.ndarray | None, suffix: str
 
 
 def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping[str, str],
-                     margin: float) -> list[Contrast]:
+                     margin: float, alpha: float) -> list[Contrast]:
     d, rule, p = f.design, f.rule, f.p
     out: list[Contrast] = []
     # The corrected effects' family: the interventions of the family (not the placebo).
@@ -74,9 +74,15 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             "delta_minus_placebo": _value(corr),
             "ci_minus_placebo": _value(corr, "ci"),
             "p_minus_placebo": _value(corr, "p"),
+            "p_holm_minus_placebo": None,
             "n_bases_minus_placebo": _value(corr, "n_bases"),
-            "equivalence": equivalence(head, margin, len(family) if c in family else None),
-            "equivalence_minus_placebo": equivalence(corr, margin, len(corr_family) if c in corr_family else None),
+            # What the row's star decides: the corrected effect of an intervention; Δ when the
+            # table has no placebo; nothing for the placebo itself (its Δ is a check of the
+            # placebo, decided in the Δ family and shown in its sentence, not a headline).
+            "headline": "placebo" if c == f.placebo else "delta" if f.pl is None else "delta_minus_placebo",
+            "equivalence": equivalence(head, margin, len(family) if c in family else None, alpha),
+            "equivalence_minus_placebo": equivalence(corr, margin, len(corr_family) if c in corr_family else None,
+                                                     alpha),
             **_directions(f, ci, f.b, paired),
             **_directions(f, ci, f.pl if f.pl is not None else f.b, corr_mask, "_minus_placebo"),
             "n_bases": head["n_bases"],
@@ -158,10 +164,10 @@ def add_block_rates(qs: Quantities, f: Frame) -> None:
         qs.add(("block_rate", c), f.p[:, ci], f.has(ci))
 
 
-def block_rate_intervals(f: Frame, est: Estimates) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(cluster-bootstrap, Clopper–Pearson over calls) 95% intervals per condition."""
+def block_rate_intervals(f: Frame, est: Estimates, level: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(cluster-bootstrap, Clopper–Pearson over calls) intervals at `level` per condition."""
     boot = {c: est[("block_rate", c)]["ci"] for c in f.design.conditions}
-    exact = {c: clopper_pearson(int(f.s[:, ci].sum()), int(f.n[:, ci].sum()))
+    exact = {c: clopper_pearson(int(f.s[:, ci].sum()), int(f.n[:, ci].sum()), level)
              for ci, c in enumerate(f.design.conditions)}
     return boot, exact
 

@@ -9,20 +9,25 @@ from typing import Any
 
 from harness.errors import CheckFailed, InputError
 from harness.estimators import contrasts as cx
+from harness.estimators import decisions as dc
 from harness.estimators import effects as fx
 from harness.estimators import labelled as lab
 from harness.estimators import order as od
-from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin, power_record
+from harness.estimators.equivalence import DEFAULT_MARGIN, check_margin
 from harness.estimators.frame import make_frame
-from harness.estimators.holm import holm
+from harness.estimators.power import ALPHA
 from harness.estimators.quantities import Quantities
 from harness.estimators.quarantine import quarantine_summary
 from harness.estimators.table import FAILURE_STATUSES, MISSING, ValidatedRows, validate_rows
 from harness.estimators.types import Report
 
 DEFAULT_PLACEBO = "format_placebo"
-P_VALUE_RULE = ("two-sided percentile-bootstrap p = min(1, 2*min((1+#{d*<=0})/(B+1), (1+#{d*>=0})/(B+1))) "
-                "over the B defined replicates")
+P_VALUE_RULE = ("two-sided bootstrap p: the percentile p = min(1, 2*min((1+#{d*<=0})/(B+1), (1+#{d*>=0})/(B+1))) "
+                "over the B defined replicates, t-calibrated: 2*(1 - T_df(z)), z the normal quantile of 1 - p/2, "
+                "df = the interactions the quantity uses minus their domains")
+INTERVAL_RULE = ("percentile interval at the t-calibrated level: the replicates' quantiles at a'/2 and 1 - a'/2, "
+                 "a' = 2*(1 - Phi(t_{df, 0.975})), df = the interactions the quantity uses minus their domains "
+                 "(the plain percentile interval undercovers with few interactions)")
 FLIP_LABEL = "same-round unsigned flip rate (one-draw disagreement with the baseline; not an effect)"
 RESAMPLING = ("stratified interaction-cluster bootstrap, Rao-Wu rescaled: in each replicate and domain with m_d "
               "interactions, m_d - 1 interactions drawn uniformly with replacement, each draw weighted "
@@ -48,7 +53,12 @@ def validated(rows: Iterable[Any], *, path: object = None, lines: Iterable[int] 
 def resolve_conditions(design: fx.Design, baseline: str, placebo: str | None, family: Sequence[str] | None,
                        roles: Mapping[str, str] | None) -> tuple[str, str | None, list[str], list[str]]:
     """(baseline, placebo, contrasts, family) checked against the conditions in the table."""
-    conds = design.conditions
+    return resolve_names(design.conditions, baseline, placebo, family, roles)
+
+
+def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, family: Sequence[str] | None,
+                  roles: Mapping[str, str] | None) -> tuple[str, str | None, list[str], list[str]]:
+    """`resolve_conditions` over condition names (a cohort's, before there is a table: a study's question)."""
     if baseline not in conds:
         raise InputError(f"baseline condition {baseline!r} has no rows (conditions: {', '.join(conds)})",
                          field="baseline")
@@ -106,7 +116,8 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
              family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
              failure_rule: str = "drop", missing: str = "exclude", roles: Mapping[str, str] | None = None,
              n_scheduled: int | None = None, complete: bool = True, allow_partial: bool = False,
-             allow_unpublishable: bool = False, source: object = None, margin: float = DEFAULT_MARGIN) -> Report:
+             allow_unpublishable: bool = False, source: object = None, margin: float = DEFAULT_MARGIN,
+             alpha: float = ALPHA) -> Report:
     """The estimate report as a JSON-ready dict.
 
     Raises InputError for a bad table or option, CheckFailed for an incomplete run unless
@@ -116,6 +127,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     rows = validated(rows, path=source)
     fx.check_rule(failure_rule)
     margin = check_margin(margin)
+    alpha = dc.check_alpha(alpha)
     if n_boot < 1:
         raise InputError("the number of bootstrap replicates must be >= 1", field="bootstrap")
     n_missing = sum(1 for r in rows if r["status"] == MISSING)
@@ -140,14 +152,13 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         lab.add_worst_case(qs, f)
     if part is not None:
         od.add_order(qs, f, part)
-    est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed, margin)
+    # Intervals at 1 − α: a verdict at α never disagrees with the interval printed beside it.
+    est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed, margin, 1 - alpha)
 
-    contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin)
-    by_name = {x["condition"]: x for x in contrast_out}
-    for c, adj in zip(fam, holm([by_name[c]["p"] for c in fam])):
-        by_name[c]["p_holm"] = adj
+    contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin, alpha)
+    families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
     stability = cx.stability(f, est)
-    block_ci, block_exact = cx.block_rate_intervals(f, est)
+    block_ci, block_exact = cx.block_rate_intervals(f, est, 1 - alpha)
     quarantine = quarantine_summary(rows, n_sched)
     components = {c: fx.component_rates(design, ci) for ci, c in enumerate(design.conditions)}
     report: Report = {
@@ -161,8 +172,11 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "failure_rules": list(fx.RULES),
         "missing": missing,
         "family": fam,
+        "alpha": alpha,
+        "families": families,
         "margin": margin,
-        "power": power_record(),
+        "power": dc.power_record(alpha),
+        "equivalence_family": all_within,
         "complete": is_complete,
         "publishable": quarantine["publishable"],
         "allow_partial": allow_partial,
@@ -188,11 +202,42 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "order": od.order(f, est, part) if part is not None else None,
         "retried": od.retried(design),
         "bootstrap": {"n": n_boot, "seed": seed, "rng": "numpy.random.default_rng(seed)",
-                      "resampling": RESAMPLING, "interval": "percentile 95%", "p_value": P_VALUE_RULE},
+                      "resampling": RESAMPLING, "interval": INTERVAL_RULE, "p_value": P_VALUE_RULE},
     }
     if labelled:
         report["accuracy"] = lab.accuracy(f, est)
     return report
+
+
+def _decide(contrasts: list[Any], fam: Sequence[str], placebo: str | None, margin: float,
+            alpha: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every contrast's verdicts (decisions.py): Δ by Holm over the declared family, the
+    placebo-corrected effect (the headline) by Holm over the family's interventions."""
+    by_name = {x["condition"]: x for x in contrasts}
+    # An undefined member still counts (the family is what was declared, not what had data).
+    corr_fam = [c for c in fam if c != placebo] if placebo is not None else []
+    families = {"delta": dc.family_record(fam, dc.family_name(fam, "condition"), "delta")}
+    dc.decide_family([by_name[c]["equivalence"] for c in fam], families["delta"]["name"], alpha)
+    if corr_fam:
+        families["delta_minus_placebo"] = dc.family_record(corr_fam, dc.family_name(corr_fam, "intervention"),
+                                                           "delta_minus_placebo")
+        dc.decide_family([by_name[c]["equivalence_minus_placebo"] for c in corr_fam],
+                         families["delta_minus_placebo"]["name"], alpha)
+    for x in contrasts:
+        eq, eqc = x["equivalence"], x["equivalence_minus_placebo"]
+        if x["condition"] not in fam:
+            dc.outside(eq)
+        elif eq is not None:
+            x["p_holm"] = eq["p_adjusted"]
+        if x["condition"] not in corr_fam:
+            dc.outside(eqc)
+        elif eqc is not None:
+            x["p_holm_minus_placebo"] = eqc["p_adjusted"]
+    within = {"delta": dc.all_within({c: by_name[c]["equivalence"] for c in fam}, "condition's Δ", margin, alpha)}
+    if corr_fam:
+        within["delta_minus_placebo"] = dc.all_within({c: by_name[c]["equivalence_minus_placebo"] for c in corr_fam},
+                                                      "intervention's Δ − placebo", margin, alpha)
+    return families, within
 
 
 def exit_status(report: Mapping[str, Any]) -> int:

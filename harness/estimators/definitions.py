@@ -11,17 +11,25 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
               "every base weighing the same; p(i,c) is base i's block rate under c over its counted repetitions"),
         ("Δ − placebo", "Δc − Δplacebo on the bases present under c, the baseline and the placebo, recomputed in "
                         "every bootstrap replicate: the effect beyond a change that should not matter (the headline)"),
-        ("95% CI", "percentile interval of a domain-stratified interaction-cluster bootstrap (Rao–Wu rescaled)"),
-        ("p", "two-sided percentile-bootstrap p-value, p = min(1, 2·min((1+#{Δ*≤0}), (1+#{Δ*≥0}))/(B+1))"),
-        ("p_Holm", "p adjusted by Holm over the declared family; * marks p_Holm < 0.05"),
+        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05): a percentile interval of a domain-stratified "
+               "interaction-cluster bootstrap (Rao–Wu "
+                   "rescaled), taken at the t-calibrated level for the interactions the effect uses (the plain "
+                   "percentile interval is too narrow with few interactions)"),
+        ("p", "two-sided bootstrap p-value, unadjusted: the percentile p, min(1, 2·min((1+#{Δ*≤0}), (1+#{Δ*≥0}))/(B+1)), "
+              "t-calibrated as the interval is (the replicates' normal tail where they cannot resolve it); p < α "
+              "exactly when the (1 − α) interval excludes 0"),
+        ("p_Holm", "p adjusted by Holm within the stated family: Δ over the declared family, Δ − placebo (the "
+                   "headline) over its interventions; * marks a row whose headline's p_Holm < α"),
         ("+/−/=", "bases whose block rate rose / fell / stayed under the condition, against the baseline"),
         ("bases", "bases with a defined rate under both the condition and the baseline"),
     ]),
     "equivalence": ("Equivalence and power", [
-        ("verdict", "differs from 0: the 95% interval excludes 0; within ±M: the 90% interval lies inside (−M, M) "
-                    "(two one-sided tests at 0.05, M = --margin); inconclusive: neither"),
-        ("MDE", "minimum detectable effect, (z₀.₉₇₅ + z₀.₈₀)·SE with SE the bootstrap standard deviation: the "
-                "true effect this design detects with 80% power at α 0.05 (and at the first Holm step, α/m)"),
+        ("verdict", "differs from 0: its p, Holm-adjusted within the stated family, is below α; within ±M: its "
+                    "equivalence p (two one-sided tests against ±M, M = --margin), Holm-adjusted in the same family, "
+                    "is below α; inconclusive: neither; not tested: outside every family"),
+        ("MDE", "minimum detectable effect, (t_{df,0.975} + t_{df,0.80})·SE with SE the bootstrap standard deviation: "
+                "the true effect this design detects with 80% power at α 0.05 (and at the first Holm step, α/m); a "
+                "margin below it is one the design cannot show equivalence within"),
     ]),
     "rules": ("Failure rules", [
         ("drop", "only valid calls count"),
@@ -48,8 +56,8 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     ]),
     "block rates": ("Effects", [
         ("block rate", "mean over bases of p(i,c), every base weighing the same"),
-        ("cluster bootstrap 95% CI", "the same bootstrap as the effects"),
-        ("exact 95% CI over calls", "Clopper–Pearson over the condition's counted calls taken as independent; "
+        ("cluster bootstrap CI", "the same bootstrap as the effects, at 1 − α"),
+        ("exact CI over calls", "at 1 − α, Clopper–Pearson over the condition's counted calls taken as independent; "
                                     "narrower than the bootstrap when repetitions and interactions correlate"),
     ]),
     "stability": ("Stability", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-ALPHA = 0.05   # Holm-adjusted level at which a contrast is starred
+from harness.estimators.decisions import headline_significant
 
 
 def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
@@ -15,6 +15,13 @@ def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
     if round(x, digits) == 0:
         x = 0.0  # no "-0.0000"
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def level(obj: Mapping[str, Any] | None) -> str:
+    """The printed intervals' level, '95%' at α 0.05: every interval is at 1 − α (a report's or a
+    comparison's `alpha`), so a verdict at α never disagrees with the interval beside it."""
+    a = (obj or {}).get("alpha", 0.05) if isinstance(obj, Mapping) else 0.05
+    return f"{100 * (1 - float(a)):g}%"
 
 
 def interval(ci: list[float] | None) -> str:
@@ -36,7 +43,17 @@ def rules_differ(report: Mapping[str, Any]) -> bool:
 
 
 def significant(c: Mapping[str, Any]) -> bool:
-    return bool(c.get("in_family")) and c.get("p_holm") is not None and c["p_holm"] < ALPHA
+    """The star and bold of an estimate's row: its headline verdict (decisions.py): the
+    placebo-corrected effect's Holm decision, Δ's for the placebo's own row."""
+    return headline_significant(c)
+
+
+def headline_p(c: Mapping[str, Any]) -> float | None:
+    """The Holm-adjusted p of a row's headline (what its star follows)."""
+    from harness.estimators.decisions import headline
+
+    eq = headline(c)[1]
+    return None if not eq else eq.get("p_adjusted")
 
 
 def text_table(head: list[str], rows: list[list[str]]) -> str:

@@ -64,6 +64,11 @@ class Components:
         between = self.cluster_factor * self.between_interactions + (self.between_bases or 0.0)
         return math.sqrt(max(0.0, between + self.within_base / reps) / bases)
 
+    def df(self, bases: int) -> float:
+        """Degrees of freedom of the design's test (estimate t-calibrates it): its interactions,
+        the pilot's per base scaled to `bases`, minus the domains."""
+        return max(1.0, round(self.n_interactions * bases / max(1, self.n_bases)) - self.n_domains)
+
 
 @dataclass(frozen=True)
 class Arrays:
@@ -199,8 +204,11 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
               bases: Sequence[int] | None = None, reps: Sequence[int] | None = None,
               target_mde: float | None = None, target_level: str = "nominal",
               prompt_tokens: tuple[int, int] | None = None, prices: Mapping[str, Any] | None = None,
-              source: object = None) -> dict[str, Any]:
+              source: object = None, cohort_bases: int | None = None) -> dict[str, Any]:
     """The plan as a JSON-ready dict (docs/estimators.md, Planning a design).
+
+    `cohort_bases`: the bases the pilot's cohort holds (a run's cohort copy); a design needing
+    more is marked (`beyond_cohort`) and named in a note: it needs a larger cohort, not a launch.
 
     `prompt_tokens` (rough prompt tokens of one call of every instance of the pilot's cohort,
     summed; its number of bases) and `prices` ({price_in_per_mtok, price_out_per_mtok,
@@ -265,20 +273,29 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
                                       float(prices["price_out_per_mtok"]))
             effects = []
             for comp in corrected + deltas:
-                se = comp.se(nb, nr)
-                effects.append({"quantity": comp.quantity, "condition": comp.condition, "se": se,
-                                "mde": mde(se, ALPHA, POWER),
-                                "mde_holm": mde(se, ALPHA / m[comp.quantity], POWER)})
+                se, df = comp.se(nb, nr), comp.df(nb)
+                effects.append({"quantity": comp.quantity, "condition": comp.condition, "se": se, "df": df,
+                                "mde": mde(se, ALPHA, POWER, df),
+                                "mde_holm": mde(se, ALPHA / m[comp.quantity], POWER, df)})
             designs.append({"bases": nb, "reps": nr, "calls": calls, "cost_usd_upper_est": cost,
-                            "pilot": nb == pilot_bases and nr == pilot_reps, "effects": effects})
+                            "pilot": nb == pilot_bases and nr == pilot_reps,
+                            "beyond_cohort": cohort_bases is not None and nb > cohort_bases, "effects": effects})
+    beyond = sorted({d["bases"] for d in designs if d["beyond_cohort"]})
+    if beyond:
+        notes.append(f"designs of {', '.join(map(str, beyond))} bases need more bases than the cohort has "
+                     f"({cohort_bases}): build a larger cohort first")
     target = None
     if target_mde is not None:
         target = choose(designs, target_mde, target_level, headline[0].quantity)
+        chosen = target.get("design")
+        if chosen is not None and cohort_bases is not None and chosen["bases"] > cohort_bases:
+            notes.append(f"the target design needs {chosen['bases']} bases; the cohort has {cohort_bases}")
     return {
         "baseline": baseline, "placebo": placebo, "failure_rule": failure_rule, "missing": missing,
         "conditions": list(design.conditions), "interventions": interventions,
         "pilot": {"bases": pilot_bases, "interactions": design.n_clusters, "domains": len(design.domains),
                   "reps": pilot_reps, "calls": len(rows)},
+        "cohort_bases": cohort_bases,
         "power": POWER, "alpha": ALPHA,
         "holm_m": m, "alpha_holm": {k: ALPHA / v for k, v in m.items()},
         "components": [asdict(c) for c in corrected + deltas],

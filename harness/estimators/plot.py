@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.estimators.formats import rules_differ, significant  # noqa: E402
+from harness.estimators.formats import headline_p, level, rules_differ, significant  # noqa: E402
 from harness.terminal import safe  # noqa: E402
 
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
@@ -85,7 +85,10 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
                 ax.plot([d], [yy], marker=marker, ms=4, color=rc, ls="none", label=f"Δ under rule {rule}")
             headline = (f"Δ−pl {_num(corrected)}{_ci(c.get('ci_minus_placebo'))}" if corrected is not None
                         else f"Δ {_num(c.get('delta'))}{_ci(c.get('ci'))}")
-            p_text = f"p_Holm {_p(c.get('p_holm'))}" if c.get("in_family") else "not in family"
+            # The p beside the headline is the headline's own Holm p (Δ − placebo's; Δ's for the placebo).
+            hp = headline_p(c)
+            p_text = (f"p_Holm {_p(hp)}" if hp is not None
+                      else "not in family" if not c.get("in_family") or corrected is not None else "p_Holm —")
             side.text(0.02, y, f"{headline}\n{p_text}{'  *' if significant(c) else ''}", va="center", ha="left",
                       fontsize=8.5, family="monospace", weight="bold" if significant(c) else "normal",
                       transform=side.get_yaxis_transform())
@@ -99,12 +102,17 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
         ax.set_ylim(-0.7, len(contrasts) - 0.3)
         side.set_ylim(ax.get_ylim())
         ax.set_xlabel(f"paired effect on block rate vs {_label(report['baseline'])} (proportion), "
-                      "95% cluster-bootstrap CI")
+                      f"unadjusted {level(report)} cluster-bootstrap CI")
         ax.grid(axis="x", alpha=0.3)
         fig.suptitle(_label(title or "guardeval: effects", 160), fontsize=10.5, x=0.01, ha="left")
         handles, names = ax.get_legend_handles_labels()
         unique = dict(zip(names, handles))
-        note = f"* Holm-adjusted p < 0.05 over the family; headline failure rule {report['failure_rule']}"
+        alpha = report.get("alpha", 0.05)
+        fams = report.get("families") or {}
+        sizes = ", ".join(f"{'Δ − placebo' if q == 'delta_minus_placebo' else 'Δ'} over {f['name']}"
+                          for q, f in fams.items())
+        note = (f"* the headline differs from 0: Holm-adjusted p < {alpha:g} ({sizes}); "
+                f"headline failure rule {report['failure_rule']}")
         if not rules:
             note += " (all failure rules agree)"
         fig.legend(unique.values(), unique.keys(), loc="outside lower left", ncol=2, fontsize=8, frameon=False,

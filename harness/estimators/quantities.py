@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from harness.estimators.bootstrap import cluster_sums, iter_counts, summarise
+from harness.estimators.bootstrap import LEVEL, cluster_df, cluster_sums, iter_counts, summarise
 
 Key = tuple[Hashable, ...]
 DENSE_FEATURE_CELLS = 1 << 23   # 64 MiB of float64 feature columns in the dense product
@@ -70,9 +70,11 @@ class Quantities:
         self._combos.append((key, dict(terms)))
 
     def run(self, base_cluster: np.ndarray, cluster_domain: np.ndarray, n_boot: int,
-            seed: int, margin: float | None = None) -> dict[Key, dict[str, Any]]:
-        """Every estimate with its 95% and 90% percentile intervals, bootstrap p, standard error
-        and, with `margin`, the equivalence (TOST) p against ±margin."""
+            seed: int, margin: float | None = None, level: float = LEVEL) -> dict[Key, dict[str, Any]]:
+        """Every estimate with its intervals at `level` (1 − α: 95% by default) and 2·level − 1
+        (the equivalence tests'), and its bootstrap p (t-calibrated for the interactions it
+        uses: bootstrap.calibrated_level), standard error, degrees of freedom and, with
+        `margin`, the equivalence (TOST) p against ±margin."""
         n_clusters = len(cluster_domain)
         ratio_keys = self.keys + self._cluster_keys
         stat_keys = [k for s in self._stats for k in s.keys]
@@ -120,25 +122,32 @@ class Quantities:
                               + list(den_g[:, len(self.keys):].sum(axis=0)))
         points: dict[Key, float | None] = {}
         columns: dict[Key, np.ndarray] = {}
+        # The interactions each estimate draws on: its degrees of freedom (bootstrap.cluster_df).
+        used_by: dict[Key, np.ndarray] = {}
+        everything = np.ones(n_clusters, dtype=bool)
         for j, key in enumerate(ratio_keys):
             points[key] = float(totals_num[j] / totals_den[j]) if totals_den[j] > 0 else None
             columns[key] = reps[:, j]
+            used_by[key] = den_g[:, j] > 0
         col = q
         for st in self._stats:
             for key, point in zip(st.keys, st.points):
                 points[key] = point
                 columns[key] = reps[:, col]
+                used_by[key] = everything
                 col += 1
         for key, terms in self._combos:
             parts = [points[k] for k in terms]
             points[key] = (None if any(v is None for v in parts)
                            else float(sum(coef * float(v or 0.0) for coef, v in zip(terms.values(), parts))))
             columns[key] = sum((coef * columns[k] for k, coef in terms.items()), np.zeros(n_boot))
+            used_by[key] = np.logical_or.reduce([used_by[k] for k in terms])
         out: dict[Key, dict[str, Any]] = {}
         for key, point in points.items():
             samples = columns[key]
             defined = point is not None
-            summary = summarise(samples, margin) if defined else dict.fromkeys(("ci", "ci90", "p", "se", "p_tost"))
+            summary = (summarise(samples, margin, cluster_df(used_by[key], cluster_domain), point, level) if defined
+                       else dict.fromkeys(("ci", "ci90", "p", "se", "p_tost", "df")))
             out[key] = {
                 "estimate": point,
                 **summary,

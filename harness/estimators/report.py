@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
+from harness.estimators import decisions as dc
 from harness.estimators import sections
-from harness.estimators.formats import interval, md_table, num, pval, rules_differ, significant
+from harness.estimators.formats import headline_p, interval, level, md_table, num, pval, rules_differ, significant
 from harness.run.folder import RunFolder, write_into
 from harness.run.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
 from harness.terminal import safe as terminal_safe
@@ -25,34 +26,73 @@ def dumps_json(report: Mapping[str, Any]) -> str:
 
 
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    from harness.estimators.equivalence import short
-
     margin = report.get("margin")
-    head = ["condition", "delta", "95% CI", "p", "p_holm", "delta-placebo", "95% CI (corr.)",
-            "+/-/=", "bases", "drop", "fail-closed", "fail-open",
-            f"delta: ±{margin:g} verdict; MDE" if margin else "delta: verdict; MDE",
+    lv = level(report)
+    head = ["condition", "delta", f"{lv} CI (unadjusted)", "p", "p_Holm (delta)", "delta-placebo",
+            f"{lv} CI (corr., unadjusted)", "p (corr.)", "p_Holm (corr.)", "+/-/=", "bases", "drop", "fail-closed",
+            "fail-open", f"delta: ±{margin:g} verdict; MDE" if margin else "delta: verdict; MDE",
             "corr.: verdict; MDE"]
     rows = []
     for c in report["contrasts"]:
+        corr_holm = c.get("p_holm_minus_placebo")
         rows.append([
-            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else ""),
+            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else "") + (" *" if significant(c) else ""),
             num(c["delta"]), interval(c["ci"]), pval(c["p"]),
             pval(c["p_holm"]) if c["in_family"] else "(not in family)",
-            num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]),
+            num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]), pval(c["p_minus_placebo"]),
+            "—" if c["delta_minus_placebo"] is None else pval(corr_holm) if corr_holm is not None else "(not in family)",
             f"{c['increase']}/{c['decrease']}/{c['tie']}", str(c["n_bases"]),
             *(num(c["by_rule"][r]) for r in report["failure_rules"]),
-            short(c.get("equivalence")), short(c.get("equivalence_minus_placebo")),
+            dc.short(c.get("equivalence")), dc.short(c.get("equivalence_minus_placebo")),
         ])
     return head, rows
 
 
-def null_lines(report: Mapping[str, Any]) -> list[str]:
-    """The sentences under the effects table: is each headline null informative?"""
-    from harness.estimators.equivalence import headline_sentences
+def _who(report: Mapping[str, Any]) -> str:
+    g = (report.get("source") or {}).get("guard") or {}
+    return str(g.get("name")) if g.get("name") else "the guard"
 
-    if "margin" not in report:   # a report.json from before issue 20
+
+def headline_sentences(report: Mapping[str, Any]) -> list[str]:
+    """One sentence a reader can quote per contrast, for its headline (the placebo-corrected
+    effect; Δ for the placebo itself or without a placebo), sign explicit, with its decision and
+    the family it was decided in, then its MDE."""
+    if "families" not in report:    # a report.json from before the decisions were stated
         return []
-    return headline_sentences(report)
+    out = []
+    for c in report["contrasts"]:
+        quantity, eq = dc.headline(c)
+        if quantity == "delta_minus_placebo":
+            ref, est, ci = f"beyond the placebo {report['placebo']}", c["delta_minus_placebo"], c["ci_minus_placebo"]
+        else:
+            ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
+        line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
+        if eq and eq.get("mde") is not None:
+            line += (f" Detectable with 80% power: {eq['mde']:.3f}"
+                     + (f" ({eq['mde_holm']:.3f} at the Holm level α/{eq['holm_m']})"
+                        if eq.get("mde_holm") is not None and eq.get("holm_m") else "") + ".")
+        out.append(line)
+    return out
+
+
+def decision_lines(report: Mapping[str, Any]) -> list[str]:
+    """How every verdict was decided: the level, each family (fixed before the data), and the
+    family-wide equivalence claims."""
+    fams = report.get("families")
+    if not fams:
+        return []
+    parts = [f"{'Δ − placebo' if q == 'delta_minus_placebo' else 'Δ'} over the {f['name']} ({', '.join(f['members'])})"
+             for q, f in fams.items()]
+    out = [f"Decisions: Holm at α {report['alpha']:g} within each family, fixed before the data: " + "; ".join(parts)
+           + ". * marks an intervention whose headline (Δ − placebo; Δ without a placebo) differs from 0 in its "
+             "family; the placebo's own Δ is a check of the placebo, decided in the Δ family and said in its "
+             f"sentence. Intervals are unadjusted {level(report)} (1 − α)."]
+    for eqf in (report.get("equivalence_family") or {}).values():
+        out.append(f"{eqf['claim'][0].upper()}{eqf['claim'][1:]} (intersection–union: every member's own TOST at "
+                   f"α {eqf['alpha']:g}): {'yes' if eqf['holds'] else 'no'}"
+                   + (f"; the margin is below the MDE of {', '.join(eqf['underpowered'])}: this design cannot "
+                      "support that claim" if eqf.get("underpowered") else "") + ".")
+    return out
 
 
 def summary_line(report: Mapping[str, Any]) -> str:
@@ -71,8 +111,8 @@ def summary_line(report: Mapping[str, Any]) -> str:
 SHORT_TERMS = (
     ("Δ", "mean over bases of the paired difference in block rate against the baseline"),
     ("Δ − placebo", "Δ minus the placebo's Δ on the same bases (the headline)"),
-    ("95% CI", "interaction-cluster bootstrap, percentile"),
-    ("p_Holm", "bootstrap p, Holm-adjusted over the family"),
+    ("CI", "unadjusted, at 1 − α; interaction-cluster bootstrap, percentile at the t-calibrated level"),
+    ("p_Holm", "the headline's bootstrap p, Holm-adjusted over its family"),
     ("+/−/=", "bases whose block rate rose / fell / tied"),
     ("bases", "bases paired with the baseline"),
 )
@@ -112,8 +152,8 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
     table.add_column("condition", overflow="fold", width=name_w)
     gap = " " if one_line else "\n"
-    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[95% CI]", overflow="fold", width=est_w)
-    table.add_column(f"Δ − placebo{gap}[95% CI]", overflow="fold", width=est_w)
+    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[{level(report)} CI]", overflow="fold", width=est_w)
+    table.add_column(f"Δ − placebo{gap}[{level(report)} CI]", overflow="fold", width=est_w)
     table.add_column("p_Holm", justify="right", width=6)
     table.add_column("+/−/=", justify="right", overflow="fold", width=8)
     table.add_column("bases", justify="right", overflow="fold", width=5)
@@ -125,7 +165,7 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
             Text(name + (" *" if significant(c) else "")),
             Text(f"{_n3(c['delta'])}{sep}{_ci3(c['ci'])}".strip()),
             Text(f"{_n3(c['delta_minus_placebo'])}{sep}{_ci3(c['ci_minus_placebo'])}".strip()),
-            Text(pval(c["p_holm"]) if c["in_family"] else "—"),
+            Text(pval(headline_p(c))),
             Text(f"{c['increase']}/{c['decrease']}/{c['tie']}"),
             Text(str(c["n_bases"])),
         )
@@ -142,6 +182,11 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
     console.print(Text(safe(summary_line(report))))
+    said = headline_sentences(report)
+    if said:
+        console.print(Text("In words:"))
+    for line in said:
+        console.print(Text("- " + safe(line)))
     console.print(table)
     if by_rule is not None:
         console.print(by_rule)
@@ -149,13 +194,12 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     rule_note = (f"failure rule {report['failure_rule']}" if by_rule is not None
                  else f"failure rule {report['failure_rule']}; the three failure rules agree (no failed calls)")
     notes = [
-        f"* Holm-adjusted p < 0.05 over the family {', '.join(safe(f) for f in report['family'])}; {rule_note}",
+        *(safe(x) for x in decision_lines(report)), rule_note,
         "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS),
         f"repeated-original disagreement (diagnostic, not subtracted): {num(rd, sign=False)} "
         f"over {report['repeat_disagreement_n_bases']} bases",
         f"{report['flip_rate']['label']}: " + ", ".join(
             f"{safe(c)} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()),
-        *null_lines(report),
         f"bootstrap: {report['bootstrap']['n']} replicates, seed {report['bootstrap']['seed']}; "
         "definitions: docs/estimators.md",
     ]
@@ -168,11 +212,15 @@ def markdown(report: Mapping[str, Any]) -> str:
     head, rows = effects_rows(report)
     fp = (report.get("source") or {}).get("fingerprint")
     pin = [f"Run fingerprint `{fp}` (`guardeval verify RUN --expect {fp}` checks the run against it).", ""] if fp else []
+    words = headline_sentences(report)
     out = ["# guardeval estimate", "", summary_line(report), "", *pin, *sections.notes(report),
+           *(["## In words", "", *(f"- {line}" for line in words), ""] if words else []),
+           "## Effects", "", md_table(head, rows), "",
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
-           "Δc − Δplacebo on the bases present in all three conditions.", "", "## Effects", "",
-           md_table(head, rows), "", *(f"- {line}" for line in null_lines(report)),
-           f"- MDE: {report['power']['rule']}" if "power" in report else "", ""]
+           "Δc − Δplacebo on the bases present in all three conditions. "
+           + "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS) + ".", "",
+           *(f"- {line}" for line in decision_lines(report)),
+           f"- {report['power']['rule']}" if "power" in report else "", ""]
     cov_head = ["condition", "expected", "received", "valid", "failed", "missing", "quarantined", "block rate"]
     cov_rows = [[c, *(str(v[k]) for k in cov_head[1:7]), num(report["block_rate"].get(c), sign=False)]
                 for c, v in report["coverage"].items()]

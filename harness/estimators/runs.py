@@ -73,7 +73,7 @@ def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, p
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
                  allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
-                 margin: float = 0.05) -> Report:
+                 margin: float = 0.05, alpha: float = 0.05) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
     run = open_run(path)   # one folder for the verification, the table and the reports
@@ -83,7 +83,7 @@ def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, p
         report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                           n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                           n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
-                          allow_unpublishable=allow_unpublishable, margin=margin)
+                          allow_unpublishable=allow_unpublishable, margin=margin, alpha=alpha)
     except Incomplete as exc:
         # A run folder can also be finished: say how, before the way around it.
         raise Incomplete(exc.missing, exc.scheduled, f"finish it with: guardeval resume {run}; or use "
@@ -97,7 +97,8 @@ def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, p
                                     "family": list(family) if family is not None else None, "n_boot": n_boot,
                                     "seed": seed, "failure_rule": failure_rule, "missing": missing,
                                     "allow_partial": allow_partial, "allow_unpublishable": allow_unpublishable,
-                                    "margin": margin},
+                                    "margin": margin, "alpha": alpha},
+                        "guard": {"name": (m.get("guard") or {}).get("name"), "model": (m.get("guard") or {}).get("model")},
                         "verified": verification["checked"], "verify_skipped": verification["skipped"]}
     if write:
         from harness.estimators.report import write_reports
@@ -110,7 +111,7 @@ def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, p
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "baseline": (str, type(None)), "placebo": (str, type(None)), "family": (list, type(None)), "n_boot": (int,),
     "seed": (int,), "failure_rule": (str,), "missing": (str,), "allow_partial": (bool,), "allow_unpublishable": (bool,),
-    "margin": (float,)}
+    "margin": (float,), "alpha": (float,)}
 
 
 def recheck_report(path: str | Path | RunFolder, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
@@ -132,6 +133,8 @@ def recheck_report(path: str | Path | RunFolder, report: Mapping[str, Any], row_
         raise CheckFailed(f"{where}: made from another state of this run (fingerprint {src['fingerprint']!s:.40}, "
                           f"the run's is now {now}): {again}")
     options = src["options"]
+    if set(_OPTION_TYPES) - set(options) == {"alpha"}:
+        raise CheckFailed(f"{where}: made by an older guardeval (no decision level recorded): {again}")
     if set(options) != set(_OPTION_TYPES) or any(type(options[k]) not in t for k, t in _OPTION_TYPES.items()) \
             or (options["family"] is not None and not all(type(c) is str for c in options["family"])):
         raise CheckFailed(f"{where}: its recorded options are damaged: {again}")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.estimators.formats import interval, md_table, num, pval
+from harness.estimators.formats import interval, level, md_table, num, pval
 from harness.terminal import safe
 
 
@@ -66,7 +66,7 @@ def contrast_diagnostics(report: Mapping[str, Any]) -> list[Section]:
     if not _has(report["contrasts"], "sign_test"):
         return []
     head = ["condition", "sign test by interaction", "by repetition", "flips 0→0/0→1/1→0/1→1",
-            "unanimous 0→0/0→1/1→0/1→1/other", "accuracy Δ [95% CI]", "leave one tool out"]
+            "unanimous 0→0/0→1/1→0/1→1/other", f"accuracy Δ [{level(report)} CI]", "leave one tool out"]
     rows = [[clean(c["condition"]), _sign(c["sign_test"]), _list(c["by_repetition"]),
              _counts(c["flip_counts"], ("0->0", "0->1", "1->0", "1->1")),
              _counts(c["unanimous_shift"], ("0->0", "0->1", "1->0", "1->1", "nonunanimous")),
@@ -82,7 +82,7 @@ def contrast_diagnostics(report: Mapping[str, Any]) -> list[Section]:
     if placebo is None:
         return out
     head = ["condition", "+/−/= vs placebo", "bases", "sign test by interaction", "by repetition",
-            "accuracy Δ − placebo [95% CI]", "leave one tool out"]
+            f"accuracy Δ − placebo [{level(report)} CI]", "leave one tool out"]
     rows = [[clean(c["condition"]),
              f"{c['increase_minus_placebo']}/{c['decrease_minus_placebo']}/{c['tie_minus_placebo']}",
              str(c["n_bases_minus_placebo"]), _sign(c["sign_test_minus_placebo"]),
@@ -123,7 +123,8 @@ def block_rates(report: Mapping[str, Any]) -> list[Section]:
     differ = any(len({repr((by_rule.get(r) or {}).get(c)) for r in report["failure_rules"]}) > 1
                  for c in report["block_rate"])
     rules = list(report["failure_rules"]) if differ else []
-    head = ["condition", "block rate", "cluster bootstrap 95% CI", "exact 95% CI over calls (Clopper–Pearson)",
+    lv = level(report)
+    head = ["condition", "block rate", f"cluster bootstrap {lv} CI", f"exact {lv} CI over calls (Clopper–Pearson)",
             *(f"under {r}" for r in rules)]
     rows = [[clean(c), _rate(v), interval(report["block_rate_ci"][c]), interval(report["block_rate_exact_ci"][c]),
              *(_rate((by_rule.get(r) or {}).get(c)) for r in rules)]
@@ -137,7 +138,7 @@ def block_rates(report: Mapping[str, Any]) -> list[Section]:
 def stability(report: Mapping[str, Any]) -> list[Section]:
     if "stability" not in report:
         return []
-    head = ["condition", "repeat disagreement", "95% CI", "unanimous rate", "bases (≥ 2 repetitions)"]
+    head = ["condition", "repeat disagreement", f"{level(report)} CI", "unanimous rate", "bases (≥ 2 repetitions)"]
     rows = [[clean(c), _rate(s["repeat_disagreement"]), interval(s["ci"]), _rate(s["unanimous_rate"]),
              str(s["n_bases"])] for c, s in report["stability"].items()]
     return [Section("stability", "Stability",
@@ -159,7 +160,7 @@ def order(report: Mapping[str, Any]) -> list[Section]:
     if o is None:
         return [Section("order", "Order (dispatch drift)", "No start times (a table without `started`): "
                                                            "dispatch-order diagnostics not computed.", [], [])]
-    head = ["quantity", "third 1", "third 2", "third 3", "drift (slope per third) [95% CI]", "p"]
+    head = ["quantity", "third 1", "third 2", "third 3", f"drift (slope per third) [{level(report)} CI]", "p"]
     rows = [[f"effect of {clean(c)}", *(num(x) for x in xs), f"{num(o['drift'][c]['slope'])} "
              f"{interval(o['drift'][c]['ci'])}", pval(o["drift"][c]["p"])] for c, xs in o["by_dispatch_third"].items()]
     rows += [[f"block rate of {clean(c)}", *(_rate(x) for x in xs), f"{num(o['block_rate_drift'][c]['slope'])} "
@@ -212,7 +213,8 @@ def accuracy(report: Mapping[str, Any]) -> list[Section]:
     acc = report.get("accuracy")
     if not acc or not _has(acc, "auc"):
         return []
-    head = ["condition", "row accuracy [95% CI]", "interaction accuracy [95% CI]", "row AUC", "interaction AUC",
+    lv = level(report)
+    head = ["condition", f"row accuracy [{lv} CI]", f"interaction accuracy [{lv} CI]", "row AUC", "interaction AUC",
             "row TPR at 1% FPR", "interaction TPR at 1% FPR", "scored rows"]
     rows = [[clean(c), f"{_rate(a['row_accuracy'])} {interval(a['row_accuracy_ci'])}",
              f"{_rate(a['interaction_accuracy'])} {interval(a['interaction_accuracy_ci'])}",
@@ -227,7 +229,8 @@ def worst_case(report: Mapping[str, Any]) -> list[Section]:
     w = report.get("worst_case")
     if w is None:
         return []
-    head = ["quantity", "under the baseline [95% CI]", "under at least one condition [95% CI]", "bases"]
+    lv = level(report)
+    head = ["quantity", f"under the baseline [{lv} CI]", f"under at least one condition [{lv} CI]", "bases"]
     rows = [["miss rate (unsafe allowed)", f"{_rate(w['miss_rate_baseline'])} {interval(w['miss_rate_baseline_ci'])}",
              f"{_rate(w['miss_rate_any'])} {interval(w['miss_rate_any_ci'])}", str(w["n_unsafe_bases"])],
             ["false block rate (safe blocked)",

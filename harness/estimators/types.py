@@ -37,7 +37,9 @@ class Contrast(TypedDict):
     delta_minus_placebo: float | None
     ci_minus_placebo: Interval | None
     p_minus_placebo: float | None
+    p_holm_minus_placebo: float | None
     n_bases_minus_placebo: int | None
+    headline: str                   # "delta_minus_placebo" or "delta": which record decides the row's star
     equivalence: Equivalence | None
     equivalence_minus_placebo: Equivalence | None
     increase: int
@@ -157,8 +159,11 @@ class Report(TypedDict):
     failure_rules: list[str]
     missing: str
     family: list[str]
+    alpha: float
+    families: dict[str, Any]            # {"delta": {...}, "delta_minus_placebo": {...}}: decisions.family_record
     margin: float
     power: dict[str, Any]
+    equivalence_family: dict[str, Any]  # the family-wide "every member within ±M" claims (decisions.all_within)
     complete: bool
     publishable: bool
     allow_partial: bool

@@ -1,4 +1,5 @@
-"""Creating a run folder: built beside its final place, then renamed into it (docs/design.md §6).
+"""Creating a run folder (or a study folder): built beside its final place, then renamed into it
+(docs/design.md §6).
 
 The partial folder `.<name>.partial-<pid>` is made and opened once, relative to a descriptor
 of its parent, and everything in it is created through that descriptor (`RunFolder`) with
@@ -21,7 +22,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -48,23 +49,7 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
     folder while it is built. A disk that fills up meanwhile: WriteFailed, nothing left behind.
     Partial folders of launches that died are removed on the way.
     """
-    check_new_run_dir(run_dir)
-    made = _make_parents(run_dir.parent)
-    remove_stale_partials(run_dir.parent)
-    tmp_name = f".{run_dir.name}.partial-{os.getpid()}"
-    tmp = run_dir.with_name(tmp_name)
-    parent_fd: int | None = None
-    folder: RunFolder | None = None
-    lock_fd: int | None = None
-    try:
-        parent_fd = os.open(run_dir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        # A leftover of an earlier launch under this pid (pids are reused): not ours to keep.
-        shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=parent_fd)
-        os.mkdir(tmp_name, 0o755, dir_fd=parent_fd)
-        folder = RunFolder(tmp, dir_fd=parent_fd)
-        # Held while the folder is built: a later launch that can take it knows its owner died.
-        lock_fd = folder.create_new(PARTIAL_LOCK)
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    def build(folder: RunFolder) -> dict[str, Any]:
         folder.make_dir(COHORT_DIR)
         _copy_cohort(cohort, folder, manifest.get("cohort") or {})
         if prompt_files:
@@ -73,15 +58,51 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
                 if "/" in name or name in ("", ".", ".."):
                     raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
                 folder.write_new(f"{PROMPT_DIR}/{name}", data)
-        manifest = {**manifest, **fill(folder)}
+        written = {**manifest, **fill(folder)}
         folder.write_new(RAW, b"")
         folder.write_new(DECISIONS, b"")
-        manifest = manifest_with_hash(manifest)
-        folder.write_new(MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-                                               | orjson.OPT_APPEND_NEWLINE))
+        written = manifest_with_hash(written)
+        folder.write_new(MANIFEST, orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                              | orjson.OPT_APPEND_NEWLINE))
+        return written
+
+    return build_beside(run_dir, build)
+
+
+T = TypeVar("T")
+
+
+def build_beside(target: Path, build: Callable[[RunFolder], T], *, what: str = "run folder",
+                 content: frozenset[str] | None = None) -> T:
+    """A new folder at `target`, built by `build(partial)` in `.<name>.partial-<pid>` beside it
+    (its lock held meanwhile), then synced and renamed into place; the result of `build`.
+    `partial` is the partial folder opened once, relative to its parent's descriptor: `build`
+    creates what it holds through it (`make_dir`, `new_file`, `write_new`: never through a
+    link, never over an old file). Refused (InputError, nothing left behind) as
+    `check_new_run_dir` refuses, or when the folder renamed into place is not the one built; on
+    any failure the partial folder (and the parents made for it) is removed. Partial folders of
+    builders that died are removed first (those holding only names of `content`)."""
+    check_new_run_dir(target, what)
+    made = _make_parents(target.parent)
+    remove_stale_partials(target.parent, content or _PARTIAL_CONTENT)
+    tmp_name = f".{target.name}.partial-{os.getpid()}"
+    tmp = target.with_name(tmp_name)
+    parent_fd: int | None = None
+    folder: RunFolder | None = None
+    lock_fd: int | None = None
+    try:
+        parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # A leftover of an earlier builder under this pid (pids are reused): not ours to keep.
+        shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=parent_fd)
+        os.mkdir(tmp_name, 0o755, dir_fd=parent_fd)
+        folder = RunFolder(tmp, parent_fd=parent_fd)
+        # Held while the folder is built: a later launch that can take it knows its owner died.
+        lock_fd = folder.create_new(PARTIAL_LOCK)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = build(folder)
         folder.unlink(PARTIAL_LOCK)
-        folder.sync()
-        _rename_into_place(parent_fd, tmp_name, run_dir, folder.identity())
+        folder.sync()   # the files were synced as they were written; now the entries naming them
+        _rename_into_place(parent_fd, tmp_name, target, folder.identity(), what)
     except BaseException as exc:
         if parent_fd is not None:
             shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=parent_fd)
@@ -94,7 +115,7 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise WriteFailed(exc.filename or tmp, exc, "Nothing was written: free some space, then launch "
                                   "again.") from None
-            raise InputError(f"cannot create the run folder ({exc.strerror or exc})", path=run_dir) from None
+            raise InputError(f"cannot create the {what} ({exc.strerror or exc})", path=target) from None
         raise
     finally:
         if lock_fd is not None:
@@ -103,45 +124,47 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
             folder.close()
         if parent_fd is not None:
             os.close(parent_fd)
-    return manifest
+    return result
 
 
-def _rename_into_place(parent_fd: int, tmp_name: str, run_dir: Path, ours: tuple[int, int]) -> None:
+def _rename_into_place(parent_fd: int, tmp_name: str, target: Path, ours: tuple[int, int], what: str) -> None:
     """rename(2) the partial folder onto nothing, or onto an empty folder; a folder that is not
     empty (another launch won a race for it) is left alone. What arrives must be the folder
-    that was built: one swapped in for it by name is not a run of ours."""
+    that was built: one swapped in for it by name is not ours."""
     try:
-        os.rename(tmp_name, run_dir.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+        os.rename(tmp_name, target.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
     except OSError as exc:
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-            raise InputError("run folder already exists and is not empty (did another launch create it "
-                             "meanwhile?)", path=run_dir) from None
+            raise InputError(f"{what} already exists and is not empty (did another launch create it "
+                             "meanwhile?)", path=target) from None
         raise
-    st = os.stat(run_dir.name, dir_fd=parent_fd, follow_symlinks=False)
+    st = os.stat(target.name, dir_fd=parent_fd, follow_symlinks=False)
     if (st.st_dev, st.st_ino) != ours:
-        raise InputError("the partial folder was replaced while the run was being created; nothing of it is "
-                         "used (launch again)", path=run_dir)
+        raise InputError(f"the partial folder was replaced while the {what} was being created; nothing of it "
+                         "is used (launch again)", path=target)
+    os.fsync(parent_fd)
 
 
-def check_new_run_dir(run_dir: Path) -> None:
-    """Refuse what cannot become a new run folder before anything is written (also called by
-    `launch` and `replicate` before their preflight: nothing is asked of the provider in vain)."""
+def check_new_run_dir(run_dir: Path, what: str = "run folder") -> None:
+    """Refuse what cannot become a new run folder (or study folder: `what`) before anything is
+    written (also called by `launch` and `replicate` before their preflight: nothing is asked of
+    the provider in vain)."""
     if run_dir.name in ("", ".", ".."):
-        raise InputError("name the run folder itself (not '.', '..' or '/')", path=run_dir)
+        raise InputError(f"name the {what} itself (not '.', '..' or '/')", path=run_dir)
     if run_dir.is_symlink():
-        raise InputError("is a symbolic link; give the run folder itself", path=run_dir)
+        raise InputError(f"is a symbolic link; give the {what} itself", path=run_dir)
     try:
         if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-            what = "is not empty" if run_dir.is_dir() else "is a file, not a folder"
-            raise InputError(f"run folder already exists and {what}", path=run_dir)
+            why = "is not empty" if run_dir.is_dir() else "is a file, not a folder"
+            raise InputError(f"{what} already exists and {why}", path=run_dir)
     except OSError as exc:
-        raise InputError(f"cannot use as a run folder ({exc.strerror or exc})", path=run_dir) from None
+        raise InputError(f"cannot use as a {what} ({exc.strerror or exc})", path=run_dir) from None
     for parent in run_dir.parents:
         if parent.is_symlink() and not parent.exists():
             raise InputError("is a dangling symbolic link", path=parent)
         if parent.exists():
             if not parent.is_dir():
-                raise InputError("is a file, not a folder: the run folder cannot go under it", path=parent)
+                raise InputError(f"is a file, not a folder: the {what} cannot go under it", path=parent)
             break
 
 
@@ -173,10 +196,10 @@ def _make_parents(folder: Path) -> list[Path]:
 _PARTIAL_CONTENT = frozenset((PARTIAL_LOCK, COHORT_DIR, PROMPT_DIR, MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS))
 
 
-def remove_stale_partials(folder: Path) -> list[Path]:
+def remove_stale_partials(folder: Path, content: frozenset[str] = _PARTIAL_CONTENT) -> list[Path]:
     """Remove `.<name>.partial-<pid>` folders whose launch is gone (killed mid-way): nobody holds
     its lock and its process no longer exists. A folder holding
-    anything a launch does not write is left alone, whatever its name."""
+    anything a launch does not write (a name outside `content`) is left alone, whatever its name."""
     removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
@@ -188,7 +211,7 @@ def remove_stale_partials(folder: Path) -> list[Path]:
             continue
         path = Path(entry.path)
         try:
-            ours = {p.name for p in path.iterdir()} <= _PARTIAL_CONTENT
+            ours = {p.name for p in path.iterdir()} <= content
         except OSError:
             ours = False
         if ours and not _partial_is_live(path, int(m[2])):

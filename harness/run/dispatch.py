@@ -65,6 +65,11 @@ class DispatchOptions:
     simulated_spend: bool = False       # the simulated provider's costs: labelled as such in progress
     rate_limit_stop_s: float = DEFAULT_RATE_LIMIT_STOP_S   # nothing but 429s this long: stop (resumable)
     max_response_bytes: int = 4 << 20   # the config's: room kept on the disk for each answer
+    # The run's budget and progress display. A study (harness.study) dispatching several runs
+    # in one loop passes a budget that also holds the study's shared limit, and a progress
+    # line that its one display draws.
+    budget_type: Callable[..., Budget] = Budget
+    progress_type: Callable[..., RunProgress] = RunProgress
 
 
 @dataclass
@@ -153,7 +158,7 @@ class Dispatcher:
         self._spacer = _Spacer(options.rpm)
         self._stop: str | None = None
         self._in_flight = 0
-        self.budget = Budget(options.max_cost, options.prices)
+        self.budget = options.budget_type(options.max_cost, options.prices)
         # Rendered bodies by instance (repetitions and retries share one), bounded: a million-call
         # run has ~100,000 distinct instances, and a body is only needed while its calls run.
         self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
@@ -169,20 +174,24 @@ class Dispatcher:
         self._pause_until = 0.0         # Retry-After of a load-driven 429, honoured by every new attempt
         self.result.min_concurrency = self._gate.capacity
         self._calls_scope: anyio.CancelScope | None = None
+        self._scope: anyio.CancelScope | None = None
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
                   spent_before: float = 0.0, unpriced_before: Unpriced | None = None) -> DispatchResult:
-        self.budget = Budget(self.opt.max_cost, self.opt.prices, spent=spent_before, unpriced=unpriced_before)
+        self.budget = self.opt.budget_type(self.opt.max_cost, self.opt.prices, spent=spent_before,
+                                           unpriced=unpriced_before)
         limiter = anyio.Semaphore(max(1, self.opt.concurrency))
-        with RunProgress(total, already, enabled=self.opt.progress, simulated_spend=self.opt.simulated_spend) as progress:
+        with self.opt.progress_type(total, already, enabled=self.opt.progress,
+                                    simulated_spend=self.opt.simulated_spend) as progress:
             self.progress = progress
             progress.spend = self.budget.total
             if self.opt.adaptive:
                 progress.wire = f"c={self._gate.capacity}/{self.opt.concurrency}"
             async with anyio.create_task_group() as tg:
+                self._scope = tg.cancel_scope
                 if self.opt.handle_signals:
-                    tg.start_soon(self._watch_signals, tg.cancel_scope)
+                    tg.start_soon(self._watch_signals)
                 tg.start_soon(self._ticker)
                 async with anyio.create_task_group() as calls:
                     self._calls_scope = calls.cancel_scope
@@ -196,6 +205,19 @@ class Dispatcher:
                         calls.start_soon(self._call_task, row, limiter)
                 tg.cancel_scope.cancel()  # stop the signal watcher and ticker
         return self.result
+
+    @property
+    def in_flight(self) -> int:
+        """Calls admitted and not yet ended."""
+        return self._in_flight
+
+    def interrupt(self, reason: str) -> None:
+        """Stop now, as a signal does (`reason`: `signal SIGTERM`): admission ends and the calls
+        in flight are cancelled; they stay pending for `resume`. For whoever watches the signals
+        when this dispatcher does not (a study's several runs in one loop)."""
+        self._stop = self.result.stop_reason = reason
+        if self._scope is not None:
+            self._scope.cancel()
 
     # -- admission -------------------------------------------------------------------------
     async def _admit(self) -> bool:
@@ -234,11 +256,10 @@ class Dispatcher:
         if self.progress is not None:
             self.progress.note(message)
 
-    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+    async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                self._stop = self.result.stop_reason = f"signal {signal.Signals(signum).name}"
-                scope.cancel()
+                self.interrupt(f"signal {signal.Signals(signum).name}")
                 return
 
     def _halt(self, reason: str, message: str) -> None:

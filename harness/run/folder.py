@@ -61,11 +61,11 @@ class RunFolder:
     file of `cohort/` or `prompt/`. Close it (or use `with`) when the command is done.
     """
 
-    def __init__(self, path: str | Path, *, dir_fd: int | None = None) -> None:
-        # `dir_fd`: the folder is `path.name` in the folder of that descriptor (a partial folder
-        # being built, `harness.run.create`): opened relative to it, never through a link.
+    def __init__(self, path: str | Path, *, parent_fd: int | None = None) -> None:
         self.path = Path(path)
-        self._fd = _open_dir(self.path, dir_fd, self.path.name if dir_fd is not None else self.path)
+        # Inside another folder (`folder`; a partial folder being built, `harness.run.create`): opened
+        # relative to its descriptor, by its last name, never through a link.
+        self._fd = _open_dir(self.path, parent_fd, self.path.name if parent_fd is not None else self.path)
         self._files: dict[str, int | None] = {}    # name -> read descriptor (None: absent)
         self._dirs: dict[str, int] = {}
         self._small: dict[str, bytes] = {}
@@ -252,6 +252,28 @@ class RunFolder:
                     why = _LINK if entry.is_symlink() else _NOT_REGULAR
                     raise InputError(why, path=self.file(f"{name}/{entry.name}"))
         return self.file(name), dfd
+
+    def folder(self, name: str) -> RunFolder:
+        """A folder inside this one (`runs/<label>` of a study) as a RunFolder of its own, each
+        step opened relative to the one before and never through a link (InputError)."""
+        sub, _, leaf = name.rpartition("/")
+        if not leaf or leaf in (".", "..") or any(part in ("", ".", "..") for part in sub.split("/") if sub):
+            raise InputError("not a plain folder name", path=self.file(name))
+        return RunFolder(self.file(name), parent_fd=self._dir_fd(sub) if sub else self._fd)
+
+    def folders(self, name: str) -> list[str]:
+        """The names of the folders in `name` (a folder of this one); anything else there (a
+        link, a file) is refused, naming it. [] when `name` is absent."""
+        if not self.has_subdir(name):
+            return []
+        out = []
+        with os.scandir(self._dir_fd(name)) as entries:
+            for entry in entries:
+                if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                    why = _LINK if entry.is_symlink() else "is not a folder"
+                    raise InputError(why, path=self.file(f"{name}/{entry.name}"))
+                out.append(entry.name)
+        return sorted(out)
 
     def has_subdir(self, name: str) -> bool:
         try:

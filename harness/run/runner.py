@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Container, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,16 +66,68 @@ def execute(run: Path | RunFolder, *, base_url: str | None = None, concurrency: 
     `retry_failed` (failure statuses), also the calls whose live decision has one of them, their
     new decisions superseding the old (`harness.run.supersede`)."""
     with opened(run) as folder:
-        return _execute(folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
-                        max_calls=max_calls, progress=progress, handle_signals=handle_signals, adaptive=adaptive,
-                        row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s,
-                        allow_changed_callable=allow_changed_callable)
+        with session(folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                     max_calls=max_calls, progress=progress, handle_signals=handle_signals, adaptive=adaptive,
+                     row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s,
+                     allow_changed_callable=allow_changed_callable) as s:
+            anyio.run(s.dispatch, backend_options=backend_options())
+        return s.finished()
 
 
-def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None, rpm: float | None,
-             max_cost: float | None, max_calls: int | None, progress: bool, handle_signals: bool, adaptive: bool,
-             row_limits: RowLimits, retry_failed: tuple[str, ...] | None,
-             rate_limit_stop_s: float | None, allow_changed_callable: bool) -> RunOutcome:
+@dataclass
+class Session:
+    """A run opened for dispatch by `session`: its lock held, its logs open, its pending calls
+    lined up. `dispatch` (a coroutine) sends them; several sessions may be dispatched in one
+    event loop (a study's runs), each with its own options."""
+
+    folder: RunFolder
+    config: GuardConfig
+    prompt: Prompt
+    writer: RunWriter
+    cohort: Cohort
+    parser: Any
+    rows: Iterable[dict[str, Any]]
+    total: int                  # the calls this session may decide (retries included)
+    options: DispatchOptions    # may be changed before `dispatch` (handle_signals, progress, budget_type)
+    already: int
+    spent: float
+    unpriced: Unpriced
+    dispatcher: Dispatcher | None = None   # set once `dispatch` has begun
+    result: DispatchResult | None = None
+    outcome: RunOutcome | None = None      # set when the session has closed
+    error: CheckFailed | None = None       # the run turned out damaged (raised by `finished`)
+
+    async def dispatch(self) -> DispatchResult:
+        guard = make_guard(self.config, self.prompt, max_connections=max(self.options.concurrency, 1))
+        try:
+            cohort = self.cohort
+            self.dispatcher = Dispatcher(guard=guard, writer=self.writer,
+                                         instance_for=lambda r: cohort.instance(r["base_id"], r["condition"]),
+                                         parser=self.parser, options=self.options)
+            self.result = await self.dispatcher.run(self.rows, total=self.total, already=self.already,
+                                                    spent_before=self.spent, unpriced_before=self.unpriced)
+            return self.result
+        finally:
+            with anyio.CancelScope(shield=True):
+                await guard.aclose()
+
+    def finished(self) -> RunOutcome:
+        """The outcome once the session has closed; CheckFailed when the run proved damaged."""
+        if self.error is not None:
+            raise self.error
+        assert self.outcome is not None, "the session has not closed"
+        return self.outcome
+
+
+@contextmanager
+def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int | None = None,
+            rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
+            progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS, retry_failed: tuple[str, ...] | None = None,
+            rate_limit_stop_s: float | None = None, allow_changed_callable: bool = False) -> Iterator[Session]:
+    """Open a run for dispatch (the lock, the checks, recovery, the pending calls: see `execute`)
+    and yield the `Session`; its `dispatch` must have run when the block ends normally. On the
+    way out: the stop event, the logs closed, `outcome` set (or `error`, for a damaged run)."""
     run_dir = folder.path
     manifest = read_manifest(folder)
     config = run_config(folder, manifest).with_base_url(base_url)
@@ -97,7 +150,7 @@ def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None
             writer.abandon_scan()
             raise
         state = writer.open()
-        result: DispatchResult | None = None
+        s: Session | None = None
         try:
             recovered = _recover_decisions(folder, writer, parser, config)
             retry = retries.prepare(
@@ -118,18 +171,19 @@ def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None
                 sources.append(again)
                 rows = itertools.chain(pending, retries.with_targets(again, retry.targets))
                 retries.record_start(folder, writer, retry)
-            result = anyio.run(_dispatch, config, prompt, writer, cohort, parser, rows, total + retry.n_targets,
-                               DispatchOptions(
-                                   concurrency=concurrency or config.concurrency or _default_concurrency(config),
-                                   rpm=rpm,
-                                   max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
-                                   retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s,
-                                   prices=_prices(config),
-                                   progress=progress, handle_signals=handle_signals, adaptive=adaptive,
-                                   simulated_spend=config.is_simulated,
-                                   rate_limit_stop_s=rate_limit_stop_s or DEFAULT_RATE_LIMIT_STOP_S,
-                                   max_response_bytes=config.max_response_bytes),
-                               len(state.decided), state.spent, state.unpriced, backend_options=_backend_options())
+            options = DispatchOptions(
+                concurrency=concurrency or config.concurrency or _default_concurrency(config), rpm=rpm,
+                max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
+                retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s, prices=_prices(config),
+                progress=progress, handle_signals=handle_signals, adaptive=adaptive,
+                simulated_spend=config.is_simulated,
+                rate_limit_stop_s=rate_limit_stop_s or DEFAULT_RATE_LIMIT_STOP_S,
+                max_response_bytes=config.max_response_bytes)
+            s = Session(folder, config, prompt, writer, cohort, parser, rows, total + retry.n_targets, options,
+                        len(state.decided), state.spent, state.unpriced)
+            yield s
+            result = s.result
+            assert result is not None, "a session's dispatch must run before it closes"
             decided = len(state.decided)
             try:
                 # A pilot's stop says so: `status` must not read it as every pending call handled.
@@ -147,18 +201,18 @@ def _execute(folder: RunFolder, *, base_url: str | None, concurrency: int | None
                 writer.close()
             except WriteFailed as exc:
                 # Decisions still held are re-derived from their raw lines on resume.
-                if result is None:
+                if s is None or s.result is None:
                     raise
-                if result.stop_reason != "write_failed":
-                    result.stop_reason, result.fatal_message = "write_failed", str(exc)
-    for source in sources:
-        if source.error is not None:
-            raise source.error
+                if s.result.stop_reason != "write_failed":
+                    s.result.stop_reason, s.result.fatal_message = "write_failed", str(exc)
+    s.error = next((source.error for source in sources if source.error is not None), None)
+    if s.error is not None:
+        return
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
     statuses = decision_counts(folder)[1]
-    return RunOutcome(run_dir, total, decided, result, recovered + retry.recovered, state.torn, statuses,
-                      run_fingerprint(folder, manifest).token, retry, config.is_simulated)
+    s.outcome = RunOutcome(run_dir, total, decided, result, recovered + retry.recovered, state.torn, statuses,
+                           run_fingerprint(folder, manifest).token, retry, config.is_simulated)
 
 
 def _recover_decisions(folder: RunFolder, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -269,20 +323,6 @@ def _call_id_pair(sline: bytes, tline: bytes) -> tuple[str | None, str | None]:
     return m[1].decode(), m[2].decode()
 
 
-async def _dispatch(config: GuardConfig, prompt: Prompt, writer: RunWriter, cohort: Cohort, parser: Any,
-                    pending: Iterable[dict[str, Any]], total: int, options: DispatchOptions, already: int,
-                    spent: float, unpriced: Unpriced) -> DispatchResult:
-    guard = make_guard(config, prompt, max_connections=max(options.concurrency, 1))
-    try:
-        d = Dispatcher(guard=guard, writer=writer,
-                       instance_for=lambda r: cohort.instance(r["base_id"], r["condition"]),
-                       parser=parser, options=options)
-        return await d.run(pending, total=total, already=already, spent_before=spent, unpriced_before=unpriced)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await guard.aclose()
-
-
 def _check_rendering(folder: RunFolder, cohort: Cohort, config: GuardConfig, prompt: Prompt) -> None:
     """Re-render the first scheduled call; if it no longer matches the launch, refuse to go on."""
     first = next((rec for _, _, rec in iter_jsonl(folder, SCHEDULE)), None)
@@ -302,7 +342,7 @@ def _default_concurrency(config: GuardConfig) -> int:
     return 1 if config.backend == "mlx" else 16
 
 
-def _backend_options() -> dict[str, Any]:
+def backend_options() -> dict[str, Any]:
     """uvloop when installed: a cheaper event loop for thousands of concurrent calls."""
     try:
         import uvloop  # noqa: F401

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.estimators import compare_text as CT
 from harness.estimators.compare_plot import leaderboard_figure, paired_figure
-from harness.estimators.formats import md_table
+from harness.estimators.formats import level, md_table
 from harness.estimators.plot import figure_bytes, save
 from harness.run.folder import RunFolder, write_into
 from harness.run.layout import COMPARE_HTML, COMPARE_MD, COMPARE_PNG, LEADERBOARD_PNG
@@ -27,18 +27,23 @@ def _pair_title(result: Mapping[str, Any], pair: Mapping[str, Any]) -> str:
 
 
 def markdown(result: Mapping[str, Any]) -> str:
+    said, lv = CT.words(result), level(result)
     out = ["# guardeval compare", "", *(f"- {line}" for line in CT.input_lines(result)),
-           f"- {CT.method_line(result)}", "", "![paired effects](compare.png)", ""]
+           f"- {CT.method_line(result)}", *(f"- {line}" for line in CT.decision_lines(result)), ""]
+    if said:
+        out += ["## In words", "", *(f"- {x}" for x in said), ""]
+    out += ["![paired effects](compare.png)", ""]
     for pair in result["pairs"]:
         out += [f"## {CT.pair_title(pair)}", "", "Headline: B − A of the placebo-corrected effect.", "",
-                md_table(*CT.corrected_table(pair)), "", "B − A of Δ:", "", md_table(*CT.delta_table(pair)), "",
-                *(f"- {line}" for line in CT.ranking_lines(pair)), ""]
+                md_table(*CT.corrected_table(pair, lv)), "", "B − A of Δ:", "", md_table(*CT.delta_table(pair, lv)), "",
+                CT.TABLE_TERMS + ".", "", *(f"- {line}" for line in CT.ranking_lines(pair, result)), ""]
     out += ["## Leaderboard", ""]
     if len(result["inputs"]) > 2:
         out += ["![each guard's corrected effect per condition](leaderboard.png)", ""]
     for c in result["leaderboard"]:
         out += [f"### {c}", "", md_table(*CT.leaderboard_table(result, c)), ""]
-    out += ["## Ranking stability", "", *(f"- {line.strip()}" for line in CT.stability_lines(result)), "",
+    out += [CT.LEADERBOARD_TERMS + ".", "", "## Ranking stability", "",
+            *(f"- {line.strip()}" for line in CT.stability_lines(result)), "",
             f"- {result['ranking_stability']['rule']}", f"- {result['power']['rule']}", ""]
     return "\n".join(out)
 
@@ -47,31 +52,42 @@ def _svg(fig: Any) -> str:
     return base64.b64encode(figure_bytes(fig, "svg")).decode()
 
 
+def _heading(result: Mapping[str, Any]) -> str:
+    """A short page title (the inputs are listed under it, one per line)."""
+    labels = [str(i["label"]) for i in result["inputs"]]
+    return "guardeval compare · " + (" vs ".join(labels) if len(labels) <= 3 else f"{len(labels)} guards")
+
+
 def html(result: Mapping[str, Any]) -> str:
-    parts = [f"<h1>{T.esc(_title(result))}</h1>",
+    said, lv = CT.words(result), level(result)
+    parts = [f"<h1>{T.esc(_heading(result))}</h1>",
              "<ul>" + "".join(f"<li>{T.esc(x)}</li>" for x in [*CT.input_lines(result), CT.method_line(result)])
              + "</ul>"]
+    if said:
+        parts += ["<h2>In words</h2><ul class=\"words\">" + "".join(f"<li>{T.esc(x)}</li>" for x in said) + "</ul>"]
+    parts += [f'<p class="note">{T.esc(x)}</p>' for x in CT.decision_lines(result)]
     for pair in result["pairs"]:
         fig = paired_figure(result, pair, _pair_title(result, pair))
         parts += [f"<h2>{T.esc(CT.pair_title(pair))}</h2>",
                   f'<img class="plot" alt="paired effects of {T.esc(pair["a"])} and {T.esc(pair["b"])}" '
                   f'src="data:image/svg+xml;base64,{_svg(fig)}">',
                   "<p class=\"lead\">Headline: B − A of the placebo-corrected effect.</p>",
-                  T.table(*CT.corrected_table(pair)), "<p>B − A of Δ</p>", T.table(*CT.delta_table(pair)),
-                  "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in CT.ranking_lines(pair)) + "</ul>"]
+                  T.table(*CT.corrected_table(pair, lv)), "<p>B − A of Δ</p>", T.table(*CT.delta_table(pair, lv)),
+                  f'<p class="note">{T.esc(CT.TABLE_TERMS)}.</p>',
+                  "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in CT.ranking_lines(pair, result)) + "</ul>"]
     parts += ["<h2>Leaderboard</h2>",
               f'<img class="plot" alt="each guard\'s corrected effect per condition" '
               f'src="data:image/svg+xml;base64,{_svg(leaderboard_figure(result, _title(result)))}">']
     for c in result["leaderboard"]:
         parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c))]
-    parts += ["<h2>Ranking stability</h2>",
+    parts += [f'<p class="note">{T.esc(CT.LEADERBOARD_TERMS)}.</p>', "<h2>Ranking stability</h2>",
               "<ul>" + "".join(f"<li>{T.esc(line.strip())}</li>" for line in CT.stability_lines(result)) + "</ul>",
               f'<p class="note">{T.esc(result["ranking_stability"]["rule"])}</p>',
               f'<p class="note">{T.esc(result["power"]["rule"])}</p>']
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
             "style-src 'unsafe-inline'\">"
-            f"<title>{T.esc(_title(result))}</title><style>{_css()}</style></head>"
+            f"<title>{T.esc(_heading(result))}</title><style>{_css()}</style></head>"
             f"<body><main>{''.join(parts)}</main></body></html>\n")
 
 

@@ -22,6 +22,21 @@ def out_file(out: str | Path | None, default: Path) -> Path:
     return target
 
 
+def out_folder(out: str | Path) -> Path:
+    """An `--out DIR` for several files: refused (exit 2) when it names something that is not a
+    folder, found before any work; made (with its parents) when it does not exist yet, by the
+    caller once there is something to write (`make_folder`)."""
+    target = Path(out)
+    if target.exists() and not target.is_dir():
+        raise InputError("not a folder", path=target, field="out")
+    return target
+
+
+def make_folder(target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
 def write_atomically(target: Path, write: Callable[[Path], object]) -> Path:
     """`write(tmp)` to a temporary name beside `target`, then rename it into place."""
     tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")

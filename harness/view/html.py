@@ -28,6 +28,7 @@ import orjson
 from harness.canon import canonical_bytes
 from harness.errors import CheckFailed, GuardevalError, InputError
 from harness.estimators import sections as S
+from harness.estimators.formats import level
 from harness.run.folder import RunFolder, opened
 from harness.run.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from harness.run.lines import iter_jsonl
@@ -331,9 +332,11 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         return heading + "".join(map(T.section, sections)) + T.definitions(*groups)
 
     summary_tab = "".join([
+        T.in_words(report),
         f"<h2>Run</h2>{_header(calls, report, verify)}",
-        "<h2>Effects</h2><p class=\"lead\">The headline is the placebo-corrected effect (Δ − placebo); rows marked * "
-        "are Holm-significant at 0.05.</p>", T.notes(report),
+        "<h2>Effects</h2><p class=\"lead\">The headline is the placebo-corrected effect (Δ − placebo); a row marked * "
+        "has a headline that differs from 0 after Holm in its stated family (below the table). Intervals are "
+        f"unadjusted {level(report)} (1 − α).</p>", T.notes(report),
         f'<img class="plot" alt="forest plot of the effects" src="{_svg_data_uri(report, title)}">',
         T.contrasts_table(report), T.definitions("effects", "rules"),
         "<h2>Diagnostics</h2>", T.diagnostics(report), T.definitions("diagnostics"),

@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
+from harness.estimators.decisions import short
 from harness.estimators.definitions import DEFINITIONS
-from harness.estimators.equivalence import short
-from harness.estimators.formats import rules_differ, significant
-from harness.estimators.report import null_lines
+from harness.estimators.formats import level, rules_differ, significant
+from harness.estimators.report import decision_lines, headline_sentences
 from harness.estimators.sections import Section
 
 
@@ -140,6 +140,7 @@ def section(sec: Section) -> str:
 # Per-contrast keys shown by the contrasts table and the contrast-diagnostics section; any other
 # goes to "More per-contrast quantities".
 CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm", "delta_minus_placebo",
+                 "p_holm_minus_placebo", "headline",
                  "ci_minus_placebo", "p_minus_placebo", "n_bases_minus_placebo", "increase", "decrease", "tie",
                  "n_bases", "n_clusters", "by_rule", "by_rule_ci", "by_rule_minus_placebo", "block_rate",
                  "same_round_flip_rate", "n_undefined_replicates", "sign_test", "sign_test_minus_placebo",
@@ -152,18 +153,22 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
 def contrasts_table(report: Mapping[str, Any]) -> str:
     # A column per failure rule only when the rules give different answers.
     rules = list(report["failure_rules"]) if rules_differ(report) else []
-    head = ["condition", "role", "Δ [95% CI]", "p", "p_Holm", "Δ − placebo [95% CI]", "p (corr.)", "+/−/=",
-            "bases", "clusters", "block rate", "same-round flip rate", *(f"Δ {r}" for r in rules),
-            f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
+    lv = level(report)
+    head = ["condition", "role", f"Δ [{lv} CI, unadjusted]", "p", "p_Holm (Δ)", f"Δ − placebo [{lv} CI, unadjusted]",
+            "p (corr.)", "p_Holm (corr.)", "+/−/=", "bases", "clusters", "block rate", "same-round flip rate",
+            *(f"Δ {r}" for r in rules), f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
     rows, attrs = [], []
     for c in report["contrasts"]:
         sig = significant(c)
         name = esc(c["condition"]) + (" <span class=\"tag\">placebo</span>" if c["condition"] == report["placebo"] else "")
         rows.append([
-            Raw(name + (' <span class="sig" title="Holm-adjusted p &lt; 0.05">*</span>' if sig else "")),
+            Raw(name + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
+                        if sig else "")),
             c.get("role"), est_ci(c.get("delta"), c.get("ci")), pv(c.get("p")),
             pv(c.get("p_holm")) if c.get("in_family") else "not in family",
             est_ci(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv(c.get("p_minus_placebo")),
+            "—" if c.get("delta_minus_placebo") is None else pv(c.get("p_holm_minus_placebo"))
+            if c.get("p_holm_minus_placebo") is not None else "not in family",
             f"{c.get('increase')}/{c.get('decrease')}/{c.get('tie')}", c.get("n_bases"), c.get("n_clusters"),
             c.get("block_rate"), c.get("same_round_flip_rate"),
             *(signed((c.get("by_rule") or {}).get(r)) for r in rules),
@@ -171,7 +176,7 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
         ])
         attrs.append(' class="significant"' if sig else "")
     out = table(head, rows, num_from=2, cls="contrasts", row_attrs=attrs)
-    out += "".join(f'<p class="note">{esc(line)}</p>' for line in null_lines(report))
+    out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))
     if "power" in report:
         out += definitions("equivalence")
     if not rules:
@@ -197,7 +202,7 @@ def strata_tables(report: Mapping[str, Any]) -> str:
     for kind, strata in (report.get("strata") or {}).items():
         if not isinstance(strata, Mapping):
             continue
-        head = [kind, "bases", *(f"Δ {c} [95% CI]" for c in conds)]
+        head = [kind, "bases", *(f"Δ {c} [{level(report)} CI]" for c in conds)]
         rows = []
         for name, s in strata.items():
             cs = s.get("contrasts") or {}
@@ -258,7 +263,7 @@ HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "pla
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
            "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
            "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
-           "worst_case", "order", "margin", "power", "retried"}
+           "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family"}
 
 
 def more_sections(report: Mapping[str, Any]) -> str:
@@ -268,3 +273,11 @@ def more_sections(report: Mapping[str, Any]) -> str:
             continue
         out.append(f'<section class="more" id="more-{esc(key)}"><h3>{esc(key)}</h3>{generic(report[key])}</section>')
     return "".join(out)
+
+
+def in_words(report: Mapping[str, Any]) -> str:
+    """The report's opening: one sentence a reader can quote per headline."""
+    lines = headline_sentences(report)
+    if not lines:
+        return ""
+    return "<h2>In words</h2><ul class=\"words\">" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"

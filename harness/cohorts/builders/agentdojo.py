@@ -25,11 +25,10 @@ import yaml
 
 from harness.canon import sha256_hex
 from harness.cohorts.builders.agentdojo_aliases import AGENTDOJO_ALIASES
-from harness.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
+from harness.cohorts.builders.common import ConditionSpec, build_rows, marker_and_alias_conditions, select_conditions
 from harness.cohorts.builders.frozen_clock import frozen_clock
 from harness.cohorts.builders.sampling import stratified_sample
 from harness.cohorts.model import write_cohort
-from harness.cohorts.transforms import combined, format_placebo, identity, make_marker_rewrite, make_tool_alias
 from harness.cohorts.transforms.base import deep_copy
 from harness.errors import InputError
 
@@ -61,13 +60,7 @@ def conditions(suites: list[str]) -> list[ConditionSpec]:
         for k, v in AGENTDOJO_ALIASES.get(s, {}).items():
             if table.setdefault(k, v) != v:
                 raise InputError(f"alias tables disagree on '{k}'", field="alias")
-    return [
-        ConditionSpec("original", "baseline", identity()),
-        ConditionSpec("format_placebo", "placebo", format_placebo()),
-        ConditionSpec("marker_rewrite", "intervention", make_marker_rewrite()),
-        ConditionSpec("tool_alias", "intervention", make_tool_alias(table)),
-        ConditionSpec("combined", "intervention", combined(table)),
-    ]
+    return marker_and_alias_conditions(table)
 
 
 def _jsonable(value: Any) -> Any:

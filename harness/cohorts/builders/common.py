@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cohorts.model import Condition, build_row
-from harness.cohorts.transforms import Transform, apply_checked, check_row
+from harness.cohorts.transforms import (
+    Transform,
+    apply_checked,
+    check_row,
+    combined,
+    format_placebo,
+    identity,
+    make_marker_rewrite,
+    make_tool_alias,
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,18 @@ class ConditionSpec:
         keeps = ", ".join(("label", *self.transform.keeps))
         return Condition(self.name, self.role, f"{self.transform.description}; keeps {keeps} byte-identical",
                          self.transform.acts_on)
+
+
+def marker_and_alias_conditions(alias_table: Mapping[str, str]) -> list[ConditionSpec]:
+    """The five conditions of an agent-trajectory cohort: the baseline, the formatting placebo, the
+    marker rewrite, the tools renamed by `alias_table`, and both (demo, agentdojo, inspect)."""
+    return [
+        ConditionSpec("original", "baseline", identity()),
+        ConditionSpec("format_placebo", "placebo", format_placebo()),
+        ConditionSpec("marker_rewrite", "intervention", make_marker_rewrite()),
+        ConditionSpec("tool_alias", "intervention", make_tool_alias(alias_table)),
+        ConditionSpec("combined", "intervention", combined(alias_table)),
+    ]
 
 
 def build_rows(bases: Iterable[Mapping[str, Any]], specs: list[ConditionSpec]) -> list[dict[str, Any]]:

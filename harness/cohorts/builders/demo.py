@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
+from harness.cohorts.builders.common import ConditionSpec, build_rows, marker_and_alias_conditions, select_conditions
 from harness.cohorts.builders.demo_data import ALIASES, EPISODES, TOOLS, Episode, Tool
 from harness.cohorts.model import BUNDLED_COHORTS, write_cohort
-from harness.cohorts.transforms import combined, format_placebo, identity, make_marker_rewrite, make_tool_alias
 
 NAME, VERSION = "demo", "1"
 # The built demo cohort, shipped inside the package (in the repository, a link to cohorts/demo).
@@ -20,13 +19,7 @@ BUNDLED_DEMO = BUNDLED_COHORTS["demo"]
 
 
 def conditions() -> list[ConditionSpec]:
-    return [
-        ConditionSpec("original", "baseline", identity()),
-        ConditionSpec("format_placebo", "placebo", format_placebo()),
-        ConditionSpec("marker_rewrite", "intervention", make_marker_rewrite()),
-        ConditionSpec("tool_alias", "intervention", make_tool_alias(ALIASES)),
-        ConditionSpec("combined", "intervention", combined(ALIASES)),
-    ]
+    return marker_and_alias_conditions(ALIASES)
 
 
 def _schema(tool: Tool) -> dict[str, Any]:

@@ -1,0 +1,288 @@
+"""Do the printed words hold their stated error rates? (issue 26; docs/estimators.md, How we know
+the verdicts hold.) Not a timed test: a Monte-Carlo check of every decision `estimate` and
+`compare` print, on decision tables with a known truth (harness.estimators.synthetic: base and
+interaction random effects, condition effects that vary by interaction and base, repetitions as
+Bernoulli draws, 2% failed calls), run through the library calls the CLI makes (`estimate`,
+`compare_inputs`, `plan_rows`) and read from the fields the printed text reads (the text is
+checked against them on every data set).
+
+Cells, each with its Monte-Carlo standard error:
+
+* **null**: no condition has any effect (conditions exchangeable). Family-wise rate of each kind of
+  decision `estimate` prints: a Δ "differs from 0", a Δ − placebo "differs from 0", a star.
+* **two identical guards** and **three identical guards** (one decision model, each guard its own
+  calls): family-wise rate of any B − A "differs from 0" (Δ, corrected), "ranking changed: yes"
+  (conditions' order) and "guard order changed … yes".
+* **coverage** of every 95% interval kind (Δ, Δ − placebo, block rate; B − A of Δ and of Δ −
+  placebo, between two guards that differ) at 16, 32, 64 and 256 interactions.
+* **power at plan's MDE**: plan's predicted MDE for the design (from a large pilot of the same
+  model), the true corrected effect set to it; the share of data sets whose test rejects at α
+  (and at α/m with the Holm-level MDE). Nominal 0.80.
+* **TOST at the margin**: the true corrected effect exactly at +M: the share of "within ±M".
+
+    python benchmarks/calibration.py [--sims 200] [--coverage-sims N] [--bootstrap 2000] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.estimators import estimate  # noqa: E402
+from harness.estimators import synthetic as sy  # noqa: E402
+from harness.estimators.compare import CompareInput, compare_inputs  # noqa: E402
+from harness.estimators.compare_text import text as compare_text  # noqa: E402
+from harness.estimators.decisions import significant  # noqa: E402
+from harness.estimators.formats import significant as starred  # noqa: E402
+from harness.estimators.plan import plan_rows  # noqa: E402
+from harness.estimators.report import markdown  # noqa: E402
+
+ALPHA = 0.05
+HEADLINE = sy.design(44, 64)          # the issue's design: 64 bases in 44 interactions, 4 domains, 3 repetitions
+SIZES = (16, 32, 64, 256)
+# A second guard that reads the provenance marker more (B − A of its corrected effect is +0.10).
+OTHER = {**sy.EFFECTS, "provenance_marker": 0.20}
+TOST_MARGIN = 0.10
+TOST_DESIGN = sy.design(256, 384)
+
+
+@dataclass
+class Rate:
+    """A proportion over data sets with its Monte-Carlo standard error."""
+
+    hits: list[float] = field(default_factory=list)
+
+    def add(self, x: float) -> None:
+        self.hits.append(float(x))
+
+    @property
+    def value(self) -> float:
+        return float(np.mean(self.hits)) if self.hits else math.nan
+
+    @property
+    def se(self) -> float:
+        n = len(self.hits)
+        return float(np.std(self.hits, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.value:.{digits}f} ± {self.se:.{digits}f}"
+
+
+def _tables(pop: sy.Population, effects: Sequence[Mapping[str, float]], rng: np.random.Generator) -> list[Any]:
+    return sy.guards(pop, effects, rng)
+
+
+def _inputs(tables: Sequence[Any]) -> list[CompareInput]:
+    return [CompareInput(f"g{k + 1}", t, sy.ROLES) for k, t in enumerate(tables)]
+
+
+def _estimate(rows: Any, n_boot: int, seed: int) -> dict[str, Any]:
+    return dict(estimate(rows, roles=sy.ROLES, n_boot=n_boot, seed=seed, alpha=ALPHA))
+
+
+def _compare(tables: Sequence[Any], n_boot: int, seed: int) -> dict[str, Any]:
+    return dict(compare_inputs(_inputs(tables), n_boot=n_boot, seed=seed, alpha=ALPHA))
+
+
+# -- what the outputs say, read from the fields the text reads (and checked against the text) ----
+
+def estimate_says(report: Mapping[str, Any]) -> dict[str, bool]:
+    delta = any(significant(c["equivalence"]) for c in report["contrasts"])
+    corr = any(significant(c["equivalence_minus_placebo"]) for c in report["contrasts"])
+    star = any(starred(c) for c in report["contrasts"])
+    md = markdown(report)
+    # report.md prints each verdict; its count of "differs from 0" is the fields' count.
+    n = sum(bool(significant(c[k])) for c in report["contrasts"] for k in ("equivalence", "equivalence_minus_placebo"))
+    table = md.split("## Effects", 1)[1].split("\n\n", 2)[1]
+    assert table.count("differs from 0") == n, "report.md disagrees with the decision fields"
+    return {"Δ differs": delta, "Δ − placebo differs": corr, "a star": star, "any of these (2 families)": delta or corr}
+
+
+def compare_says(result: Mapping[str, Any]) -> dict[str, bool]:
+    rows = [r for p in result["pairs"] for r in p["conditions"]]
+    delta = any(significant(r["equivalence"]) for r in rows)
+    corr = any(significant(r["equivalence_minus_placebo"]) for r in rows)
+    ranking = any(p["ranking_changed"] for p in result["pairs"])
+    order = any(s["ranking_changed"] for s in result["ranking_stability"]["by_condition"].values())
+    words = compare_text(result)
+    assert ("ranking changed: yes" in words) == ranking and ("changed under" in words)
+    assert any(f"changed under {c}: yes" in words for c in result["ranking_stability"]["by_condition"]) == order
+    return {"B − A of Δ differs": delta, "B − A of Δ − placebo differs": corr, "ranking changed: yes": ranking,
+            "guard order changed: yes": order, "any of these (4 families)": delta or corr or ranking or order}
+
+
+# -- the cells ------------------------------------------------------------------------------------
+
+def null_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None]) -> dict[str, dict[str, Rate]]:
+    out: dict[str, dict[str, Rate]] = {"estimate, null": {}, "compare, 2 identical guards": {},
+                                       "compare, 3 identical guards": {}}
+    for s in range(sims):
+        pop = sy.population(HEADLINE, rng)
+        null = _tables(pop, [sy.NULL], rng)[0]
+        for k, v in estimate_says(_estimate(null, n_boot, s)).items():
+            out["estimate, null"].setdefault(k, Rate()).add(v)
+        three = _tables(pop, [sy.EFFECTS] * 3, rng)
+        for k, v in compare_says(_compare(three[:2], n_boot, s)).items():
+            out["compare, 2 identical guards"].setdefault(k, Rate()).add(v)
+        for k, v in compare_says(_compare(three, n_boot, s)).items():
+            out["compare, 3 identical guards"].setdefault(k, Rate()).add(v)
+        progress(f"null cells {s + 1}/{sims}")
+    return out
+
+
+def _covers(ci: Sequence[float] | None, truth: float) -> float:
+    return float(ci is not None and ci[0] <= truth <= ci[1])
+
+
+def coverage_cells(sims: int, n_boot: int, sizes: Sequence[int], rng: np.random.Generator,
+                   progress: Callable[[str], None]) -> dict[int, dict[str, Rate]]:
+    """Per design, the share of each kind's 95% intervals that cover the truth (per data set,
+    averaged over the kind's conditions; the s.e. is over data sets)."""
+    out: dict[int, dict[str, Rate]] = {}
+    for g in sizes:
+        d = sy.design(g)
+        ta, tb = sy.truth(sy.EFFECTS, d), sy.truth(OTHER, d)
+        cells: dict[str, Rate] = {k: Rate() for k in ("Δ", "Δ − placebo", "block rate", "B − A of Δ",
+                                                      "B − A of Δ − placebo")}
+        for s in range(sims):
+            pop = sy.population(d, rng)
+            a, b = _tables(pop, [sy.EFFECTS, OTHER], rng)
+            rep = _estimate(a, n_boot, s)
+            cs = rep["contrasts"]
+            cells["Δ"].add(np.mean([_covers(c["ci"], ta.delta[c["condition"]]) for c in cs]))
+            cells["Δ − placebo"].add(np.mean([_covers(c["ci_minus_placebo"], ta.corrected[c["condition"]])
+                                              for c in cs if c["condition"] in ta.corrected]))
+            cells["block rate"].add(np.mean([_covers(ci, ta.block_rate[c]) for c, ci in rep["block_rate_ci"].items()]))
+            res = _compare([a, b], n_boot, s)
+            rows = res["pairs"][0]["conditions"]
+            cells["B − A of Δ"].add(np.mean([_covers(r["ci_difference"], tb.delta[r["condition"]] - ta.delta[r["condition"]])
+                                             for r in rows]))
+            cells["B − A of Δ − placebo"].add(np.mean([
+                _covers(r["ci_difference_minus_placebo"], tb.corrected[r["condition"]] - ta.corrected[r["condition"]])
+                for r in rows if r["condition"] in ta.corrected]))
+            progress(f"coverage at {g} interactions {s + 1}/{sims}")
+        out[g] = cells
+    return out
+
+
+def plan_mde(rng: np.random.Generator, effects: Mapping[str, float]) -> tuple[float, float, int]:
+    """plan's predicted MDE (nominal, Holm level, m) of the marker's corrected effect at the
+    headline design, from a pilot eight times its size of the same model (so its components are
+    estimated closely)."""
+    big = sy.design(HEADLINE.n_interactions * 8, HEADLINE.n_bases * 8)
+    pilot = _tables(sy.population(big, rng), [effects], rng)[0]
+    plan = plan_rows(pilot, roles=sy.ROLES, bases=[HEADLINE.n_bases], reps=[HEADLINE.reps])
+    e = next(e for e in plan["designs"][0]["effects"]
+             if e["quantity"] == "corrected" and e["condition"] == "provenance_marker")
+    return float(e["mde"]), float(e["mde_holm"]), int(plan["holm_m"]["corrected"])
+
+
+def power_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None]
+                ) -> dict[str, tuple[float, Rate]]:
+    out: dict[str, tuple[float, Rate]] = {}
+    nominal, holm, m = plan_mde(rng, sy.EFFECTS)
+    for label, target, level in (("α", nominal, ALPHA), (f"α/{m} (Holm's first step)", holm, ALPHA / m)):
+        effects = {**sy.EFFECTS, "provenance_marker": sy.EFFECTS[sy.PLACEBO] + target}
+        rate = Rate()
+        for s in range(sims):
+            rows = _tables(sy.population(HEADLINE, rng), [effects], rng)[0]
+            c = next(c for c in _estimate(rows, n_boot, s)["contrasts"] if c["condition"] == "provenance_marker")
+            rate.add(c["p_minus_placebo"] is not None and c["p_minus_placebo"] < level)
+            progress(f"power at plan's MDE ({label}) {s + 1}/{sims}")
+        out[label] = (target, rate)
+    return out
+
+
+def tost_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None]) -> dict[str, Rate]:
+    """The true corrected effect of the marker exactly at +M (and, for power, at 0)."""
+    out = {"within ±M claimed, truth +M (its own TOST)": Rate(), "within ±M claimed, truth +M (after Holm)": Rate(),
+           "within ±M claimed, truth 0 (after Holm)": Rate()}
+    for s in range(sims):
+        pop = sy.population(TOST_DESIGN, rng)
+        edge = {**sy.EFFECTS, "provenance_marker": sy.EFFECTS[sy.PLACEBO] + TOST_MARGIN}
+        zero = {**sy.EFFECTS, "provenance_marker": sy.EFFECTS[sy.PLACEBO]}
+        for effects, keys in ((edge, ("within ±M claimed, truth +M (its own TOST)",
+                                      "within ±M claimed, truth +M (after Holm)")),
+                              (zero, ("within ±M claimed, truth 0 (after Holm)",))):
+            rows = _tables(pop, [effects], rng)[0]
+            rep = estimate(rows, roles=sy.ROLES, n_boot=n_boot, seed=s, alpha=ALPHA, margin=TOST_MARGIN)
+            eq = next(c for c in rep["contrasts"] if c["condition"] == "provenance_marker")["equivalence_minus_placebo"]
+            for k in keys:
+                out[k].add(eq["p_tost"] < ALPHA if "own TOST" in k else bool(eq["equivalent"]))
+        progress(f"TOST at the margin {s + 1}/{sims}")
+    return out
+
+
+def run(sims: int, n_boot: int, seed: int, sizes: Sequence[int] = SIZES, coverage_sims: int | None = None,
+        progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    return {"null": null_cells(sims, n_boot, rng, progress),
+            "coverage": coverage_cells(coverage_sims or sims, n_boot, sizes, rng, progress),
+            "power": power_cells(sims, n_boot, rng, progress),
+            "tost": tost_cells(sims, n_boot, rng, progress)}
+
+
+def report(res: Mapping[str, Any], sims: int, n_boot: int, coverage_sims: int | None = None) -> list[str]:
+    out = [f"{sims} simulated data sets per cell ({coverage_sims or sims} per coverage cell), {n_boot} bootstrap "
+           f"replicates, decisions at α {ALPHA}; ± is one Monte-Carlo standard error", "",
+           f"Family-wise false-positive rate ({HEADLINE.n_bases} bases in {HEADLINE.n_interactions} interactions, "
+           f"4 domains, {HEADLINE.reps} repetitions; nominal ≤ {ALPHA}):", "",
+           "| cell | decision | rate | nominal | within 2 s.e. |", "|---|---|---|---|---|"]
+    for cell, kinds in res["null"].items():
+        for k, r in kinds.items():
+            # A union of several families' decisions is held at (families) × α, not α.
+            n = int(k.split("(")[1].split()[0]) if "families)" in k else 1
+            ok = r.value - 2 * r.se <= n * ALPHA
+            out.append(f"| {cell} | {k} | {r.text()} | ≤ {n * ALPHA:g} | {'yes' if ok else 'NO'} |")
+    out += ["", "Coverage of 95% intervals (nominal 0.95; target 0.935–0.965 from 32 interactions):", "",
+            "| interactions | " + " | ".join(next(iter(res["coverage"].values()))) + " |",
+            "|---|" + "---|" * len(next(iter(res["coverage"].values())))]
+    for g, cells in res["coverage"].items():
+        out.append(f"| {g} | " + " | ".join(r.text() for r in cells.values()) + " |")
+    out += ["", f"Power at the MDE `plan` predicts ({HEADLINE.n_bases} bases, {HEADLINE.reps} repetitions; "
+                "the marker's corrected effect; nominal 0.80):", "", "| level | true effect = plan's MDE | power |",
+            "|---|---|---|"]
+    for label, (target, r) in res["power"].items():
+        out.append(f"| {label} | {target:.4f} | {r.text()} |")
+    out += ["", f"Equivalence at the margin (±{TOST_MARGIN:g}; {TOST_DESIGN.n_bases} bases in "
+                f"{TOST_DESIGN.n_interactions} interactions; nominal ≤ {ALPHA} at the margin):", "",
+            "| claim | rate |", "|---|---|"]
+    for k, r in res["tost"].items():
+        out.append(f"| {k} | {r.text()} |")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sims", type=int, default=200, help="data sets per cell (default 200)")
+    ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates per estimate (default 2000)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--coverage-sims", type=int, help="data sets per coverage cell (default: --sims)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    last = [0.0]
+
+    def progress(msg: str) -> None:
+        if time.perf_counter() - last[0] > 10:
+            last[0] = time.perf_counter()
+            print(f"  [{time.perf_counter() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
+
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    res = run(args.sims, args.bootstrap, args.seed, coverage_sims=args.coverage_sims, progress=progress)
+    print("\n".join(report(res, args.sims, args.bootstrap, args.coverage_sims)))
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
