@@ -103,7 +103,7 @@ RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/c
 OPENS_ELSEWHERE = {
     "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
     # The runs folder around a new run; the new run itself is built through RunFolder.
-    "harness/run/create.py:create_run_dir": "opens the parent folder that the partial folder is made in",
+    "harness/run/create.py:build_beside": "opens the parent folder that the partial folder is made in",
     "harness/run/create.py:check_new_run_dir": "probes the path the user named for the new run",
     "harness/run/create.py:_make_parents": "makes the missing parents of that path",
     "harness/run/create.py:remove_stale_partials": "lists the partial folders of dead launches beside it",
