@@ -11,7 +11,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -391,12 +391,20 @@ def _read_config(p: Path) -> str:
 def _check_types(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
     for key, value in data.items():
         if key not in _FIELDS:
-            raise fail("unknown field", key)
+            raise fail("unknown field" + _did_you_mean(key, _FIELDS), key)
         types, _ = _FIELDS[key]
         if isinstance(value, bool) and bool not in types:
             raise fail(f"expected {'/'.join(t.__name__ for t in types)}, got bool", key)
         if not isinstance(value, types):
             raise fail(f"expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__}", key)
+
+
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
+    """'; did you mean max_tokens?' for a key one slip from a known one (as the CLI's flags do)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
@@ -459,7 +467,7 @@ def _check_provider(data: dict[str, Any], p: Path, fail: Callable[..., InputErro
     for key, value in data["provider"].items():
         name = f"provider.{key}"
         if key not in _PROVIDER_FIELDS:
-            raise fail("unknown field", key, name)
+            raise fail("unknown field" + _did_you_mean(key, _PROVIDER_FIELDS), key, name)
         if not isinstance(value, _PROVIDER_FIELDS[key]):
             raise fail(f"expected {_PROVIDER_FIELDS[key][0].__name__}", key, name)
         if isinstance(value, list) and (len(value) > 64 or not all(

@@ -66,6 +66,10 @@ def test_demo_report_in_chromium(demo_run):
             assert all("after Holm over" in w and "unadjusted 95% CI" in w for w in words), words
             first = await page.evaluate("document.querySelector('main h2, body h2').textContent")
             assert first == "In words"
+            # the effects table fits the 1400-pixel window: nothing cut off, no sideways scroll
+            fit = await page.evaluate("(() => { const t = document.querySelector('table.contrasts'); "
+                                      "return [t.scrollWidth, t.parentElement.clientWidth]; })()")
+            assert fit[0] <= fit[1], fit
 
             # every scheduled call is a row
             ids = await _rows(page)

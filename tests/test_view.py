@@ -212,7 +212,7 @@ def test_report_html_shows_every_estimator_family_as_report_md_does(demo_run):
             for cell in row:
                 assert cell.replace("|", "\\|") in md and html_escape(cell) in html, (sec.title, cell)
     assert re.findall(r'id="more-([a-z_]+)"', html) == ["future_quantity"]
-    for term in ("sign test by interaction", "exact 95% CI over calls", "repeat disagreement", "drift",
+    for term in ("sign test by interaction", "exact CI over calls", "repeat disagreement", "drift",
                  "miss rate", "AUC"):
         assert f"<dt>{term}</dt>" in html, term
     assert "Note: placebo: format_placebo (chosen by its name)" in html

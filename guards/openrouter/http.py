@@ -76,5 +76,12 @@ async def get_json(http: httpx.AsyncClient, target: str, *, key: str | None, tim
 
 
 def shown(value: Any, limit: int = 120) -> str:
-    """Provider text in a message: bounded, control characters escaped (it may be hostile)."""
-    return safe((value if isinstance(value, str) else repr(value))[:limit])
+    """Provider text in a message: bounded, control characters escaped (it may be hostile). A
+    text past `limit` is cut at the last space before it and marked "…", never mid-word (a cut
+    config line such as `structured_output = "au` reads as a typo)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        cut = text[:limit]
+        space = cut.rfind(" ")
+        text = (cut[:space] if space > limit // 2 else cut).rstrip() + " …"
+    return safe(text)

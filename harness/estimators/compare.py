@@ -86,7 +86,8 @@ def _check_structure(designs: Sequence[fx.Design], labels: Sequence[str]) -> Non
 def _check_named(designs: Sequence[fx.Design], labels: Sequence[str], name: str, what: str) -> None:
     for d, label in zip(designs, labels):
         if name not in d.conditions:
-            raise InputError(f"the {what} condition {name!r} has no rows in input {label!r}", field=what)
+            raise InputError(f"the {what} condition {name!r} has no rows in input {label!r} (conditions: "
+                             f"{', '.join(d.conditions)})", field=what)
 
 
 def _f1(d: fx.Design, rule: str, c: int) -> dict[str, Any]:

@@ -64,7 +64,8 @@ def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, fami
                          field="baseline")
     if placebo is not None:
         if placebo not in conds:
-            raise InputError(f"placebo condition {placebo!r} has no rows", field="placebo")
+            raise InputError(f"placebo condition {placebo!r} has no rows (conditions: {', '.join(conds)})",
+                             field="placebo")
     else:
         by_role = [c for c, r in (roles or {}).items() if r == "placebo" and c in conds]
         placebo = by_role[0] if by_role else (DEFAULT_PLACEBO if DEFAULT_PLACEBO in conds else None)

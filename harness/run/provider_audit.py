@@ -72,8 +72,10 @@ def _audit(folder: RunFolder, base_url: str | None, concurrency: int) -> dict[st
     if config.backend != "openrouter":
         raise InputError(f"audit providers reads OpenRouter's generation stats; this run used the "
                          f"{config.backend!r} back-end", path=folder.file(MANIFEST), field="guard.backend")
-    key = os.environ.get(config.api_key_env) if config.api_key_env else None
-    if config.api_key_env and not key:
+    key = (os.environ.get(config.api_key_env) or None) if config.api_key_env else None
+    # OpenRouter needs the key that made the run; a local endpoint (the simulated provider) is
+    # asked with the key when it is set, without it when not, as the run itself was.
+    if config.needs_key and not key:
         raise InputError(f"audit providers needs the key that made the run: ${config.api_key_env} is not set")
     answers = final_answers(folder)
     ids = [a["generation_id"] for a in answers if a["generation_id"]]

@@ -54,6 +54,14 @@ def est_ci(x: float | None, ci: Sequence[float] | None) -> str:
     return signed(x) + ("" if ci is None else f" [{signed(ci[0])}, {signed(ci[1])}]")
 
 
+def est_ci_cell(x: float | None, ci: Sequence[float] | None) -> Raw:
+    """An estimate and its interval that may wrap between the two (never inside a number)."""
+    if ci is None:
+        return Raw(esc(signed(x)))
+    return Raw(f'<span class="nw">{esc(signed(x))}</span> <span class="nw">[{esc(signed(ci[0]))}, '
+               f'{esc(signed(ci[1]))}]</span>')
+
+
 def pv(p: float | None) -> str:
     return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
 
@@ -154,7 +162,9 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
     # A column per failure rule only when the rules give different answers.
     rules = list(report["failure_rules"]) if rules_differ(report) else []
     lv = level(report)
-    head = ["condition", "role", f"Δ [{lv} CI, unadjusted]", "p", "p_Holm (Δ)", f"Δ − placebo [{lv} CI, unadjusted]",
+    # The role is the placebo's tag beside its name (an intervention has none): one column less,
+    # so the table fits a 1400-pixel window.
+    head = ["condition", f"Δ [{lv} CI, unadjusted]", "p", "p_Holm (Δ)", f"Δ − placebo [{lv} CI, unadjusted]",
             "p (corr.)", "p_Holm (corr.)", "+/−/=", "bases", "clusters", "block rate", "same-round flip rate",
             *(f"Δ {r}" for r in rules), f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
     rows, attrs = [], []
@@ -164,9 +174,9 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
         rows.append([
             Raw(name + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
                         if sig else "")),
-            c.get("role"), est_ci(c.get("delta"), c.get("ci")), pv(c.get("p")),
+            est_ci_cell(c.get("delta"), c.get("ci")), pv(c.get("p")),
             pv(c.get("p_holm")) if c.get("in_family") else "not in family",
-            est_ci(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv(c.get("p_minus_placebo")),
+            est_ci_cell(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv(c.get("p_minus_placebo")),
             "—" if c.get("delta_minus_placebo") is None else pv(c.get("p_holm_minus_placebo"))
             if c.get("p_holm_minus_placebo") is not None else "not in family",
             f"{c.get('increase')}/{c.get('decrease')}/{c.get('tie')}", c.get("n_bases"), c.get("n_clusters"),
@@ -175,7 +185,7 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
             f"{short(c.get('equivalence'))} · {short(c.get('equivalence_minus_placebo'))}",
         ])
         attrs.append(' class="significant"' if sig else "")
-    out = table(head, rows, num_from=2, cls="contrasts", row_attrs=attrs)
+    out = table(head, rows, num_from=1, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))
     if "power" in report:
         out += definitions("equivalence")
