@@ -37,6 +37,8 @@ class Reply:
     response_headers: dict[str, str] = field(default_factory=dict)
     router_metadata: dict[str, Any] | None = None
     previous_errors: list[dict[str, Any]] = field(default_factory=list)
+    # A python guard's own stdout/stderr during the attempt, bounded (guards/python_guard/output.py).
+    guard_output: dict[str, Any] | None = None
 
 
 # The most one attempt can plausibly cost, in USD. The dearest hosted models price a million
@@ -55,6 +57,9 @@ def valid_cost(value: Any) -> TypeGuard[int | float]:
 
 class Guard(abc.ABC):
     """A configured guard back-end. One instance per run; `aclose` releases its resources."""
+
+    # Runs in this process (python, mlx): its timeouts are the guard's, not an unreachable provider's.
+    in_process = False
 
     def __init__(self, config: GuardConfig, prompt: Prompt) -> None:
         self.config = config

@@ -99,6 +99,7 @@ class ChatCompletionsGuard(Guard):
             headers["Authorization"] = f"Bearer {key}"
         payload = self._payload(body)
         too_large: BodyTooLarge | None = None
+        resp: httpx.Response | None = None
         try:
             # Overall deadline as well as httpx's per-phase timeouts: a stalled body counts too.
             with anyio.fail_after(self.config.timeout_s):
@@ -112,15 +113,20 @@ class ChatCompletionsGuard(Guard):
                 finally:
                     await resp.aclose()
         except TimeoutError:
+            if resp is not None:
+                raise self._body_failed(resp, "body_timeout", f"its body did not arrive in full within "
+                                        f"{self.config.timeout_s:g} s") from None
             raise TransientError("timeout", f"no complete answer within {self.config.timeout_s:g} s") from None
         except httpx.TimeoutException as exc:
             # httpx-aiohttp reports a refused connection as ConnectTimeout; its cause says what it was.
             if _refused(exc):
                 raise TransientError("connection", f"connection refused at {self._url}") from None
+            if resp is not None:
+                raise self._body_failed(resp, "body_timeout", f"its body stalled ({type(exc).__name__})") from None
             raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
         except BodyUnreadable as exc:
             # The message may quote the server's Content-Encoding header: its text, redacted like any other.
-            message = f"HTTP {resp.status_code} with a body that cannot be read: {exc}"
+            message = f"HTTP {resp.status_code if resp is not None else '?'} with a body that cannot be read: {exc}"
             safe = redact(message)
             raise TransientError("malformed", safe, redacted=safe is not message) from None
         except (httpx.TransportError, aiohttp.ClientError, OSError) as exc:
@@ -129,6 +135,10 @@ class ChatCompletionsGuard(Guard):
                 raise TransientError("connection", f"connection refused at {self._url}") from None
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
             safe = redact(message)
+            if resp is not None:
+                # The status line came: the server answered, then the body broke off.
+                raise self._body_failed(resp, "body_cut", f"the connection closed before its body was complete "
+                                        f"({safe})", redacted=safe is not message) from None
             raise TransientError("connection", safe, redacted=safe is not message) from None
         raw = received.decode("utf-8", errors="replace")
         reply = Reply(status=resp.status_code, raw=redact(raw))
@@ -138,6 +148,13 @@ class ChatCompletionsGuard(Guard):
             raise TransientError("response_too_large", f"HTTP {resp.status_code}: {too_large}; the first "
                                  f"{len(received)} bytes are kept", reply)
         return self.judge(reply, resp.headers, redact)
+
+    @staticmethod
+    def _body_failed(resp: httpx.Response, error_class: str, what: str, *, redacted: bool = False) -> TransientError:
+        """An answer whose status line came and whose body did not: not an unreachable server
+        (the stall rules count it as an unusable answer). The raw line keeps the status."""
+        return TransientError(error_class, f"HTTP {resp.status_code} answered, but {what}",
+                              Reply(status=resp.status_code, raw=""), redacted=redacted)
 
     # -- judging an answer (the transport above only reads it) ---------------------------------
     def judge(self, reply: Reply, headers: Mapping[str, str], redact: Callable[[str], str]) -> Reply:

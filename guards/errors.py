@@ -6,7 +6,7 @@ attempt exactly as it happened.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from guards.base import Reply
@@ -23,6 +23,7 @@ class AttemptError(Exception):
         self.retry_after = retry_after
         # The secret was removed from the message (or from the reply: `reply.redacted`).
         self.redacted = redacted or (reply is not None and reply.redacted)
+        self.guard_output: dict[str, Any] | None = None   # a python guard's prints (Reply.guard_output)
 
 
 class TransientError(AttemptError):

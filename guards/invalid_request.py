@@ -13,6 +13,7 @@ and escapes) or None when the body does not say the request is invalid.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -47,6 +48,19 @@ def _names_field(text: str) -> bool:
     return any(w in REQUEST_FIELDS for w in _WORD.findall(text))
 
 
+def _first_json(head: str) -> Any:
+    """The JSON value the body starts with, whatever follows it (llama-cpp-python's server
+    writes a traceback after its JSON error); None when it does not start with one."""
+    try:
+        return orjson.loads(head)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.JSONDecoder().raw_decode(head.lstrip())[0]
+    except (ValueError, RecursionError):
+        return None
+
+
 def invalid_request(text: str, *, server_error: bool = False) -> str | None:
     """The server's reason when the body says the request is invalid, else None. With
     `server_error` (a 5xx) only strong evidence counts: a structured validation error, or
@@ -57,10 +71,7 @@ def invalid_request(text: str, *, server_error: bool = False) -> str | None:
         worded = _STRONG.search(message) or (not server_error and _WEAK.search(message))
         return bool(worded) and _names_field(message)
 
-    try:
-        data: Any = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        data = None
+    data = _first_json(head)
     if isinstance(data, dict):
         # FastAPI / pydantic: {"detail": [{"loc": ["body", "response_format", "type"], "msg": ...}]}
         detail = data.get("detail")

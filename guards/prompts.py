@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bounded import LINK, open_regular, read_fd
 from harness.canon import canonical_sha256, sha256_hex
 from harness.errors import InputError
 
@@ -101,12 +102,28 @@ def load_prompt(prompt_id: str, root: Path | None = None) -> Prompt:
     return load_prompt_dir(base, prompt_id)
 
 
-def load_prompt_dir(base: Path, prompt_id: str) -> Prompt:
-    """The prompt whose files are in `base` (a prompts folder's entry, or a run's copy)."""
+def load_prompt_dir(base: Path, prompt_id: str, *, dir_fd: int | None = None) -> Prompt:
+    """The prompt whose files are in `base` (a prompts folder's entry, or a run's copy, read
+    through the run folder's descriptor of it: `dir_fd`). Each file is opened once, relative
+    to the folder, never through a link, and only when it is a regular file once open (a FIFO
+    renamed into place is refused, not waited on)."""
+    if dir_fd is not None:
+        return _load_prompt_files(base, prompt_id, dir_fd)
+    try:
+        own = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise InputError("file not found", path=base / MANIFEST) from None
+    try:
+        return _load_prompt_files(base, prompt_id, own)
+    finally:
+        os.close(own)
+
+
+def _load_prompt_files(base: Path, prompt_id: str, dir_fd: int) -> Prompt:
     manifest_path = base / MANIFEST
-    if manifest_path.is_symlink() or not manifest_path.is_file():
+    manifest_bytes = _read_small(dir_fd, MANIFEST, base, manifest_path, MANIFEST)
+    if manifest_bytes is None:
         raise InputError("file not found", path=manifest_path)
-    manifest_bytes = _read_small(manifest_path, manifest_path, MANIFEST)
     try:
         manifest = json.loads(manifest_bytes.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -122,10 +139,10 @@ def load_prompt_dir(base: Path, prompt_id: str) -> Prompt:
     files: list[tuple[str, bytes]] = [(MANIFEST, manifest_bytes)]
     for i, msg in enumerate(manifest["messages"]):
         fname = msg.get("file", "") if isinstance(msg, dict) else ""
-        fpath = base / str(fname)
-        if not isinstance(fname, str) or fpath.is_symlink() or not fpath.is_file() or fpath.parent != base:
+        plain = isinstance(fname, str) and fname not in ("", ".", "..") and "/" not in fname and "\0" not in fname
+        data = _read_small(dir_fd, fname, base, manifest_path, f"messages.{i}.file") if plain else None
+        if data is None:
             raise InputError(f"template file '{fname}' missing", path=manifest_path, field=f"messages.{i}.file")
-        data = _read_small(fpath, manifest_path, f"messages.{i}.file")
         want = manifest["files"].get(fname)
         if sha256_hex(data) != want:
             raise InputError(f"SHA-256 of {fname} does not match the manifest", path=manifest_path,
@@ -149,10 +166,20 @@ def load_prompt_dir(base: Path, prompt_id: str) -> Prompt:
     )
 
 
-def _read_small(path: Path, manifest_path: Path, field: str) -> bytes:
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_PROMPT_FILE_BYTES + 1)
-    if len(data) > MAX_PROMPT_FILE_BYTES:
-        raise InputError(f"{path.name} is larger than {MAX_PROMPT_FILE_BYTES} bytes", path=manifest_path,
-                         field=field)
-    return data
+def _read_small(dir_fd: int, name: str, base: Path, manifest_path: Path, field: str) -> bytes | None:
+    """A prompt file's bytes (None: absent or a link), read under MAX_PROMPT_FILE_BYTES."""
+    try:
+        fd = open_regular(name, path=base / name, dir_fd=dir_fd, follow=False)
+    except FileNotFoundError:
+        return None
+    except InputError as exc:
+        if exc.message == LINK:
+            return None
+        raise
+    try:
+        return read_fd(fd, MAX_PROMPT_FILE_BYTES, path=base / name, what="a prompt file")
+    except InputError:
+        raise InputError(f"{name} is larger than {MAX_PROMPT_FILE_BYTES} bytes", path=manifest_path,
+                         field=field) from None
+    finally:
+        os.close(fd)

@@ -36,6 +36,14 @@ One aiohttp server serves every misbehaviour; the mode is chosen by the path, so
   key-encoding                a valid answer labelled with the caller's Bearer key as its
                               `Content-Encoding` (an encoding the client cannot read, named by a header)
   status/<code>               that status with an OpenRouter-style error body (413, ...)
+  unusable/<kind>             HTTP 200 with nothing a chat completion can be read from: `empty`
+                              (no body), `object` (`{}`), `no-choices` (`{"choices": []}`)
+  cut/<kind>                  HTTP 200 and its headers, then: `close` (the connection closed before
+                              any of the announced body), `half` (half the announced body, then
+                              closed), `trickle` (a valid answer, one byte every 0.2 s)
+  traceback/<status>          that status with a FastAPI validation error naming
+                              `body.response_format`, followed by a Python traceback (as
+                              llama-cpp-python's server writes it)
 
 Run by hand: `python tests/hostile_server.py [--port N]` prints `listening on http://HOST:PORT`.
 """
@@ -290,10 +298,42 @@ class Hostile:
         if mode == "key-encoding":
             return web.Response(body=orjson.dumps(answer(call_id=call_id)),
                                 headers={"Content-Type": "application/json", "Content-Encoding": key})
+        if mode == "unusable":
+            body = {"empty": b"", "object": b"{}", "no-choices": b'{"choices": []}'}[args[0]]
+            return web.Response(body=body, status=200, content_type="application/json")
+        if mode == "cut":
+            return await self._cut(request, args[0], call_id)
+        if mode == "traceback":
+            item = {"loc": ["body", "response_format", "type"], "msg": "Value error, expected 'text' or 'json_object'",
+                    "type": "value_error"}
+            detail = orjson.dumps({"detail": [item]}).decode()
+            text = (detail + "\n\nTraceback (most recent call last):\n  File \"server/app.py\", line 412, in "
+                    "create_chat_completion\n    body = CreateChatCompletionRequest(**data)\n"
+                    "pydantic_core._pydantic_core.ValidationError: 1 validation error\n")
+            return web.Response(text=text, status=int(args[0]), content_type="application/json")
         if mode == "status":
             code = int(args[0])
             return web.json_response({"error": {"code": code, "message": f"status {code}"}}, status=code)
         return web.json_response({"error": {"code": 404, "message": "no such mode"}}, status=404)
+
+    async def _cut(self, request: web.Request, kind: str, call_id: str) -> web.StreamResponse:
+        body = orjson.dumps(answer(call_id=call_id))
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.content_length = len(body)
+        await resp.prepare(request)
+        try:
+            if kind == "trickle":
+                for i in range(len(body)):
+                    await resp.write(body[i:i + 1])
+                    await asyncio.sleep(0.2)
+                return resp
+            if kind == "half":
+                await resp.write(body[:len(body) // 2])
+        except (ConnectionError, asyncio.CancelledError):
+            return resp
+        assert request.transport is not None
+        request.transport.close()       # the status line and headers were sent: then nothing more
+        raise asyncio.CancelledError
 
     async def _flood(self, request: web.Request, announce: bool) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})

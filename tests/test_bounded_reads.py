@@ -4,6 +4,7 @@ are read up to a bound: a huge one is refused naming it, never loaded (harness/b
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -20,9 +21,14 @@ def test_read_bounded(tmp_path):
     assert read_bounded(p, 10, what="a thing") == b"x" * 10
     with pytest.raises(InputError, match="larger than 9 bytes: not a thing"):
         read_bounded(p, 9, what="a thing")
-    for bad in (tmp_path / "missing", tmp_path):
-        with pytest.raises(InputError, match="cannot read"):
-            read_bounded(bad, 10, what="a thing")
+    with pytest.raises(InputError, match="cannot read"):
+        read_bounded(tmp_path / "missing", 10, what="a thing")
+    with pytest.raises(InputError, match="is not a regular file"):
+        read_bounded(tmp_path, 10, what="a thing")
+    # Opened non-blocking and checked once open: a FIFO is refused, never waited on.
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InputError, match="is not a regular file"):
+        read_bounded(tmp_path / "fifo", 10, what="a thing")
 
 
 def _pad(path, size: int) -> None:

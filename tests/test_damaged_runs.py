@@ -118,3 +118,97 @@ def test_a_pending_schedule_line_that_names_no_instance_is_named(copy_run, chang
     assert r.code == 1 and "Traceback" not in r.err, r.err
     assert "line 80" in r.err and "damaged" in r.err, r.err
     assert untouched()      # nothing sent, nothing decided
+
+
+# -- one verdict for a damaged run (issue 27, items 8, 10, 13, 14) ----------------------------------
+
+def _decisions(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "decisions.jsonl").read_text().splitlines()]
+
+
+def _append(path: Path, line: bytes) -> None:
+    with path.open("ab") as fh:
+        fh.write(line)
+
+
+@pytest.mark.parametrize("forge", ["supersedes-nothing", "decided-twice"])
+def test_a_tampered_retry_chain_is_named_by_status_and_never_counted(copy_run, forge):
+    """Item 8: a decision that supersedes a decision that does not exist (its `exhausted` taken
+    back out of nothing: "exhausted -1", "ok 81 of 80"), or a second first decision of a call."""
+    from harness.canon import dumps_line
+
+    run = copy_run()
+    before = json.loads(run_cli("status", str(run), "--json").out)
+    first = _decisions(run)[0]
+    if forge == "supersedes-nothing":
+        forged = {**first, "retry_round": 1, "supersedes": {"decision_sha256": "ab" * 32, "raw_seq": first["raw_seq"],
+                                                           "status": "exhausted", "quarantine_reason": None}}
+        said = "supersedes no earlier failed decision of its call"
+    else:
+        forged = dict(first)
+        said = "decided twice"
+    _append(run / "decisions.jsonl", dumps_line(forged))
+    r = run_cli("status", str(run), "--json")
+    assert r.code == 1, r.err
+    st = json.loads(r.out)
+    assert st["statuses"] == before["statuses"] and min(st["statuses"].values()) > 0
+    assert sum(st["statuses"].values()) <= st["n_calls"]
+    assert st["state"] == "damaged" and st["complete"] is False
+    assert any(p.startswith("decisions.jsonl line 81: ") and said in p for p in st["problems"]), st["problems"]
+    text = run_cli("status", str(run))
+    assert text.code == 1 and "state: damaged" in text.out and " -1" not in text.out
+    assert "damaged: decisions.jsonl line 81: " in text.out, text.out
+    assert run_cli("verify", str(run)).code == 1
+
+
+def test_a_rewritten_stop_reason_fails_verify_expect(copy_run):
+    """Item 10: events.jsonl is pinned by the fingerprint; a changed stop reason or retry time
+    (still well-formed) fails `verify --expect`, and a stop whose recorded chain head is not the
+    chain's fails plain `verify`."""
+    run = copy_run()
+    token = json.loads(run_cli("status", str(run), "--json").out)["fingerprint"]
+    assert run_cli("verify", str(run), "--expect", token).code == 0
+    events = (run / "events.jsonl").read_text().splitlines()
+    stop = next(i for i, line in enumerate(events) if json.loads(line)["event"] == "stop")
+    ev = json.loads(events[stop])
+    ev["reason"], ev["at"] = "budget", "2020-01-01T00:00:00.000Z"
+    events[stop] = json.dumps(ev, sort_keys=True, separators=(",", ":"))
+    (run / "events.jsonl").write_text("\n".join(events) + "\n")
+    assert run_cli("verify", str(run)).code == 0          # well-formed: only the fingerprint can tell
+    pinned = run_cli("verify", str(run), "--expect", token)
+    assert pinned.code == 1 and f"not the expected {token}" in pinned.out, pinned.out
+    ev["last_raw_sha256"] = "0" * 64
+    events[stop] = json.dumps(ev, sort_keys=True, separators=(",", ":"))
+    (run / "events.jsonl").write_text("\n".join(events) + "\n")
+    v = run_cli("verify", str(run))
+    assert v.code == 1 and f"events.jsonl:{stop + 1}: the stop's last_raw_sha256 is not the SHA-256" in v.out, v.out
+
+
+def test_a_fingerprint_of_the_older_form_is_checked_without_events(copy_run):
+    """The token before issue 27 (ATTEMPTS.DECISIONS.HEX) still checks what it pinned; events.jsonl
+    is then a skipped check, said so."""
+    from harness.run.fingerprint import run_fingerprint
+    from harness.run.folder import RunFolder
+    from harness.run.manifest import read_manifest
+
+    run = copy_run()
+    with RunFolder(run) as folder:
+        old = run_fingerprint(folder, read_manifest(folder)).legacy_token
+    assert len(old.split(".")) == 3
+    v = run_cli("verify", str(run), "--expect", old)
+    assert v.code == 1 and "skipped: events.jsonl against the fingerprint" in v.out, v.out
+    assert run_cli("verify", str(run), "--expect", old, "--allow-skipped").code == 0
+    wrong = old[:-1] + ("0" if old[-1] != "0" else "1")
+    assert run_cli("verify", str(run), "--expect", wrong, "--allow-skipped").code == 1
+
+
+def test_a_200000_deep_event_line_is_one_verdict(copy_run):
+    """Item 14: status and verify agree that the run is damaged, naming the line."""
+    run = copy_run()
+    n = len((run / "events.jsonl").read_bytes().splitlines())
+    _append(run / "events.jsonl", b"[" * 200_000 + b"]" * 200_000 + b"\n")
+    v = run_cli("verify", str(run))
+    assert v.code == 1 and f"events.jsonl:{n + 1}: not valid JSON" in v.out, v.out
+    st = run_cli("status", str(run))
+    assert st.code == 1 and "events.jsonl" in st.err + st.out and f"line {n + 1}" in st.err + st.out, st.err
+    assert "Traceback" not in st.err + v.err

@@ -155,3 +155,29 @@ def test_max_cost_without_any_price_says_so_once_and_keeps_concurrency(tmp_path,
     # Not one at a time: some attempts overlapped.
     spans = sorted((_t(r["started"]), _t(r["finished"])) for r in _jsonl(run / "raw.jsonl"))
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
+@pytest.mark.parametrize("mode, said", [("unusable/empty", "nothing a chat completion can be read from"),
+                                        ("unusable/object", "nothing a chat completion can be read from"),
+                                        ("unusable/no-choices", "nothing a chat completion can be read from"),
+                                        ("cut/close", "HTTP 200 answered, but the connection closed"),
+                                        ("cut/half", "HTTP 200 answered, but the connection closed"),
+                                        ("cut/trickle", "HTTP 200 answered, but its body did not arrive")])
+def test_a_server_that_answers_with_nothing_usable_stops_the_run(tmp_path, small_cohort, hostile, mode, said):
+    """Issue 27 items 11-12: an OpenAI-compatible server whose every 200 is empty, `{}`, without
+    choices, or whose body breaks off after the status line. A streak of them stops the run
+    (resumable, calls left pending) as a 5xx streak does, and says the server answered: it is
+    not retried to exhaustion call after call, nor called unreachable."""
+    base, _ = hostile
+    proc, _, run = _launch(tmp_path, small_cohort, f"{base}/{mode}/v1", calls=80, backend="openai-compatible",
+                           api_key_env=None, provider={}, max_attempts=8, timeout_s=1, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "the server answered, but with nothing usable" in proc.stderr and said in proc.stderr, proc.stderr
+    assert "unreachable" not in proc.stderr
+    raw = _jsonl(run / "raw.jsonl")
+    # The streak is 2 x concurrency = 32 attempts; those in flight then end too.
+    assert 32 <= len(raw) <= 32 + 2 * 16, len(raw)
+    assert {r["status"] for r in raw} == {200}
+    st = json.loads(run_cli("status", str(run), "--json").out)
+    assert st["last_stop"]["reason"] == "unusable_answers" and st["decided"] == 0 and st["pending"] == 80
+    assert "exhausted" not in st["statuses"], st["statuses"]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from guards.base import valid_cost
-from guards.chat_http import OpenRouterGuard, parse_retry_after
+from guards.chat_http import OpenAICompatibleGuard, OpenRouterGuard, parse_retry_after
 from guards.config import DEFAULT_MAX_RESPONSE_BYTES, GuardConfig
 from guards.errors import AttemptError, FatalError, TransientError
 from guards.prompts import load_prompt
@@ -35,7 +35,7 @@ def canary(monkeypatch: pytest.MonkeyPatch) -> str:
 
 def _guard(url: str, **fields: object) -> OpenRouterGuard:
     cfg = GuardConfig(name="h", backend="openrouter", model="m", prompt="guardeval-json-v1", base_url=url,
-                      api_key_env=KEY_ENV, timeout_s=20, **fields)  # type: ignore[arg-type]
+                      api_key_env=KEY_ENV, **{"timeout_s": 20, **fields})  # type: ignore[arg-type]
     return OpenRouterGuard(cfg, load_prompt("guardeval-json-v1"))
 
 
@@ -201,3 +201,38 @@ async def test_escape_sequences_from_the_provider_stay_exact_in_the_record(hosti
     assert isinstance(out, TransientError) and out.reply is not None and ANSI in out.reply.raw
     reply = await _send(f"{base}/ansi-content/v1")
     assert not isinstance(reply, AttemptError) and reply.content.endswith(ANSI)   # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mode, error_class", [("cut/close", "body_cut"), ("cut/half", "body_cut"),
+                                               ("cut/trickle", "body_timeout")])
+async def test_a_body_that_breaks_off_after_its_status_line_is_an_answer_not_an_outage(hostile, mode, error_class):
+    """Issue 27 item 12: the server answered (the status is kept in the record), then its body
+    closed, stopped half-way or trickled past timeout_s: not `connection`/`timeout`."""
+    base, _ = hostile
+    out = await _send(f"{base}/{mode}/v1", timeout_s=1)
+    assert isinstance(out, TransientError) and out.error_class == error_class, out
+    assert out.reply is not None and out.reply.status == 200 and "HTTP 200 answered" in str(out), out
+
+
+@pytest.mark.parametrize("kind", ["empty", "object", "no-choices"])
+async def test_a_200_with_nothing_to_read_is_malformed(hostile, kind):
+    base, _ = hostile
+    out = await _send(f"{base}/unusable/{kind}/v1")
+    assert isinstance(out, TransientError) and out.error_class == "malformed", out
+
+
+async def test_a_400_naming_response_format_followed_by_a_traceback_is_an_invalid_request(hostile):
+    """Issue 27 item 15: the JSON error comes first and a traceback after it, so the body is
+    not JSON as a whole; its `detail[0].loc` still names body.response_format."""
+    base, _ = hostile
+    cfg = GuardConfig(name="h", backend="openai-compatible", model="m", prompt="guardeval-json-v1",
+                      base_url=f"{base}/traceback/400/v1", timeout_s=20)
+    guard = OpenAICompatibleGuard(cfg, load_prompt("guardeval-json-v1"))
+    try:
+        with pytest.raises(FatalError) as info:
+            await guard.send({"model": "m", "messages": []}, "c" * 32)
+    finally:
+        await guard.aclose()
+    assert info.value.error_class == "invalid_request", info.value
+    assert "body.response_format.type" in str(info.value) and "guardeval preflight" in str(info.value)
+    assert "Traceback" not in str(info.value)

@@ -14,12 +14,12 @@ from harness.canon import dumps_line, sha256_hex
 
 from conftest import run_cli
 
-FP = re.compile(r"fingerprint ([0-9]+\.[0-9]+\.[0-9a-f]{24})")
+FP = re.compile(r"fingerprint ([0-9]+\.[0-9]+\.[0-9]+\.[0-9a-f]{24})")
 
 
-def _status(run: Path) -> dict:
+def _status(run: Path, code: int = 0) -> dict:
     r = run_cli("status", str(run), "--json")
-    assert r.code == 0, r.err
+    assert r.code == code, r.err
     return json.loads(r.out)
 
 
@@ -163,7 +163,11 @@ def test_resume_refuses_a_raw_log_cut_short(copy_run):
         assert r.code == 1, (r.code, r.err)
         assert "raw.jsonl" in r.err and "ends at seq" in r.err and "nothing was sent" in r.err
         assert (run / "raw.jsonl").read_bytes() == cut     # nothing sent, nothing moved aside
-        st = _status(run)
+        # One verdict (issue 27 item 13): status says damaged, not complete, and exits 1 as verify does.
+        st = _status(run, code=1)
         assert st["problems"] and "ends at seq" in st["problems"][0]
-        assert "damaged: raw.jsonl" in run_cli("status", str(run)).out
+        assert st["state"] == "damaged" and st["complete"] is False
+        text = run_cli("status", str(run))
+        assert text.code == 1 and "damaged: raw.jsonl" in text.out and "state: damaged" in text.out
+        assert "state: complete" not in text.out
         assert run_cli("verify", str(run)).code == 1

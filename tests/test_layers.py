@@ -102,13 +102,17 @@ PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir
 RUN_LAYERS = ("harness/run/", "harness/view/", "harness/estimators/", "harness/cli/", "harness/study/")
 OPENS_ELSEWHERE = {
     "harness/run/folder.py": "RunFolder: the one place a run folder's files are opened",
-    "harness/run/create.py": "builds a new run folder inside a partial folder it has just made, then renames it",
-    "harness/run/planning.py:Plan.write": "streams schedule/stimuli into that partial folder (create_run_dir's fill)",
+    # The runs folder around a new run; the new run itself is built through RunFolder.
+    "harness/run/create.py:build_beside": "opens the parent folder that the partial folder is made in",
+    "harness/run/create.py:check_new_run_dir": "probes the path the user named for the new run",
+    "harness/run/create.py:_make_parents": "makes the missing parents of that path",
+    "harness/run/create.py:remove_stale_partials": "lists the partial folders of dead launches beside it",
+    "harness/run/create.py:_partial_is_live": "tries a partial folder's lock (never through a link)",
     "harness/run/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
     "harness/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
     "harness/view/files.py:out_folder": "an --out folder the user named (compare), outside any run folder",
     "harness/view/html.py:asset": "the package's own CSS and JS",
-    "harness/view/html.py:write_report_html": "report.html to an --out file the user named",
+    "harness/view/html.py:_write": "report.html (or the page saying why there is none) to an --out file the user named",
     "harness/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",
     "harness/estimators/audits.py": "audit inputs (--table files)",
     "harness/cli/cohort.py": "cohort build/inspect: cohort folders and source files",

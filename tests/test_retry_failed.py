@@ -144,7 +144,9 @@ def test_retry_after_the_provider_recovers_counts_each_call_once(copy_failed, si
 def test_a_retry_that_fails_again_is_retried_in_a_later_round(copy_failed, sim_factory):
     run = copy_failed()
     failed = {c for c, d in _live(run).items() if d["status"] == "exhausted"}
-    down = sim_factory("--faults", "malformed=1")   # every answer unreadable (not an outage: answers come)
+    # Every answer an error body (answers come, so not an outage; a streak of unreadable ones
+    # would stop the run as `unusable_answers`, issue 27).
+    down = sim_factory("--faults", "error200=1")
     r = run_cli("resume", str(run), "--retry-failed", "exhausted", "--base-url", down.base_url, "--no-progress",
                 "--json")
     assert r.code == 0, r.err

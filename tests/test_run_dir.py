@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.cohorts.model import load_cohort
 from harness.errors import InputError
 from harness.run.create import create_run_dir, remove_stale_partials
+from harness.run.folder import RunFolder
 from harness.run.layout import PARTIAL_LOCK
 
 from conftest import REPO, cli_env, run_cli, write_guard
@@ -62,7 +64,7 @@ def test_at_a_dangling_symlink(tmp_path, small_cohort, guard):
 def test_missing_parents_are_made_and_removed_again_on_failure(tmp_path, small_cohort, guard):
     target = tmp_path / "a" / "b" / "run"
     with pytest.raises(InputError, match="changed"):
-        create_run_dir(target, manifest={}, cohort_src=small_cohort,
+        create_run_dir(target, manifest={}, cohort=load_cohort(small_cohort),
                        fill=lambda folder: (_ for _ in ()).throw(InputError("the schedule changed")))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.toml"]
 
@@ -72,13 +74,13 @@ def test_losing_a_race_for_the_folder(tmp_path, small_cohort):
     is refused, its partial folder removed, the winner's folder untouched."""
     target = tmp_path / "run"
 
-    def fill(folder: Path) -> dict:
+    def fill(folder: RunFolder) -> dict:
         target.mkdir()
         (target / "manifest.json").write_text("{}")   # the other launch got there first
         return {}
 
     with pytest.raises(InputError, match="already exists and is not empty"):
-        create_run_dir(target, manifest={}, cohort_src=small_cohort, fill=fill)
+        create_run_dir(target, manifest={}, cohort=load_cohort(small_cohort), fill=fill)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert sorted(p.name for p in target.iterdir()) == ["manifest.json"]
 

@@ -268,8 +268,21 @@ def test_report_needs_estimate_and_shows_a_failed_verify(hostile_run, tmp_path):
     lines[0] = json.dumps(first, sort_keys=True, separators=(",", ":"))
     (copy / "decisions.jsonl").write_text("\n".join(lines))
     assert verify_summary(copy, {})["ok"] is False
-    assert run_cli("report", str(copy)).code == 0
-    assert "FAILED" in (copy / "report.html").read_text()
+    # Issue 27 item 9: a run that fails verify gets no report that looks like one, even from a
+    # report.json that was good once (or is forged: its numbers are never shown): exit 1, and a
+    # page in report.html's place that says why, and nothing else.
+    report = json.loads((copy / "report.json").read_text())
+    report["contrasts"][0]["delta"] = 0.999
+    (copy / "report.json").write_text(json.dumps(report))
+    r = run_cli("report", str(copy))
+    assert r.code == 1 and "the run does not verify, so guardeval shows no report of it" in r.err, r.err
+    assert "decisions.jsonl" in r.err and "Traceback" not in r.err
+    page = (copy / "report.html").read_text()
+    assert "No report: this run does not verify" in page and "decisions.jsonl line 1" in page
+    assert "0.999" not in page and "Effects" not in page and "<script" not in page
+    out = tmp_path / "elsewhere.html"
+    r = run_cli("report", str(copy), "--out", str(out))
+    assert r.code == 1 and "No report: this run does not verify" in out.read_text()
 
 
 def test_compare_writes_markdown_html_and_plot(demo_run, tmp_path):

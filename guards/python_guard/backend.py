@@ -6,7 +6,9 @@ function's code, so a run re-renders and verifies without importing it; the code
 (`resolve.provenance`: distribution, version, source SHA-256) is pinned by the manifest and
 recorded in every attempt's response.
 
-Sending: an `async def` function is awaited on the event loop, cut at `timeout_s`.
+Sending: an `async def` function is awaited on the event loop, cut at `timeout_s`; one that
+blocks the loop instead of awaiting is interrupted by a watchdog thread (`loop_watch`) and fails
+as `python_blocked_loop`, a fatal error (the run stops, resumable).
 A plain function runs on a daemon thread, at most `--concurrency` at once. Threads cannot be
 killed: one still running at `timeout_s` is abandoned (the attempt is a `timeout`, retried like
 any), keeps running until the function returns, and its result is dropped. At most
@@ -42,6 +44,8 @@ from guards.errors import AttemptError, FatalError, TransientError
 from guards.parsers.common import JSON_FIELDS
 from guards.prompts import Prompt
 from guards.python_guard import resolve
+from guards.python_guard.loop_watch import LoopBlocked, LoopWatch
+from guards.python_guard.output import Capture, Redirect
 from guards.python_guard.types import FIELDS, GuardInput
 from guards.redact import Redactor
 
@@ -98,14 +102,16 @@ class _Job:
     """One call of a sync function on its own daemon thread."""
 
     def __init__(self, fn: Callable[[GuardInput], Any], inp: GuardInput, done: anyio.Event,
-                 token: Any, guard: PythonGuard) -> None:
+                 token: Any, guard: PythonGuard, capture: Capture) -> None:
         self.fn, self.inp, self.done, self.token, self.guard = fn, inp, done, token, guard
+        self.capture = capture
         self.value: Any = None
         self.error: AttemptError | None = None
         self.finished = False
         self.abandoned = False
 
     def run(self) -> None:
+        self.capture.enter()   # this thread's own context: what it prints is this attempt's
         try:
             self.value = self.fn(self.inp)
         except BaseException as exc:  # noqa: BLE001 - everything a guard raises is recorded, not raised here
@@ -127,6 +133,8 @@ class _Job:
 class PythonGuard(Guard):
     """`backend = "python"`, `callable = "package.module:function"`."""
 
+    in_process = True
+
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 16) -> None:
         super().__init__(config, prompt)
         assert config.callable is not None
@@ -143,35 +151,69 @@ class PythonGuard(Guard):
         self._provenance_json = orjson.dumps(self.provenance, option=orjson.OPT_SORT_KEYS)
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
         self._redact = Redactor(key)
+        # An `async def` guard that blocks the loop is interrupted by a watchdog (loop_watch).
+        self._watch = LoopWatch(config.callable, config.timeout_s, PythonGuard._call_async.__code__) \
+            if self.is_async else None
+        self._redirected = False
+        self._blocked: str | None = None
 
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
         return python_body(self.config, self.prompt, instance)
 
     async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
         inp = _input(body, call_id)
-        value = await (self._call_async(inp) if self.is_async else self._call_in_thread(inp))
-        return self._reply(value, inp.parser)
+        if not self._redirected:
+            Redirect.install()   # what the function prints is kept with its attempt (output.py)
+            self._redirected = True
+        capture = Capture()
+        try:
+            try:
+                if self._blocked is not None:
+                    # It blocked the loop once: every call of it would (those started meanwhile too).
+                    raise FatalError("python_blocked_loop", self._blocked)
+                value = await (self._call_async(inp, capture) if self.is_async else self._call_in_thread(inp, capture))
+            except LoopBlocked as exc:
+                self._blocked = str(exc)
+                raise FatalError("python_blocked_loop", self._blocked) from None
+            reply = self._read_return(value, inp.parser)
+        except AttemptError as exc:
+            exc.guard_output = capture.record(self._redact)
+            raise
+        reply.guard_output = capture.record(self._redact)
+        return reply
+
+    async def aclose(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+        if self._redirected:
+            Redirect.remove()
+            self._redirected = False
 
     def _timeout(self) -> TransientError:
         return TransientError("timeout", f"{self.config.callable} did not return within timeout_s "
                               f"({self.config.timeout_s:g} s)")
 
-    async def _call_async(self, inp: GuardInput) -> Any:
+    async def _call_async(self, inp: GuardInput, capture: Capture) -> Any:
+        if self._watch is not None:
+            self._watch.start()   # on the loop's thread, once
         value: Any = None
         with anyio.move_on_after(self.config.timeout_s) as scope:
+            token = capture.enter()
             try:
                 value = await self.fn(inp)
-            except AttemptError:
+            except (AttemptError, LoopBlocked):
                 raise
             except anyio.get_cancelled_exc_class():
                 raise
             except BaseException as exc:  # noqa: BLE001 - what the guard raised, recorded
                 raise self.attempt_error(exc) from None
+            finally:
+                capture.leave(token)
         if scope.cancelled_caught:
             raise self._timeout()
         return value
 
-    async def _call_in_thread(self, inp: GuardInput) -> Any:
+    async def _call_in_thread(self, inp: GuardInput, capture: Capture) -> Any:
         if self._limiter is None:   # made inside the running loop
             self._limiter = anyio.CapacityLimiter(self.concurrency)
         async with self._limiter:
@@ -182,7 +224,7 @@ class PythonGuard(Guard):
                                  f"and their threads are still running (at most {self.max_abandoned}); the run "
                                  "stops here. Fix the function (or raise timeout_s), then resume")
             done = anyio.Event()
-            job = _Job(self.fn, inp, done, anyio.lowlevel.current_token(), self)
+            job = _Job(self.fn, inp, done, anyio.lowlevel.current_token(), self, capture)
             thread = threading.Thread(target=job.run, name="guardeval-python-guard", daemon=True)
             thread.start()
             try:
@@ -220,6 +262,19 @@ class PythonGuard(Guard):
         if safe is cut and cut == said:
             return exc
         return type(exc)(exc.error_class, safe, exc.reply, exc.retry_after, redacted=safe is not cut)
+
+    def _read_return(self, value: Any, parser: str) -> Reply:
+        """`_reply`, and a returned object that raises when it is read (a Mapping whose
+        iteration raises, a dataclass that holds itself) fails the attempt naming the type,
+        as any unreadable return does, instead of escaping the dispatcher."""
+        try:
+            return self._reply(value, parser)
+        except AttemptError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever reading the guard's object raised
+            raise TransientError("python_return_type", f"{self.config.callable} returned a "
+                                 f"{type(value).__name__[:100]} that cannot be read: "
+                                 f"{describe_exception(exc, 200)}") from None
 
     def _reply(self, value: Any, parser: str) -> Reply:
         kind = type(value).__name__

@@ -13,14 +13,16 @@ of that module's source file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import importlib.metadata
-import importlib.util
 import inspect
 import keyword
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -60,7 +62,9 @@ def load(name: str, *, where: object = None, field: str = "callable") -> Callabl
         raise InputError(problem, path=where, field=field)
     module_name, attrs = split(name)
     try:
-        obj: Any = importlib.import_module(module_name)
+        # What the module prints as it loads goes to stderr: stdout is the command's (`--json`).
+        with contextlib.redirect_stdout(sys.stderr):
+            obj: Any = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - any failure of the user's module is bad input here
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -116,40 +120,92 @@ def _packages_distributions() -> dict[str, list[str]]:
 
 
 def source_file(module: str) -> str | None:
-    """The source file of `module`: the loaded module's, else found without running it (only
-    its parent packages are imported). None for a built-in or a module with no source."""
+    """The source file of `module`, found without importing or running anything: the loaded
+    module's own file when this process has imported it (launch, resume), else `locate`.
+    None for a built-in, a module with no source, or one not found."""
     mod = sys.modules.get(module)
-    path = None
     if mod is not None:
         try:
-            path = inspect.getsourcefile(mod)
+            return inspect.getsourcefile(mod)
         except TypeError:
-            path = None
-    else:
-        try:
-            spec = importlib.util.find_spec(module)
-        except Exception:  # noqa: BLE001 - a parent package that fails to import: not found here
-            spec = None
-        if spec is not None and isinstance(spec.origin, str) and spec.origin.endswith(".py"):
-            path = spec.origin
-    return path
+            return None
+    return locate(module)
+
+
+def locate(module: str) -> str | None:
+    """Where the import system would find `module`'s source, looked up as plain files: never
+    an import, never `find_spec` (which imports the parent packages, running their code), so a
+    module named by a stranger's run folder runs nothing here (issue 27).
+
+    Each part is looked for as Python's path finder does, in the folders of the parent package
+    this process already imported (guardeval's own, or one a launch imported), else in the
+    folders of `sys.path` (PYTHONPATH, the script's folder, site-packages): `part/__init__.py`
+    (a package) or `part.py` in the first folder that has one, `part/` folders without
+    `__init__.py` (namespace portions) joined when none has. Not found here: a module that
+    only an import hook provides (setuptools' editable-install finder, a zip file) or that is
+    not on this machine's path. Names are checked identifiers (`name_problem`), so no part
+    can climb out of the folder it is looked for in."""
+    parts = module.split(".")
+    dirs: list[str] | None = None
+    start = 0
+    for i in range(len(parts) - 1, 0, -1):
+        parent = sys.modules.get(".".join(parts[:i]))
+        if parent is not None:
+            dirs = [d for d in (getattr(parent, "__path__", None) or ()) if isinstance(d, str)]
+            start = i
+            break
+    if dirs is None:
+        dirs = [d or os.getcwd() for d in sys.path if isinstance(d, str)]
+    for n, part in enumerate(parts[start:], start + 1):
+        last = n == len(parts)
+        found, portions = None, []
+        for d in dirs:
+            folder = os.path.join(d, part)
+            if os.path.isfile(os.path.join(folder, "__init__.py")):
+                found = os.path.join(folder, "__init__.py")
+                break
+            if os.path.isfile(folder + ".py"):
+                found = folder + ".py"
+                break
+            if os.path.isdir(folder):
+                portions.append(folder)
+        if found is not None:
+            if last:
+                return found
+            if not found.endswith("__init__.py"):
+                return None          # a plain module has no submodules
+            dirs = [os.path.dirname(found)]
+        elif portions and not last:
+            dirs = portions
+        else:
+            return None
+    return None
 
 
 def source_sha256(module: str) -> str | None:
+    """SHA-256 of `module`'s source file (`source_file`), read as a regular file of at most
+    MAX_SOURCE_BYTES (a FIFO or a device there is not waited on: None)."""
     path = source_file(module)
     if path is None:
         return None
     h = hashlib.sha256()
     n = 0
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                n += len(chunk)
-                if n > MAX_SOURCE_BYTES:
-                    return None
-                h.update(chunk)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        while chunk := os.read(fd, 1 << 20):
+            n += len(chunk)
+            if n > MAX_SOURCE_BYTES:
+                return None
+            h.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 

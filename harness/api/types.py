@@ -118,7 +118,7 @@ class RunStatus(_Record):
     pending: int
     complete: bool
     running: bool
-    state: str                              # running, complete, stopped, interrupted, not_started
+    state: str                              # running, damaged, complete, stopped, interrupted, not_started
     statuses: dict[str, int]
     quarantined: int
     quarantine_by_reason: dict[str, int]
@@ -129,7 +129,7 @@ class RunStatus(_Record):
     spend_simulated: bool
     last_stop: dict[str, Any] | None
     undecided_answers: int                  # final answers without a decision line (`resume` re-derives them)
-    problems: list[Any]                     # what the log's head says is wrong (a cut raw log, ...)
+    problems: list[Any]                     # what is wrong: a cut raw log, a broken retry chain, ...
     fingerprint: str                        # the run's fingerprint now
     retried: dict[str, Any] | None = None   # calls given new attempts by `resume --retry-failed`, by round
     extra: dict[str, Any] = field(default_factory=dict)   # fields of `status --json` newer than this record

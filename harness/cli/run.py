@@ -357,6 +357,7 @@ STATE_TEXT = {
     "interrupted": "interrupted: the last session ended without stopping cleanly (killed or crashed); "
                    "continue with: guardeval resume {run}",
     "not_started": "not started; start with: guardeval resume {run}",
+    "damaged": "damaged: its files disagree (below); `guardeval verify {run}` names every problem",
 }
 
 
@@ -364,9 +365,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from harness import api
 
     st = api.status(_existing_run(args.run)).to_dict()
+    # A damaged run is exit 1, as `verify` would say of it (state `damaged`).
+    code = 1 if st["problems"] else 0
     if args.json:
         _print_json(st)
-        return 0
+        return code
     print(safe(f"run {st['run_id']}: {st['decided']}/{st['n_calls']} calls decided, {st['pending']} pending"))
     print(safe(f"  state: {STATE_TEXT[st['state']].format(run=args.run)}"))
     print(safe(f"  guard {st['guard']} (model {st['model']}), cohort {st['cohort']}"
@@ -400,9 +403,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  logged answers without a decision: {st['undecided_answers']} "
               f"(resume re-derives them without sending anything: guardeval resume {safe(args.run)})")
     for problem in st["problems"]:
-        print(safe(f"  damaged: raw.jsonl: {problem} (guardeval verify {args.run} names the damage)"))
+        print(safe(f"  damaged: {problem} (guardeval verify {args.run} names the damage)"))
     print(f"  fingerprint {st['fingerprint']}")
-    return 0
+    return code
 
 
 STOP_TEXT = {
@@ -411,6 +414,8 @@ STOP_TEXT = {
     "fatal": "stopped by a fatal provider error",
     "unreachable": "stopped: the provider looked unreachable",
     "server_errors": "stopped: the server kept answering with errors",
+    "unusable_answers": "stopped: the server kept answering with nothing usable",
+    "guard_timeouts": "stopped: the guard kept timing out",
     "rate_limited": "stopped: the provider answered nothing but 429s",
     "no_room": "stopped: no room on the disk to record answers",
     "write_failed": "stopped: a write failed",

@@ -15,6 +15,9 @@ def register(sub: Any) -> None:
                                    "first; `estimate` writes report.html too).")
     p.add_argument("run", metavar="RUN", help="run folder")
     p.add_argument("--out", metavar="FILE", help="file to write (default: RUN/report.html)")
+    p.add_argument("--allow-skipped", action="store_true",
+                   help="report even when a verify check could not be done (the page names it); by default a run "
+                        "that does not verify gets a page saying why instead of a report, and exit 1")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("show", help="one call's story: schedule row, messages, every attempt, decision, hashes")
@@ -41,7 +44,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.estimators.runs import open_run
     from harness.view.html import write_report_html
 
-    path = write_report_html(open_run(args.run), out=args.out)
+    path = write_report_html(open_run(args.run), out=args.out, allow_skipped=args.allow_skipped)
     print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
     print(safe(path))
     return 0

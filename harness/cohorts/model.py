@@ -9,6 +9,7 @@ hashes are computed in exactly one place.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple
 import jsonschema
 import orjson
 
-from harness.bounded import read_bounded
+from harness.bounded import LINK, open_regular, read_fd
 from harness.canon import canonical_sha256, sha256_hex
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, DUPLICATE_KEY, RowLimits, deeper_than, has_duplicate_keys
 from harness.errors import InputError
@@ -123,8 +124,9 @@ class Cohort:
 
     def __init__(self, path: Path, meta: dict[str, Any], conditions: list[Condition], sha256: str,
                  *, inst_path: Path, fd: int, bases: dict[str, tuple[str, str]], shas: list[str],
-                 offsets: array, lengths: array) -> None:
+                 offsets: array, lengths: array, meta_bytes: bytes = b"") -> None:
         self.path, self.meta, self.conditions, self.sha256 = path, meta, conditions, sha256
+        self.meta_bytes = meta_bytes     # cohort.json as read and validated (what sha256 is of)
         self._inst_path = inst_path
         self._fd = fd
         self._closer = weakref.finalize(self, os.close, fd)
@@ -190,6 +192,16 @@ class Cohort:
         if row.get("instance_sha256") != self._shas[cell]:
             raise InputError("the file changed after it was loaded and validated", path=self._inst_path)
         return row
+
+    def instance_chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
+        """instances.jsonl as validated, a piece at a time, from the descriptor held since
+        (a copy is made from the bytes checked, never from the path again)."""
+        pos = 0
+        while chunk := os.pread(self._fd, size, pos):
+            pos += len(chunk)
+            yield chunk
+        if (os.fstat(self._fd).st_size, os.fstat(self._fd).st_mtime_ns) != self._stamp:
+            raise InputError("the file changed after it was loaded and validated", path=self._inst_path)
 
     def iter_instances(self) -> Iterator[dict[str, Any]]:
         """Every row, in file order, read in one sequential pass."""
@@ -280,7 +292,7 @@ def resolve_cohort(value: str | Path) -> Path:
 
 
 def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
-                limits: RowLimits = DEFAULT_ROW_LIMITS) -> Cohort:
+                limits: RowLimits = DEFAULT_ROW_LIMITS, dir_fd: int | None = None) -> Cohort:
     """Load and fully validate a cohort folder; raise InputError naming file/line/field.
 
     `pinned_sha256`: the SHA-256 a run's manifest pins for this cohort.json. When it matches,
@@ -289,15 +301,53 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
     still checked here), so each row's `instance_sha256` is not recomputed (canonical JSON of
     every row: a third of the load time of a large cohort). The schema and the structure (one
     row per base x condition) are always checked.
+
+    `dir_fd`: the folder's descriptor (a run folder's `cohort/`, `RunFolder.subdir`), its
+    files opened relative to it; otherwise the folder at `path` is opened once. Either way the
+    two files are opened once, never through a link, and refused unless they are regular files
+    when open (a FIFO renamed into place is not waited on: `open_regular`).
     """
     root = resolve_cohort(path)
     meta_path, inst_path = root / "cohort.json", root / "instances.jsonl"
-    for p in (meta_path, inst_path):
-        if p.is_symlink():
-            raise InputError("symbolic links are refused", path=p)
-        if not p.is_file():
-            raise InputError("file not found", path=p)
-    meta_bytes = read_bounded(meta_path, MAX_COHORT_JSON_BYTES, what="a cohort.json")
+    if dir_fd is None:
+        try:
+            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise InputError("file not found", path=meta_path) from None
+            raise InputError(f"cannot read ({exc.strerror or exc})", path=root) from None
+    else:
+        dfd = dir_fd
+    try:
+        meta_fd = _open_file(meta_path, dfd)
+        try:
+            meta_bytes = read_fd(meta_fd, MAX_COHORT_JSON_BYTES, path=meta_path, what="a cohort.json")
+        finally:
+            os.close(meta_fd)
+        fd = _open_file(inst_path, dfd)
+    finally:
+        if dir_fd is None:
+            os.close(dfd)
+    try:
+        return _load(root, meta_path, meta_bytes, inst_path, fd, pinned_sha256=pinned_sha256, limits=limits)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_file(path: Path, dir_fd: int) -> int:
+    try:
+        return open_regular(path.name, path=path, dir_fd=dir_fd, follow=False)
+    except FileNotFoundError:
+        raise InputError("file not found", path=path) from None
+    except InputError as exc:
+        if exc.message == LINK:
+            raise InputError("symbolic links are refused", path=path) from None
+        raise
+
+
+def _load(root: Path, meta_path: Path, meta_bytes: bytes, inst_path: Path, fd: int, *,
+          pinned_sha256: str | None, limits: RowLimits) -> Cohort:
     meta = checked_json(meta_bytes, meta_path, "cohort.schema.json", DEFAULT_ROW_LIMITS.max_depth)
     conditions = [Condition(c["name"], c["role"], c["description"], tuple(c.get("acts_on", ["content"])))
                   for c in meta["conditions"]]
@@ -308,17 +358,11 @@ def load_cohort(path: str | Path, *, pinned_sha256: str | None = None,
         raise InputError("exactly one condition must have role 'baseline'", path=meta_path, field="conditions")
     meta_sha = sha256_hex(meta_bytes)
     trusted = pinned_sha256 is not None and pinned_sha256 == meta_sha
-
-    fd = os.open(inst_path, os.O_RDONLY)
-    try:
-        # The pins first (a damaged file is named as such, not by its first odd row), then the
-        # rows; the second pass hashes again, so the index is built from the pinned bytes.
-        _check_pins(fd, inst_path, meta)
-        index = _index_rows(fd, inst_path, meta, conditions, trusted=trusted, limits=limits)
-    except BaseException:
-        os.close(fd)
-        raise
-    return Cohort(root, meta, conditions, meta_sha, inst_path=inst_path, fd=fd, **index)
+    # The pins first (a damaged file is named as such, not by its first odd row), then the
+    # rows; the second pass hashes again, so the index is built from the pinned bytes.
+    _check_pins(fd, inst_path, meta)
+    index = _index_rows(fd, inst_path, meta, conditions, trusted=trusted, limits=limits)
+    return Cohort(root, meta, conditions, meta_sha, inst_path=inst_path, fd=fd, meta_bytes=meta_bytes, **index)
 
 
 def _check_pins(fd: int, inst_path: Path, meta: Mapping[str, Any]) -> None:

@@ -5,9 +5,11 @@ verify compare.
 distribution and version, source SHA-256; `guards.python_guard.resolve`). `resume` imports the
 callable and refuses (exit 2) when its provenance differs, unless told (`--allow-changed-callable`:
 the run then mixes code; every attempt's response names the code that answered it). `verify`
-hashes the source file again without importing the module (only its parent packages are
-imported to find it) and reports a mismatch as a problem; a module it cannot find here is a
-skipped check.
+(and `report`, `estimate`, `export`, which verify first) hashes the source file again and
+reports a mismatch as a problem. It finds the file as plain files on this machine's Python path
+(`resolve.locate`), never importing, running or `find_spec`-ing anything: a run folder may be a
+stranger's, and its manifest names the module. A module not found that way is a skipped check,
+"callable source not checked here", saying what to set when the guard is merely off PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -61,10 +63,20 @@ def verify_findings(manifest: dict[str, Any]) -> tuple[list[str], str | None]:
         return [f"{FIELD}.module: not a module name"], None
     now = resolve.source_sha256(module)
     if now is None:
-        return [], (f"the source of module {module} is not found on this machine, so it cannot be compared with "
-                    "the launch's")
+        return [], not_found_here(module)
     if now != pin.get("source_sha256"):
         return [f"{FIELD}: the source of {module} no longer matches the launch (SHA-256 {pin.get('source_sha256')} "
                 f"recorded, {now} now): the run's answers came from other code; `resume` refuses it without "
                 "--allow-changed-callable"], None
     return [], None
+
+
+def not_found_here(module: str) -> str:
+    """Why the callable's source was not compared, and what to set when it is merely off the path."""
+    top = module.partition(".")[0]
+    holds = f"{top}.py" if top == module else f"the {top}/ package"
+    return (f"callable source not checked here: module {module} is not found on this machine's Python path "
+            "(guardeval looks for its file without importing it, so no code a run folder names runs). If it "
+            f"is your guard and only off the path, set PYTHONPATH to the folder that holds {holds} "
+            f"(PYTHONPATH=/that/folder guardeval verify RUN) or install its package; for a run from elsewhere, "
+            "--allow-skipped accepts the check as not done")

@@ -1,4 +1,12 @@
-"""Creating a run folder: built beside its final place, then renamed into it (docs/design.md §6).
+"""Creating a run folder (or a study folder): built beside its final place, then renamed into it
+(docs/design.md §6).
+
+The partial folder `.<name>.partial-<pid>` is made and opened once, relative to a descriptor
+of its parent, and everything in it is created through that descriptor (`RunFolder`) with
+`O_CREAT | O_EXCL | O_NOFOLLOW`: a link planted in it while the launch plans (`raw.jsonl` or
+`manifest.json` to a file elsewhere, `cohort/` to a folder elsewhere) is refused, never
+written through, and the launch exits 2 having written nothing outside it. The rename into
+place is checked to have moved that same folder.
 
 A launch killed half-way leaves a `.<name>.partial-<pid>` folder; the next launch beside it
 removes those whose launch is gone (nobody holds its lock and its pid is not alive).
@@ -18,41 +26,44 @@ from typing import Any, TypeVar
 
 import orjson
 
+from harness.cohorts.model import Cohort
 from harness.errors import InputError, WriteFailed
+from harness.run.folder import RunFolder
 from harness.run.layout import COHORT_DIR, DECISIONS, MANIFEST, PARTIAL_LOCK, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.manifest import manifest_with_hash
 
 _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]+)")
 
 
-def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
-                   fill: Callable[[Path], dict[str, Any]],
+def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
+                   fill: Callable[[RunFolder], dict[str, Any]],
                    prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
     """Materialise a new run folder atomically: build it beside, then rename into place.
 
     `fill(partial_folder)` streams `schedule.jsonl` and `stimuli.jsonl` into the partial folder
-    and returns the manifest fields it learned on the way (their SHA-256); `prompt_files` (name,
-    bytes) go into `prompt/`; the manifest is written last. Returns the manifest as written
-    (with its own `sha256`). Refused (InputError, nothing left behind): a symbolic link, a file
-    or a non-empty folder at `run_dir`, a place that cannot hold a folder. A disk that fills up
-    meanwhile: WriteFailed, nothing left behind. Partial folders of launches that died are
-    removed on the way.
+    (`RunFolder.create_new`) and returns the manifest fields it learned on the way (their
+    SHA-256); the cohort's validated bytes go into `cohort/`, `prompt_files` (name, bytes) into
+    `prompt/`; the manifest is written last. Returns the manifest as written (with its own
+    `sha256`). Refused (InputError, nothing left behind): a symbolic link, a file or a non-empty
+    folder at `run_dir`, a place that cannot hold a folder, anything planted in the partial
+    folder while it is built. A disk that fills up meanwhile: WriteFailed, nothing left behind.
+    Partial folders of launches that died are removed on the way.
     """
-    def build(tmp: Path) -> dict[str, Any]:
-        (tmp / COHORT_DIR).mkdir()
-        _copy_cohort(cohort_src, tmp / COHORT_DIR, manifest.get("cohort") or {})
+    def build(folder: RunFolder) -> dict[str, Any]:
+        folder.make_dir(COHORT_DIR)
+        _copy_cohort(cohort, folder, manifest.get("cohort") or {})
         if prompt_files:
-            (tmp / PROMPT_DIR).mkdir()
+            folder.make_dir(PROMPT_DIR)
             for name, data in prompt_files:
                 if "/" in name or name in ("", ".", ".."):
                     raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
-                (tmp / PROMPT_DIR / name).write_bytes(data)
-        written = {**manifest, **fill(tmp)}
-        (tmp / RAW).write_bytes(b"")
-        (tmp / DECISIONS).write_bytes(b"")
+                folder.write_new(f"{PROMPT_DIR}/{name}", data)
+        written = {**manifest, **fill(folder)}
+        folder.write_new(RAW, b"")
+        folder.write_new(DECISIONS, b"")
         written = manifest_with_hash(written)
-        (tmp / MANIFEST).write_bytes(orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-                                                  | orjson.OPT_APPEND_NEWLINE))
+        folder.write_new(MANIFEST, orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                              | orjson.OPT_APPEND_NEWLINE))
         return written
 
     return build_beside(run_dir, build)
@@ -61,41 +72,40 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort_src: Path,
 T = TypeVar("T")
 
 
-def build_beside(target: Path, build: Callable[[Path], T], *, what: str = "run folder",
+def build_beside(target: Path, build: Callable[[RunFolder], T], *, what: str = "run folder",
                  content: frozenset[str] | None = None) -> T:
     """A new folder at `target`, built by `build(partial)` in `.<name>.partial-<pid>` beside it
-    (its lock held meanwhile), every file synced, then renamed into place; the result of
-    `build`. Refused (InputError, nothing left behind) as `check_new_run_dir` refuses; on any
-    failure the partial folder (and the parents made for it) is removed. Partial folders of
+    (its lock held meanwhile), then synced and renamed into place; the result of `build`.
+    `partial` is the partial folder opened once, relative to its parent's descriptor: `build`
+    creates what it holds through it (`make_dir`, `new_file`, `write_new`: never through a
+    link, never over an old file). Refused (InputError, nothing left behind) as
+    `check_new_run_dir` refuses, or when the folder renamed into place is not the one built; on
+    any failure the partial folder (and the parents made for it) is removed. Partial folders of
     builders that died are removed first (those holding only names of `content`)."""
     check_new_run_dir(target, what)
     made = _make_parents(target.parent)
     remove_stale_partials(target.parent, content or _PARTIAL_CONTENT)
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    tmp_name = f".{target.name}.partial-{os.getpid()}"
+    tmp = target.with_name(tmp_name)
+    parent_fd: int | None = None
+    folder: RunFolder | None = None
     lock_fd: int | None = None
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # A leftover of an earlier builder under this pid (pids are reused): not ours to keep.
+        shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=parent_fd)
+        os.mkdir(tmp_name, 0o755, dir_fd=parent_fd)
+        folder = RunFolder(tmp, parent_fd=parent_fd)
         # Held while the folder is built: a later launch that can take it knows its owner died.
-        lock_fd = os.open(tmp / PARTIAL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        lock_fd = folder.create_new(PARTIAL_LOCK)
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        result = build(tmp)
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                _fsync_path(p)
-        os.unlink(tmp / PARTIAL_LOCK)
-        try:
-            # rename(2) onto nothing, or onto an empty folder; a folder that is not empty (another
-            # launch won a race for it) is left alone.
-            os.replace(tmp, target)
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                raise InputError(f"{what} already exists and is not empty (did another launch create it "
-                                 "meanwhile?)", path=target) from None
-            raise
+        result = build(folder)
+        folder.unlink(PARTIAL_LOCK)
+        folder.sync()   # the files were synced as they were written; now the entries naming them
+        _rename_into_place(parent_fd, tmp_name, target, folder.identity(), what)
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if parent_fd is not None:
+            shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=parent_fd)
         for d in reversed(made):
             try:
                 d.rmdir()
@@ -110,7 +120,29 @@ def build_beside(target: Path, build: Callable[[Path], T], *, what: str = "run f
     finally:
         if lock_fd is not None:
             os.close(lock_fd)
+        if folder is not None:
+            folder.close()
+        if parent_fd is not None:
+            os.close(parent_fd)
     return result
+
+
+def _rename_into_place(parent_fd: int, tmp_name: str, target: Path, ours: tuple[int, int], what: str) -> None:
+    """rename(2) the partial folder onto nothing, or onto an empty folder; a folder that is not
+    empty (another launch won a race for it) is left alone. What arrives must be the folder
+    that was built: one swapped in for it by name is not ours."""
+    try:
+        os.rename(tmp_name, target.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise InputError(f"{what} already exists and is not empty (did another launch create it "
+                             "meanwhile?)", path=target) from None
+        raise
+    st = os.stat(target.name, dir_fd=parent_fd, follow_symlinks=False)
+    if (st.st_dev, st.st_ino) != ours:
+        raise InputError(f"the partial folder was replaced while the {what} was being created; nothing of it "
+                         "is used (launch again)", path=target)
+    os.fsync(parent_fd)
 
 
 def check_new_run_dir(run_dir: Path, what: str = "run folder") -> None:
@@ -190,7 +222,7 @@ def remove_stale_partials(folder: Path, content: frozenset[str] = _PARTIAL_CONTE
 
 def _partial_is_live(path: Path, pid: int) -> bool:
     try:
-        fd = os.open(path / PARTIAL_LOCK, os.O_RDWR)
+        fd = os.open(path / PARTIAL_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return _pid_alive(pid)   # just created, or just renamed into place: ask the process table
     except OSError:
@@ -218,21 +250,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _copy_cohort(src: Path, dst: Path, pins: dict[str, Any]) -> None:
-    """Copy the cohort, hashing on the way: the copy must be the bytes the plan validated."""
-    for name, pin in (("cohort.json", pins.get("sha256")), ("instances.jsonl", pins.get("instances_sha256"))):
-        h = hashlib.sha256()
-        with open(src / name, "rb") as fin, open(dst / name, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                h.update(chunk)
-                fout.write(chunk)
-        if pin is not None and h.hexdigest() != pin:
-            raise InputError("the cohort changed while the run was being planned", path=src / name)
-
-
-def _fsync_path(p: Path) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _copy_cohort(cohort: Cohort, folder: RunFolder, pins: dict[str, Any]) -> None:
+    """Copy the cohort's validated bytes (read through the descriptors its load kept, never
+    from the path again), hashing on the way: the copy must be the bytes the plan validated."""
+    if pins.get("sha256") is not None and hashlib.sha256(cohort.meta_bytes).hexdigest() != pins["sha256"]:
+        raise InputError("the cohort changed while the run was being planned", path=cohort.path / "cohort.json")
+    folder.write_new(f"{COHORT_DIR}/cohort.json", cohort.meta_bytes)
+    h = hashlib.sha256()
+    with folder.new_file(f"{COHORT_DIR}/instances.jsonl") as fout:
+        for chunk in cohort.instance_chunks():
+            h.update(chunk)
+            fout.write(chunk)
+    if pins.get("instances_sha256") is not None and h.hexdigest() != pins["instances_sha256"]:
+        raise InputError("the cohort changed while the run was being planned", path=cohort.path / "instances.jsonl")

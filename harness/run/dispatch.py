@@ -46,7 +46,7 @@ from harness.run.writer import RunWriter
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
 # Stops that leave the calls in flight pending: the provider gives nothing usable, or the disk
 # could not record what it gave.
-HALTS = frozenset({"unreachable", "server_errors", "rate_limited", "no_room"})
+HALTS = frozenset({"unreachable", "server_errors", "unusable_answers", "guard_timeouts", "rate_limited", "no_room"})
 
 
 @dataclass
@@ -164,7 +164,7 @@ class Dispatcher:
         self._bodies: LRU[str, tuple[dict[str, Any], str]] = LRU(BODY_CACHE)
         self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
-        self._stalls = Stalls(options.concurrency, options.rate_limit_stop_s)
+        self._stalls = Stalls(options.concurrency, options.rate_limit_stop_s, in_process=guard.in_process)
         self._halted = anyio.Event()    # set by a stop in HALTS: waiting calls give up at once
         self._room = Room(writer.folder.path, writer.folder.file(RAW), options.max_response_bytes)
         self._largest_request = 8 << 10     # before the first body is rendered
@@ -506,6 +506,10 @@ class Dispatcher:
                 rec["openrouter_metadata"] = reply.router_metadata
             if reply.previous_errors:
                 rec["previous_errors"] = reply.previous_errors
+        output = (reply.guard_output if reply is not None else None) or (exc.guard_output if exc is not None else None)
+        if output:
+            # What a python guard printed during the attempt, kept off the command's own output.
+            rec["guard_output"] = output
         if (reply is not None and reply.redacted) or (exc is not None and exc.redacted):
             # The API key was cut out of this line (docs/design.md §11): `response` is what was
             # received less the key, and `response_sha256` is of the text stored here.

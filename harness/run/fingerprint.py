@@ -3,13 +3,20 @@
 The hash chain proves the raw log was not changed *since it was chained*, but it has no key: one
 who edits answers (or every cost) and recomputes every hash gets a chain that verifies. A
 fingerprint written down elsewhere when the run was made (a paper's supplement, a lab notebook)
-closes that gap: `verify --expect TOKEN` fails unless the manifest, the raw chain's head and the
-decisions are the ones the token was made from.
+closes that gap: `verify --expect TOKEN` fails unless the manifest, the raw chain's head, the
+decisions and the sessions' events are the ones the token was made from.
 
-Token: `<attempts>.<decisions>.<24 hex>`; the hex is the start of the SHA-256 of the canonical
-JSON of {manifest sha256, raw line count, raw head (SHA-256 of the last raw line), decision
-line count, SHA-256 of decisions.jsonl}. It is cheap: the raw head is read from the end of the
-log (the chain behind it is what `verify` checks) and the decisions are hashed in one pass.
+Token: `<attempts>.<decisions>.<events>.<24 hex>`; the hex is the start of the SHA-256 of the
+canonical JSON of {manifest sha256, raw line count, raw head (SHA-256 of the last raw line),
+decision line count, SHA-256 of decisions.jsonl, event line count, SHA-256 of events.jsonl}
+(complete lines). It is cheap: the raw head is read from the end of the log (the chain behind
+it is what `verify` checks) and the decisions and events are hashed in one pass each. Every
+session appends its start and stop to events.jsonl, so the token a session prints is the run as
+that session left it.
+
+A token of the older form `<attempts>.<decisions>.<24 hex>` (guardeval before issue 27: no
+events) is still checked, against the same fields less the events (`legacy_token`); `verify`
+then says that events.jsonl is not pinned by it.
 """
 
 from __future__ import annotations
@@ -25,9 +32,10 @@ import orjson
 from harness.canon import canonical_sha256
 from harness.errors import CheckFailed, InputError
 from harness.run.folder import RunFolder
-from harness.run.layout import DECISIONS, GENESIS, RAW
+from harness.run.layout import DECISIONS, EVENTS, GENESIS, RAW
 
-TOKEN = re.compile(r"([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{24})")
+TOKEN = re.compile(r"([0-9]{1,12})\.([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{24})")
+LEGACY_TOKEN = re.compile(r"([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{24})")
 _TAIL = 1 << 16
 
 
@@ -38,29 +46,41 @@ class Fingerprint:
     raw_head: str
     n_decisions: int
     decisions_sha256: str
+    n_events: int = 0
+    events_sha256: str = hashlib.sha256().hexdigest()
+
+    def _pinned(self) -> dict[str, Any]:
+        return {"manifest_sha256": self.manifest_sha256, "n_raw": self.n_raw, "raw_head": self.raw_head,
+                "n_decisions": self.n_decisions, "decisions_sha256": self.decisions_sha256}
 
     @property
     def digest(self) -> str:
-        return canonical_sha256({"manifest_sha256": self.manifest_sha256, "n_raw": self.n_raw,
-                                 "raw_head": self.raw_head, "n_decisions": self.n_decisions,
-                                 "decisions_sha256": self.decisions_sha256})
+        return canonical_sha256({**self._pinned(), "n_events": self.n_events, "events_sha256": self.events_sha256})
 
     @property
     def token(self) -> str:
-        return f"{self.n_raw}.{self.n_decisions}.{self.digest[:24]}"
+        return f"{self.n_raw}.{self.n_decisions}.{self.n_events}.{self.digest[:24]}"
+
+    @property
+    def legacy_token(self) -> str:
+        """The token of the older form, which pins everything but events.jsonl."""
+        return f"{self.n_raw}.{self.n_decisions}.{canonical_sha256(self._pinned())[:24]}"
 
     def record(self) -> dict[str, Any]:
-        return {"token": self.token, "manifest_sha256": self.manifest_sha256, "n_raw": self.n_raw,
-                "raw_head": self.raw_head, "n_decisions": self.n_decisions,
-                "decisions_sha256": self.decisions_sha256}
+        return {"token": self.token, **self._pinned(), "n_events": self.n_events,
+                "events_sha256": self.events_sha256}
+
+
+def is_legacy(token: str) -> bool:
+    return LEGACY_TOKEN.fullmatch(token) is not None
 
 
 def parse_token(text: str) -> str:
     """A fingerprint as given on the command line (surrounding space and a `fingerprint `
     prefix forgiven); InputError when it is not one."""
     t = text.strip().removeprefix("fingerprint").strip().lower()
-    if not TOKEN.fullmatch(t):
-        raise InputError("--expect: not a run fingerprint (expected ATTEMPTS.DECISIONS.24-HEX, as `guardeval "
+    if not TOKEN.fullmatch(t) and not LEGACY_TOKEN.fullmatch(t):
+        raise InputError("--expect: not a run fingerprint (expected ATTEMPTS.DECISIONS.EVENTS.24-HEX, as `guardeval "
                          "status` prints it)")
     return t
 
@@ -70,7 +90,8 @@ def run_fingerprint(folder: RunFolder, manifest: dict[str, Any]) -> Fingerprint:
     which `resume` moves aside, is not part of the log)."""
     n_raw, head = _raw_head(folder)
     n_dec, dec_sha = _complete_lines_sha256(folder, DECISIONS)
-    return Fingerprint(str(manifest.get("sha256")), n_raw, head, n_dec, dec_sha)
+    n_ev, ev_sha = _complete_lines_sha256(folder, EVENTS)
+    return Fingerprint(str(manifest.get("sha256")), n_raw, head, n_dec, dec_sha, n_ev, ev_sha)
 
 
 def _complete_lines_sha256(folder: RunFolder, name: str) -> tuple[int, str]:

@@ -63,7 +63,8 @@ class RunFolder:
 
     def __init__(self, path: str | Path, *, parent_fd: int | None = None) -> None:
         self.path = Path(path)
-        # Inside another folder (`folder`): opened relative to its descriptor, by its last name.
+        # Inside another folder (`folder`; a partial folder being built, `harness.run.create`): opened
+        # relative to its descriptor, by its last name, never through a link.
         self._fd = _open_dir(self.path, parent_fd, self.path.name if parent_fd is not None else self.path)
         self._files: dict[str, int | None] = {}    # name -> read descriptor (None: absent)
         self._dirs: dict[str, int] = {}
@@ -238,16 +239,19 @@ class RunFolder:
                     pass   # the rest of the line that byte near-1 is in, a bounded piece at a time
             return fh.tell()
 
-    def subdir(self, name: str) -> Path:
-        """The path of `cohort/` or `prompt/` for the loaders below the run layer, once checked:
-        a folder, not a link, holding regular files only (InputError naming what is not)."""
+    def subdir(self, name: str) -> tuple[Path, int]:
+        """(path, descriptor) of `cohort/` or `prompt/` for the loaders below the run layer, once
+        checked: a folder, not a link, holding regular files only (InputError naming what is
+        not). The loaders open its files relative to the descriptor, non-blocking, and check
+        each once open (`harness.bounded.open_regular`): what is renamed in after this check is
+        refused then, never waited on. The descriptor is the folder's (closed with it)."""
         dfd = self._dir_fd(name)
         with os.scandir(dfd) as entries:
             for entry in entries:
                 if not entry.is_file(follow_symlinks=False):
                     why = _LINK if entry.is_symlink() else _NOT_REGULAR
                     raise InputError(why, path=self.file(f"{name}/{entry.name}"))
-        return self.file(name)
+        return self.file(name), dfd
 
     def folder(self, name: str) -> RunFolder:
         """A folder inside this one (`runs/<label>` of a study) as a RunFolder of its own, each
@@ -316,6 +320,42 @@ class RunFolder:
     def create_new(self, name: str) -> int:
         """A descriptor of a file that did not exist (O_EXCL: never an old file, never a link)."""
         return self._open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, create=True)
+
+    @contextmanager
+    def new_file(self, name: str) -> Iterator[BinaryIO]:
+        """A new file (`create_new`: never an old file, never a link), buffered, synced to the
+        disk when the block ends without an error."""
+        with os.fdopen(self.create_new(name), "wb", buffering=1 << 20) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_new(self, name: str, data: bytes) -> None:
+        """`data` as the new file `name` (`new_file`)."""
+        with self.new_file(name) as fh:
+            fh.write(data)
+
+    def make_dir(self, name: str) -> None:
+        """Create the folder `name` (`cohort/`, `prompt/`) in a folder being built, and open it
+        (never through a link). Refused when anything is there already: something else was put
+        in the folder meanwhile."""
+        try:
+            os.mkdir(name, 0o755, dir_fd=self._fd)
+        except FileExistsError:
+            raise InputError("already exists: something else was put in the folder while it was being built",
+                             path=self.file(name)) from None
+        self._dir_fd(name)
+
+    def sync(self) -> None:
+        """fsync the folder and its open subfolders (their entries: the files created in them)."""
+        for fd in self._dirs.values():
+            os.fsync(fd)
+        os.fsync(self._fd)
+
+    def identity(self) -> tuple[int, int]:
+        """(device, inode) of the folder opened: what a name must still lead to."""
+        st = os.fstat(self._fd)
+        return st.st_dev, st.st_ino
 
     def unlink(self, name: str) -> None:
         try:
@@ -387,7 +427,7 @@ class RunFolder:
 
     def _dir_fd(self, name: str) -> int:
         if name not in self._dirs:
-            self._dirs[name] = _open_dir(self.file(name), self._fd, name)
+            self._dirs[name] = _open_dir(self.file(name), self._fd, name, link=_LINK)
         return self._dirs[name]
 
     def _open(self, name: str, flags: int, *, create: bool = False) -> int:
@@ -463,7 +503,8 @@ def _bound(value: Any, default: int) -> int:
     return value if type(value) is int and value > default else default
 
 
-def _open_dir(path: Path, dfd: int | None, name: str | Path) -> int:
+def _open_dir(path: Path, dfd: int | None, name: str | Path,
+              link: str = "is a symbolic link; give the run folder itself, nothing in it is followed") -> int:
     try:
         return os.open(name, _DIR, dir_fd=dfd) if dfd is not None else os.open(name, _DIR)
     except FileNotFoundError:
@@ -474,8 +515,7 @@ def _open_dir(path: Path, dfd: int | None, name: str | Path) -> int:
         except OSError:
             mode = 0
         if stat.S_ISLNK(mode) or exc.errno == errno.ELOOP:
-            raise InputError("is a symbolic link; give the run folder itself, nothing in it is followed",
-                             path=path) from None
+            raise InputError(link, path=path) from None
         if exc.errno == errno.ENOTDIR:
             raise InputError("is not a folder", path=path) from None
         raise InputError(f"cannot open ({exc.strerror or exc})", path=path) from None

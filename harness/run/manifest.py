@@ -11,9 +11,10 @@ from guards.config import GuardConfig, config_from_manifest
 from guards.prompts import Prompt, load_prompt, load_prompt_dir
 from harness.canon import canonical_sha256
 from harness.cohorts.limits import DEFAULT_ROW_LIMITS, MAX_DEPTH_CEILING, RowLimits, widest
+from harness.cohorts.model import Cohort, load_cohort
 from harness.errors import InputError
 from harness.run.folder import RunFolder
-from harness.run.layout import MANIFEST, PROMPT_DIR
+from harness.run.layout import COHORT_DIR, MANIFEST, PROMPT_DIR
 
 
 def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -28,8 +29,8 @@ def load_run_prompt(folder: RunFolder, manifest: dict[str, Any]) -> Prompt:
     hashes as pinned. InputError when neither holds."""
     pin = manifest["prompt"]
     if pin.get("copy"):
-        path = folder.subdir(PROMPT_DIR)
-        prompt = load_prompt_dir(path, str(pin["id"]))
+        path, dfd = folder.subdir(PROMPT_DIR)
+        prompt = load_prompt_dir(path, str(pin["id"]), dir_fd=dfd)
         if prompt.sha256 != pin["sha256"]:
             raise InputError("the run's copy of its prompt does not match manifest.prompt.sha256", path=path,
                              field="prompt.sha256")
@@ -111,6 +112,13 @@ def run_row_limits(folder: RunFolder, manifest: dict[str, Any], given: RowLimits
             raise InputError(f"missing, or not a whole number >= 1{bound}", path=path, field=f"row_limits.{name}")
         values[name] = v
     return widest(given, RowLimits(**values))
+
+
+def load_cohort_copy(folder: RunFolder, limits: RowLimits, pinned_sha256: str | None = None) -> Cohort:
+    """The run's copy of its cohort (`cohort/`), read through the run folder's descriptor of it
+    like every other file of the run (`RunFolder.subdir`, `load_cohort`'s `dir_fd`)."""
+    path, dfd = folder.subdir(COHORT_DIR)
+    return load_cohort(path, dir_fd=dfd, pinned_sha256=pinned_sha256, limits=limits)
 
 
 def run_config(folder: RunFolder, manifest: dict[str, Any]) -> GuardConfig:

@@ -31,7 +31,14 @@ from harness.run.budget import projected_cost
 from harness.run.create import create_run_dir
 from harness.run.folder import RunFolder, opened
 from harness.run.layout import COHORT_DIR, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
-from harness.run.manifest import load_run_prompt, read_manifest, row_limits_record, run_config, run_row_limits
+from harness.run.manifest import (
+    load_cohort_copy,
+    load_run_prompt,
+    read_manifest,
+    row_limits_record,
+    run_config,
+    run_row_limits,
+)
 from harness.run.schedule import ALGORITHM, iter_schedule
 
 DEFAULT_RUNS_ROOT = Path("runs")
@@ -111,13 +118,14 @@ class Plan:
         self.manifest.update(self.write(None))
         return self.manifest
 
-    def write(self, folder: Path | None) -> dict[str, Any]:
-        """Stream schedule.jsonl and stimuli.jsonl into `folder` (or only hash them); return
-        their SHA-256 for the manifest. Lines are gathered in blocks: one write and one hash
-        update per block, not per line."""
+    def write(self, folder: RunFolder | None) -> dict[str, Any]:
+        """Stream schedule.jsonl and stimuli.jsonl into the partial `folder` (new files, never
+        through a link: `RunFolder.create_new`), or only hash them; return their SHA-256 for the
+        manifest. Lines are gathered in blocks: one write and one hash update per block, not per
+        line."""
         hashes = {SCHEDULE: hashlib.sha256(), STIMULI: hashlib.sha256()}
         with ExitStack() as stack:
-            out = {name: stack.enter_context(open(folder / name, "wb")) for name in hashes} if folder else {}
+            out = {name: stack.enter_context(folder.new_file(name)) for name in hashes} if folder else {}
             sched: list[bytes] = []
             stim: list[bytes] = []
             n = 0
@@ -268,8 +276,7 @@ def _sha256_and_lines(folder: RunFolder, name: str) -> tuple[str, int]:
 def load_run_cohort(folder: RunFolder, manifest: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS
                     ) -> Cohort:
     # Pinned by the manifest and validated when the run was launched: see `load_cohort`.
-    cohort = load_cohort(folder.subdir(COHORT_DIR), pinned_sha256=manifest["cohort"]["sha256"],
-                         limits=run_row_limits(folder, manifest, row_limits))
+    cohort = load_cohort_copy(folder, run_row_limits(folder, manifest, row_limits), manifest["cohort"]["sha256"])
     if cohort.sha256 != manifest["cohort"]["sha256"]:
         raise InputError("cohort copy does not match the manifest", path=folder.file(f"{COHORT_DIR}/cohort.json"))
     return cohort
@@ -299,7 +306,7 @@ def require_key(config: GuardConfig, where: str | Path | None = None) -> None:
 
 def materialise(plan: Plan, run_dir: Path) -> None:
     require_key(plan.config, plan.config.source)
-    plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort_src=plan.cohort.path, fill=plan.write,
+    plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort=plan.cohort, fill=plan.write,
                                    prompt_files=plan.prompt.files)
 
 

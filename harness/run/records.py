@@ -38,6 +38,9 @@ class Attempt(TypedDict):
     response_headers: NotRequired[dict[str, str]]       # cache status / source id, generation id
     openrouter_metadata: NotRequired[dict[str, Any]]    # router metadata, as received
     previous_errors: NotRequired[list[dict[str, Any]]]  # {provider, code, status} of earlier failed tries
+    # python guards only, when the function printed: the first 2,048 characters of each stream
+    # (stdout, stderr, redacted) and how many it wrote (stdout_chars, stderr_chars)
+    guard_output: NotRequired[dict[str, Any]]
 
 
 class RawLine(Attempt):

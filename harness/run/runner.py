@@ -412,6 +412,13 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "server_errors":
         raise RunStopped(f"stopped: the server kept answering with errors ({said}); calls left pending. "
                          f"Check the server (its log says why), then {hint}")
+    if r.stop_reason == "unusable_answers":
+        raise RunStopped(f"stopped: the server answered, but with nothing usable ({said}); calls left pending. "
+                         f"Check that --base-url is an OpenAI-compatible /chat/completions server (`guardeval "
+                         f"preflight --guard FILE` asks it once), then {hint}")
+    if r.stop_reason == "guard_timeouts":
+        raise RunStopped(f"stopped: the guard kept timing out ({said}); calls left pending. Make it faster or "
+                         f"raise timeout_s in its config, then {hint}")
     if r.stop_reason == "rate_limited":
         raise RunStopped(f"stopped: the provider answered nothing but rate limits ({said}); calls left pending. "
                          f"When it serves again, {hint}")
@@ -420,4 +427,6 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "budget":
         raise RunStopped(f"stopped: --max-cost reached. {hint}")
     if r.stop_reason and r.stop_reason.startswith("signal"):
-        raise RunStopped(f"interrupted ({r.stop_reason}); {hint}")
+        # A guard interrupted by the signal says why it had kept the run from answering it.
+        why = f": {said}" if r.fatal_message else ""
+        raise RunStopped(f"interrupted ({r.stop_reason}{why}); {hint}")

@@ -18,12 +18,12 @@ from typing import Any
 
 import orjson
 
-from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits, load_cohort
+from harness.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from harness.errors import CheckFailed
 from harness.run.folder import RunFolder, opened
-from harness.run.layout import COHORT_DIR, DECISIONS, RAW, SCHEDULE
+from harness.run.layout import DECISIONS, RAW, SCHEDULE
 from harness.run.lines import iter_jsonl
-from harness.run.manifest import read_manifest, run_row_limits
+from harness.run.manifest import load_cohort_copy, read_manifest, run_row_limits
 from harness.run.replay import generation_replays, quarantine_reason
 
 # The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
@@ -116,8 +116,7 @@ def load_run_table(run: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_
 def _run_table(folder: RunFolder, row_limits: RowLimits) -> RunTable:
     manifest = read_manifest(folder)
     pin = manifest.get("cohort", {}).get("sha256") if isinstance(manifest.get("cohort"), dict) else None
-    cohort = load_cohort(folder.subdir(COHORT_DIR), pinned_sha256=pin,
-                         limits=run_row_limits(folder, manifest, row_limits))
+    cohort = load_cohort_copy(folder, run_row_limits(folder, manifest, row_limits), pin)
     baseline = cohort.baseline()
     labels: dict[str, Any] = {}
     tools: dict[str, str] = {}

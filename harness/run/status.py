@@ -28,6 +28,8 @@ from harness.run.lines import iter_jsonl, iter_lines, iter_raw_fields
 from harness.run.manifest import read_manifest, run_config
 from harness.run.workers import halves
 
+MAX_PROBLEMS = 50   # listed by status (verify lists them all, up to its own bound)
+
 
 def run_status(run: Path | RunFolder) -> dict[str, Any]:
     with opened(run) as folder:
@@ -38,8 +40,9 @@ def _status(folder: RunFolder) -> dict[str, Any]:
     manifest = read_manifest(folder)
     raw_counts = _RawCounts(folder)   # workers read the raw log while this reads decisions
     rounds: dict[int, int] = {}
+    problems: list[str] = []
     try:
-        decided, statuses, quarantine = decision_counts(folder, rounds)
+        decided, statuses, quarantine = decision_counts(folder, rounds, problems)
         attempts, spend, retries, replayed, finals = raw_counts.result()
     finally:
         raw_counts.close()
@@ -57,15 +60,17 @@ def _status(folder: RunFolder) -> dict[str, Any]:
             last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
     n = manifest["n_calls"]
     fp = run_fingerprint(folder, manifest)
-    problems = head_problems(folder, fp.n_raw, fp.raw_head, _last_decision_raw_seq(folder))
+    problems[:0] = [f"{RAW}: {p}" for p in head_problems(folder, fp.n_raw, fp.raw_head,
+                                                          _last_decision_raw_seq(folder))]
     running = folder.held_by_another()
-    complete = len(decided) >= n
+    # A damaged run is not complete, whatever its counts say: one verdict with `verify`.
+    complete = len(decided) >= n and not problems
     return {
         "run_id": manifest["run_id"], "run_dir": str(folder.path), "guard": manifest["guard"]["name"],
         "model": manifest["guard"]["model"], "cohort": manifest["cohort"]["name"],
         "parent_run": (manifest.get("parent_run") or {}).get("run_id"),
         "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": complete,
-        "running": running, "state": _state(running, complete, last_event, last_stop),
+        "running": running, "state": _state(running, complete, last_event, last_stop, bool(problems)),
         "statuses": statuses, "quarantined": sum(quarantine.values()), "quarantine_by_reason": quarantine,
         # Calls whose answer shares a generation id with another call's (harness.run.replay):
         # quarantined by `estimate` as replay_mismatch, not counted in `quarantined` above.
@@ -82,29 +87,37 @@ def _status(folder: RunFolder) -> dict[str, Any]:
     }
 
 
-def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None) -> tuple[set[str], dict[str, int],
-                                                                                   dict[str, int]]:
+def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None,
+                    problems: list[str] | None = None) -> tuple[set[str], dict[str, int], dict[str, int]]:
     """(distinct decided call ids, live decisions by status, quarantined by reason) of the whole
-    run. A retried call counts once, at its live decision (`supersede.count_live`); a call
-    decided twice without supersession (a damaged log) counts once among the ids, and at each of
-    its lines. `rounds`, when given, gets the superseding decisions by retry round."""
-    statuses: dict[str, int] = {}
-    quarantine: dict[str, int] = {}
+    run. A retried call counts once, at its live decision (`supersede.LiveCounts`); a line that
+    breaks the retry chain (a call decided twice, a supersession of nothing) is not counted and
+    goes into `problems`, when given. `rounds`, when given, gets the superseding decisions by
+    retry round."""
+    live = supersede.LiveCounts()
     decided: set[str] = set()
     path = folder.file(DECISIONS)
     for lineno, line in iter_lines(folder, DECISIONS):
         cid, status, reason, sup, rnd = supersede.decision_line(line, path, lineno)
+        problem = live.add(line, cid, status, reason, sup, cid in decided)
+        if problem is not None:
+            if problems is not None and len(problems) < MAX_PROBLEMS:
+                problems.append(f"{DECISIONS} line {lineno}: {problem}")
+            continue
         decided.add(cid)
-        supersede.count_live(statuses, quarantine, status, reason, sup)
         if sup is not None and rounds is not None:
             rounds[rnd] = rounds.get(rnd, 0) + 1
-    return decided, statuses, quarantine
+    return decided, live.statuses, live.quarantine
 
 
-def _state(running: bool, complete: bool, last_event: str | None, last_stop: dict[str, Any] | None) -> str:
-    """One word for where the run stands: running, complete, stopped, interrupted or not_started."""
+def _state(running: bool, complete: bool, last_event: str | None, last_stop: dict[str, Any] | None,
+           damaged: bool = False) -> str:
+    """One word for where the run stands: running, damaged, complete, stopped, interrupted or
+    not_started."""
     if running:
         return "running"          # another process holds the run's lock now
+    if damaged:
+        return "damaged"          # its files disagree (`problems`); `verify` names every one
     if complete:
         return "complete"
     if last_event == "start":

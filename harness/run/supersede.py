@@ -118,22 +118,48 @@ def decision_line(line: bytes, path: Path,
     return cid, status, reason, sup, rnd
 
 
-def count_live(statuses: dict[str, int], quarantine: dict[str, int], status: str, reason: str | None,
-               sup: Mapping[str, Any] | None) -> None:
-    """Add one decision line to counts of live decisions: a superseding one takes the decision it
-    replaces back out (its status and reason travel in `supersedes`)."""
-    statuses[status] = statuses.get(status, 0) + 1
-    if reason:
-        quarantine[reason] = quarantine.get(reason, 0) + 1
-    if sup is not None:
-        old, old_reason = sup["status"], sup["quarantine_reason"]
-        statuses[old] = statuses.get(old, 0) - 1
-        if not statuses[old]:
-            del statuses[old]
-        if old_reason:
-            quarantine[old_reason] = quarantine.get(old_reason, 0) - 1
-            if not quarantine[old_reason]:
-                del quarantine[old_reason]
+class LiveCounts:
+    """Counts of live decisions (`status`), fed every decision line in file order, the retry
+    chain checked on the way as far as counting needs it: a superseding decision must name an
+    earlier failed decision of its call that nothing superseded yet, with that decision's status
+    and reason; a second decision without `supersedes` is a call decided twice. A line that
+    breaks a rule is a problem, and is not counted (so no status goes below 0 and the counts
+    never pass the calls decided). `verify` checks the rest (`Checker`). Memory: the open
+    (failed, not yet superseded) decisions only."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, int] = {}
+        self.quarantine: dict[str, int] = {}
+        self._open: dict[str, tuple[str, str, str | None]] = {}   # line sha256 -> (call id, status, reason)
+
+    def add(self, line: bytes, cid: str, status: str, reason: str | None, sup: Mapping[str, Any] | None,
+            decided_before: bool) -> str | None:
+        """Count one line; the problem with it, if any."""
+        if sup is None:
+            if decided_before:
+                return "a second decision for a call already decided, superseding nothing (decided twice)"
+        else:
+            sha = sup.get("decision_sha256")
+            old = self._open.get(sha) if isinstance(sha, str) else None
+            if not isinstance(sha, str) or old is None or old != (cid, sup["status"], sup["quarantine_reason"]):
+                return ("supersedes no earlier failed decision of its call that is still live (the retry chain is "
+                        "damaged)")
+            del self._open[sha]
+            _count(self.statuses, old[1], -1)
+            if old[2]:
+                _count(self.quarantine, old[2], -1)
+        _count(self.statuses, status, 1)
+        if reason:
+            _count(self.quarantine, reason, 1)
+        if status in FAILURE_STATUSES:
+            self._open[sha256_hex(line.rstrip(b"\n"))] = (cid, status, reason)
+        return None
+
+
+def _count(counts: dict[str, int], key: str, by: int) -> None:
+    counts[key] = counts.get(key, 0) + by
+    if not counts[key]:
+        del counts[key]
 
 
 @dataclass

@@ -45,10 +45,11 @@ from harness.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from harness.errors import GuardevalError, InputError
 from harness.run import callable_pin, supersede, verify_raw
 from harness.run.folder import LineTooLong, RunFolder, opened, reason
-from harness.run.layout import COHORT_DIR, DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
+from harness.run.layout import DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from harness.run.lines import STIMULUS_LINE
-from harness.run.manifest import MAX_MANIFEST_BYTES, load_run_prompt, run_row_limits
+from harness.run.manifest import MAX_MANIFEST_BYTES, load_cohort_copy, load_run_prompt, run_row_limits
 from harness.run.schedule import ORDERS, call_id_for, iter_cells
+from harness.run.verify_events import check_events
 from harness.run.verify_raw import MISSING
 from harness.run.verify_render import RenderJob, parser_and_pin
 from harness.run.verify_state import (
@@ -163,7 +164,7 @@ class _Verifier:
         # Re-render mismatches were found after the pass: put them back in line order.
         stim_problems = [*stim_rep.torn, *heapq.merge(stim_rep.problems, render_rep.problems,
                                                       key=lambda p: p["line"] or 0)]
-        fingerprint = fingerprint_check(self.folder, self.manifest, head, expect)
+        fingerprint = fingerprint_check(self.folder, self.manifest, head, expect, self.skip)
         problems = [*head.all(), *sched_rep.all(), *stim_problems, *raw_rep.all(),
                     *chain_rep.all(), *dec_rep.all()][:MAX_PROBLEMS]
         checked = (f"{self.sched.n_rows} scheduled calls, {n_raw} raw attempts, {n_dec} decisions, "
@@ -211,11 +212,9 @@ class _Verifier:
 
     # -- manifest and cohort -----------------------------------------------------------------
     def _load_cohort(self, rep: Report) -> None:
-        from harness.cohorts.model import load_cohort
-
         try:
             limits = run_row_limits(self.folder, self.manifest, self.row_limits)
-            self.cohort = load_cohort(self.folder.subdir(COHORT_DIR), limits=limits)
+            self.cohort = load_cohort_copy(self.folder, limits)
         except GuardevalError as exc:
             rep.add("cohort", None, str(exc))
 
@@ -479,7 +478,15 @@ class _Verifier:
             prev = f.digest.hex()
         chain = Report()
         check_chain_head(self.folder if EVENTS not in self.refused else None, chain, last_seq, prev)
+        if EVENTS not in self.refused:
+            check_events(self.folder, chain, self._raw_sha_at, last_seq)
         return rep, chain, n_raw
+
+    def _raw_sha_at(self, seq: int) -> str | None:
+        """SHA-256 of the raw line whose seq is `seq` (None: none is)."""
+        raw = self.raw
+        pos = seq - 1 if 0 <= seq - 1 < len(raw.seq_ok) and raw.seq_ok[seq - 1] else raw.moved.get(seq)
+        return raw.shas[32 * pos:32 * pos + 32].hex() if pos is not None else None
 
     @staticmethod
     def _derived(f: verify_raw.Line, expected: str | None) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import orjson
 from harness.canon import dumps_line
 from harness.errors import CheckFailed, InputError
 from harness.run import verify_raw
-from harness.run.fingerprint import run_fingerprint
+from harness.run.fingerprint import is_legacy, run_fingerprint
 from harness.run.folder import LineTooLong, RunFolder
 from harness.run.head import head_problems
 from harness.run.layout import EVENTS, RAW
@@ -258,17 +258,25 @@ def value_of(value: Any) -> Any:
     return value
 
 
-def fingerprint_check(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None
-                 ) -> dict[str, Any] | None:
-    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken)."""
+def fingerprint_check(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None,
+                      skip: Callable[[str, str], None] | None = None) -> dict[str, Any] | None:
+    """The run's fingerprint; a problem when it is not the one expected (or cannot be taken). A
+    token of the older form (no events) is checked as such, and `skip` told that it leaves
+    events.jsonl unpinned."""
     try:
         fp = run_fingerprint(folder, manifest)
     except (CheckFailed, InputError, OSError) as exc:
         rep.add(RAW, None, f"no fingerprint: {exc}")
         return None
-    if expect is not None and fp.token != expect:
-        rep.add("fingerprint", None, f"the run's fingerprint is {fp.token}, not the expected {expect}: the manifest, "
-                                     "raw log or decisions differ from those it was taken of")
+    legacy = expect is not None and is_legacy(expect)
+    now = fp.legacy_token if legacy else fp.token
+    if expect is not None and now != expect:
+        rep.add("fingerprint", None, f"the run's fingerprint is {now}, not the expected {expect}: the manifest, "
+                                     "raw log, decisions or events differ from those it was taken of")
+    elif legacy and skip is not None:
+        skip("events.jsonl against the fingerprint", f"{expect} is a fingerprint of the older form "
+             "(ATTEMPTS.DECISIONS.HEX), which pins the manifest, raw log and decisions but not events.jsonl; "
+             f"this run's fingerprint now is {fp.token}")
     return fp.record()
 
 

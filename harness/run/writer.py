@@ -149,7 +149,8 @@ class RunWriter:
         if problems:
             raise CheckFailed(f"{self.folder.file(RAW)}: {problems[0]}; `guardeval verify {self.folder.path}` names the "
                               "damage (nothing was sent)")
-        for name in (RAW, DECISIONS):
+        # events.jsonl too: an event appended after a torn one would make one damaged line of both.
+        for name in (RAW, DECISIONS, EVENTS):
             moved = recover_torn(self.folder, name, self._hint)
             if moved:
                 self.state.torn.append(moved)

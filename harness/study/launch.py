@@ -190,10 +190,11 @@ def create_study(plan: StudyPlan, study_dir: Path, *, argv: Sequence[str] | None
             "concurrency": o.concurrency, "fixed_concurrency": o.fixed_concurrency, "rpm": o.rpm,
             "max_cost": plan.per_guard.get(g.label, plan.max_cost), "rate_limit_stop_s": o.rate_limit_stop_s})
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(folder: RunFolder) -> dict[str, Any]:
         runs = []
+        folder.make_dir(RUNS_DIR)   # through the partial folder's descriptor, never through a link
         for g in plan.guards:
-            materialise(g.plan, tmp / RUNS_DIR / g.label)
+            materialise(g.plan, folder.path / RUNS_DIR / g.label)
             runs.append(run_entry(g.label, g.plan.manifest))
         m = plan.guards[0].plan.manifest
         record = {
@@ -208,8 +209,7 @@ def create_study(plan: StudyPlan, study_dir: Path, *, argv: Sequence[str] | None
             "budget": {"max_cost": plan.max_cost, "per_guard": plan.per_guard},
             "runs": runs, "report": None, "commands": [command(argv)],
         }
-        with RunFolder(tmp) as folder:
-            return write_record(folder, record)
+        return write_record(folder, record)
 
     return build_beside(study_dir, build, what="study folder", content=_PARTIAL_CONTENT)
 

@@ -65,7 +65,7 @@ def study_status(study_dir: str | Path) -> dict[str, Any]:
                 runs.append({"label": label, "problem": str(exc), "complete": False})
                 continue
             tokens[label] = st["fingerprint"]
-            problems = _identity(entry, manifest, record) + [f"raw.jsonl: {p}" for p in st["problems"]]
+            problems = _identity(entry, manifest, record) + list(st["problems"])   # each names its file
             runs.append({"label": label, "run_id": st["run_id"], "guard": st["guard"], "model": st["model"],
                          "n_calls": st["n_calls"], "decided": st["decided"], "pending": st["pending"],
                          "complete": st["complete"], "state": st["state"], "statuses": st["statuses"],

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.canon import sha256_hex
-from harness.cohorts.model import load_cohort
 from harness.errors import InputError
 from harness.run.budget import reported_cost
 from harness.run.folder import LineTooLong, RunFolder, opened
-from harness.run.layout import COHORT_DIR, DECISIONS, RAW, SCHEDULE, STIMULI
+from harness.run.layout import DECISIONS, RAW, SCHEDULE, STIMULI
 from harness.run.lines import iter_jsonl, iter_lines, parse_line, raw_head
-from harness.run.manifest import read_manifest, run_row_limits
+from harness.run.manifest import load_cohort_copy, read_manifest, run_row_limits
 from harness.run.replay import generation_replays, quarantine_reason
 
 # The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
@@ -120,7 +119,7 @@ def load_calls(run: str | Path | RunFolder) -> RunCalls:
     if not folder.has(SCHEDULE):
         raise InputError("not a run folder (no schedule.jsonl)", path=folder.path)
     manifest = read_manifest(folder)
-    cohort = load_cohort(folder.subdir(COHORT_DIR), limits=run_row_limits(folder, manifest))
+    cohort = load_cohort_copy(folder, run_row_limits(folder, manifest))
     try:
         cells = {(r["base_id"], r["condition"]): (r.get("label"), r.get("tool")) for r in cohort.iter_instances()}
     finally:
@@ -284,7 +283,7 @@ def _story(folder: RunFolder, call_id: str) -> dict[str, Any]:
         if rec.get("call_id") == call_id:
             rec["line"], rec["line_sha256"] = lineno, sha256_hex(body)
             decisions.append(rec)
-    cohort = load_cohort(folder.subdir(COHORT_DIR), limits=run_row_limits(folder, read_manifest(folder)))
+    cohort = load_cohort_copy(folder, run_row_limits(folder, read_manifest(folder)))
     try:
         instance = cohort.instance(schedule["base_id"], schedule["condition"])
     except KeyError:

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from harness.canon import canonical_bytes
-from harness.errors import GuardevalError, InputError
+from harness.errors import CheckFailed, GuardevalError, InputError
 from harness.estimators import sections as S
 from harness.estimators.formats import level
 from harness.run.folder import RunFolder, opened
@@ -223,24 +223,27 @@ def asset(name: str) -> str:
     return text
 
 
-def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False) -> dict[str, Any]:
+def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False,
+                   allow_skipped: bool = False) -> dict[str, Any]:
     """Whether the run verifies. `estimate` verifies a run before estimating it and records that
     in report.json (`source.verified`, `source.verify_skipped`): right after it, that record is
     the answer. Otherwise (`guardeval report` later, or an estimate made with --no-verify) the
     run may have changed since, so `verify_run` runs now."""
     src = report.get("source") or {}
     if just_estimated and src.get("verified") is True:
-        skipped = [s.get("check") for s in src.get("verify_skipped") or [] if isinstance(s, Mapping)]
+        allowed = [s.get("check") for s in src.get("verify_skipped") or [] if isinstance(s, Mapping)]
         return {"ok": True, "how": "checked by estimate before estimating",
-                "checked": "skipped, allowed: " + ", ".join(map(str, skipped)) if skipped else "every check",
+                "checked": "skipped, allowed: " + ", ".join(map(str, allowed)) if allowed else "every check",
                 "problems": []}
     from harness.run.verify import verify_run
 
-    result = verify_run(run)
-    skipped = [s.get("check") for s in result.get("skipped") or [] if isinstance(s, Mapping)]
+    result = verify_run(run, allow_skipped=allow_skipped)
+    skipped: list[Mapping[str, Any]] = [s for s in result.get("skipped") or [] if isinstance(s, Mapping)]
+    names = ", ".join(str(s.get("check")) for s in skipped)
     return {"ok": bool(result.get("ok")), "how": "run when this report was made",
-            "checked": str(result.get("checked") or "") + (f"; skipped: {', '.join(map(str, skipped))}" if skipped else ""),
-            "problems": list(result.get("problems") or [])[:5]}
+            "checked": str(result.get("checked") or "") + (f"; skipped: {names}" if skipped else ""),
+            "problems": list(result.get("problems") or [])[:5], "n_problems": len(result.get("problems") or []),
+            "skipped": skipped}
 
 
 def _pinned(guard: Mapping[str, Any]) -> str | None:
@@ -380,27 +383,80 @@ def read_report(folder: RunFolder) -> dict[str, Any]:
 
 def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | None = None, *,
                       out: str | Path | None = None, calls: RunCalls | None = None,
-                      just_estimated: bool = False) -> Path:
+                      just_estimated: bool = False, allow_skipped: bool = False) -> Path:
     """Write report.html for a run (into the run folder, replacing never following what is
     there, unless `out` names a file); `just_estimated`: `report` comes from an estimate made a
-    moment ago (see `verify_summary`)."""
+    moment ago (see `verify_summary`).
+
+    Without `report` (`guardeval report`: report.json, read from the run), the run is verified
+    first (a skipped check is a failure unless `allow_skipped`) and the report.json re-checked
+    against it (`recheck_report`). A run that fails either gets no report that looks like one:
+    the page says why instead (no numbers of the run in it), and CheckFailed (exit 1) says the
+    same."""
     with opened(run) as folder:
         target = out_file(out, folder.file(REPORT_HTML)) if out is not None else None
+        if report is None:
+            return _report_from_file(folder, target, calls, allow_skipped)
         calls = calls or load_calls(folder)
-        from_file = report is None
-        report = report if report is not None else read_report(folder)
-        src = report.get("source") or {}
-        if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
-            raise InputError("report.json belongs to another run (schedule sha256 differs); re-run "
-                             "`guardeval estimate`", path=folder.file(REPORT_JSON))
-        verification = verify_summary(folder, report, just_estimated=just_estimated)
-        if from_file and verification["ok"]:
-            # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
-            # edit, so it is checked against the run (a run that fails is shown as FAILED anyway).
-            from harness.estimators.runs import recheck_report
+        _same_schedule(folder, calls, report)
+        verification = verify_summary(folder, report, just_estimated=just_estimated, allow_skipped=allow_skipped)
+        return _write(folder, target, build_html(calls, report, verification))
 
-            recheck_report(folder, report)
-        data = build_html(calls, report, verification).encode("utf-8")
-        if target is None:
-            return folder.replace(REPORT_HTML, lambda fh: fh.write(data))
-        return write_atomically(target, lambda tmp: tmp.write_bytes(data))
+
+def _report_from_file(folder: RunFolder, target: Path | None, calls: RunCalls | None, allow_skipped: bool) -> Path:
+    from harness.estimators.runs import recheck_report
+
+    verification = verify_summary(folder, {}, allow_skipped=allow_skipped)
+    if not verification["ok"]:
+        reasons = [f"{p.get('file')}" + (f" line {p['line']}" if p.get("line") else "") + f": {p.get('message')}"
+                   for p in verification["problems"]]
+        more = verification["n_problems"] - len(reasons)
+        reasons += [f"(and {more} more)"] if more > 0 else []
+        reasons += [f"skipped: {s.get('check')}: {s.get('reason')} (--allow-skipped accepts it)"
+                    for s in verification["skipped"]]
+        where = _write(folder, target, _refusal_page(folder, "this run does not verify", reasons))
+        raise CheckFailed(f"{folder.path}: the run does not verify, so guardeval shows no report of it: "
+                          f"{reasons[0] if reasons else 'verify failed'}. `guardeval verify {folder.path}` lists "
+                          f"every problem; {where} says so")
+    calls = calls or load_calls(folder)
+    report = read_report(folder)
+    _same_schedule(folder, calls, report)
+    try:
+        # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
+        # edit, so it is checked against the run before anything of it is shown.
+        recheck_report(folder, report)
+    except CheckFailed as exc:
+        _write(folder, target, _refusal_page(folder, "its report.json is not the estimate of this run", [str(exc)]))
+        raise
+    return _write(folder, target, build_html(calls, report, verification))
+
+
+def _same_schedule(folder: RunFolder, calls: RunCalls, report: Mapping[str, Any]) -> None:
+    src = report.get("source") or {}
+    if src.get("schedule_sha256") not in (None, calls.manifest.get("schedule_sha256")):
+        raise InputError("report.json belongs to another run (schedule sha256 differs); re-run "
+                         "`guardeval estimate`", path=folder.file(REPORT_JSON))
+
+
+def _write(folder: RunFolder, target: Path | None, page: str) -> Path:
+    data = page.encode("utf-8")
+    if target is None:
+        return folder.replace(REPORT_HTML, lambda fh: fh.write(data))
+    return write_atomically(target, lambda tmp: tmp.write_bytes(data))
+
+
+def _refusal_page(folder: RunFolder, why: str, reasons: list[str]) -> str:
+    """In place of a report: why there is none (the run's text escaped), and what to do."""
+    items = "".join(f"<li><code>{T.esc(r)}</code></li>" for r in reasons[:20])
+    run = T.esc(str(folder.path))
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>guardeval · no report: {T.esc(why)}</title>"
+            "<style>body{font:16px/1.5 system-ui,sans-serif;margin:2rem auto;max-width:60rem;padding:0 1rem}"
+            "code{white-space:pre-wrap;word-break:break-word}</style></head><body>"
+            f"<h1>No report: {T.esc(why)}</h1>"
+            f"<p>guardeval shows no estimate of the run at <code>{run}</code> while it fails its checks: what a page "
+            "would show could not be vouched for. What failed:</p>"
+            f"<ul>{items}</ul>"
+            f"<p><code>guardeval verify {run}</code> lists every problem. Once the run verifies, "
+            f"<code>guardeval estimate {run}</code> makes its report again.</p>"
+            f"<p>Made {datetime.now(UTC).isoformat(timespec='seconds').replace('+00:00', 'Z')}.</p></body></html>\n")
