@@ -94,6 +94,11 @@ class _Spelling:
         # The same text read literally: `\r0000…` is an escape to a decoder but a plain run of the
         # key to a reader, so both readings are redacted.
         self._plain = re.compile(rf'[{literal}]{{{self.run},}}')
+        # And read with an escaped backslash split: `\\u0048…` is `\` + `u0048` to a JSON decoder
+        # but `\` + `\u0048` (an H) to a reader that starts one character later.
+        self._units_split = re.compile(rf'[{literal}]|\\u[0-9A-Fa-f]{{4}}|\\[/"bfnrt]|%[0-9A-Fa-f]{{2}}')
+        self._runs_split = re.compile(
+            rf'(?:[{literal}]|\\u[0-9A-Fa-f]{{4}}|\\[/"bfnrt]|%[0-9A-Fa-f]{{2}}){{{self.run},}}')
 
     def __call__(self, text: str, folded: str) -> str:
         """`text` with this spelling removed (`folded`: the text in lower case, for the quick
@@ -102,6 +107,9 @@ class _Spelling:
                 not any(b in (folded if self.fold else text) for b in self._blocks):
             return text
         decoded = self._replace(text, self._runs, lambda run: [u.group() for u in self._units.finditer(run)])
+        if "\\\\" in decoded:
+            decoded = self._replace(decoded, self._runs_split,
+                                    lambda run: [u.group() for u in self._units_split.finditer(run)])
         return self._replace(decoded, self._plain, list)
 
     def _replace(self, text: str, runs: re.Pattern[str], units_of: Callable[[str], list[str]]) -> str:

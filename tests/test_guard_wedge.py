@@ -108,6 +108,7 @@ def test_an_async_guard_that_blocks_the_loop_is_stopped_naming_it(tmp_path):
     assert r.code == 1 and "Traceback" not in r.err, r.err
     assert "blocker:guard blocked the event loop" in r.err and "(in guard at blocker.py:5)" in r.err, r.err
     assert "resume with: guardeval resume" in r.err
+    assert "stopped by a fatal guard error" in r.err and "provider" not in r.err, r.err   # the guard's, not a provider's
     assert took < 30, took
     raw = _raw(run)
     assert raw and {x["error_class"] for x in raw} == {"python_blocked_loop"}

@@ -103,3 +103,12 @@ def test_a_backslash_before_the_run_can_take_its_first_character():
     assert leaked(text, key) is not None
     out = Redactor(key)(text)
     assert leaked(out, key) is None and MARK in out
+
+
+def test_an_escaped_backslash_before_a_json_escaped_run_is_redacted_in_both_readings():
+    # Found by hypothesis: `\\` + `\u0048\u0030…` is a backslash and the text "u0048…" to a JSON
+    # decoder, and the key's run "H00000000048" to a reader that starts one character later.
+    key = "0000000H00000000048U"
+    text = "\\\\" + "".join(f"\\u{ord(c):04x}" for c in key[7:19])
+    out = Redactor(key)(text)
+    assert leaked(out, key) is None and MARK in out, out

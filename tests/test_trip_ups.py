@@ -62,3 +62,45 @@ def test_out_folders_are_made(tmp_path):
     out = tmp_path / "new" / "compare"
     r = run_cli("compare", "--table", str(table), "--table", str(table), "--bootstrap", "50", "--out", str(out))
     assert r.code == 0 and (out / "compare.html").is_file(), r.err
+
+
+def test_a_bare_run_id_is_found_under_runs(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--no-progress",
+                "--max-calls", "10", cwd=tmp_path)
+    assert r.code == 0, r.err
+    [run_id] = [p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".") and p.is_dir()]
+    # What the launch printed, pasted as is: the id alone names runs/<id>.
+    for args in (["status", run_id], ["verify", run_id], ["resume", run_id, "--no-progress"]):
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.code == 0 and "not a run folder" not in r.err, (args, r.err)
+    st = run_cli("status", run_id, "--json", cwd=tmp_path)
+    assert json.loads(st.out)["decided"] == 80
+    r = run_cli("status", "no-such-run", cwd=tmp_path)
+    assert r.code == 2 and "not a run folder" in r.err
+
+
+def test_a_pilots_progress_line_counts_down_to_the_pilot(tmp_path, small_cohort, sim):
+    from harness.run.progress import RunProgress
+
+    p = RunProgress(960, 0, enabled=False)
+    p.goal, p.done = 100, 50
+    p._t0 -= 10                          # 50 calls in 10 s: 5/s
+    line = p.line(200, bar=False)
+    assert "50/960 calls (pilot to 100)" in line and "ETA 0:10" in line, line   # 50 left at 5/s, not 910
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--max-calls", "20",
+                "--run-dir", str(tmp_path / "run"))
+    assert r.code == 0 and "20/80 calls (pilot to 20)" in r.err, r.err
+
+
+def test_a_plain_resume_of_a_finished_run_with_failed_calls_names_retry_failed(tmp_path, small_cohort, sim_factory):
+    sim = sim_factory("--seed", "4", "--faults", "500=0.6")
+    guard = write_guard(tmp_path / "g.toml", sim.base_url, max_attempts=2)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--seed", "9",
+                "--run-dir", str(run), "--no-progress", "--no-preflight")
+    assert r.code == 0, r.err
+    r = run_cli("resume", str(run), "--no-progress")
+    assert r.code == 0 and f"try them again with: guardeval resume {run} --retry-failed" in r.err, r.err
+    assert "exhausted" in r.err

@@ -307,6 +307,14 @@ def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | Non
     if not result.complete:
         print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
               file=sys.stderr)
+    elif retry is None:
+        # A plain resume sends only undecided calls: a complete run with failed ones says how to
+        # try those again, instead of sending nothing without a word.
+        failed = {k: v for k, v in (result.statuses or {}).items() if k in DEFAULT_RETRY.split(",") and v}
+        if failed:
+            print(safe(f"guardeval: every call has a decision; {sum(failed.values())} failed ("
+                       + ", ".join(f"{k} {v}" for k, v in sorted(failed.items()))
+                       + f"): try them again with: guardeval resume {run_dir} --retry-failed"), file=sys.stderr)
     return 0
 
 

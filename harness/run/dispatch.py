@@ -78,6 +78,7 @@ class DispatchResult:
     decided: int = 0
     stop_reason: str | None = None      # None = every pending call was handled
     fatal_message: str | None = None
+    fatal_class: str | None = None      # the fatal error's class (python_blocked_loop is the guard's own)
     statuses: dict[str, int] = field(default_factory=dict)
     retried: dict[str, int] = field(default_factory=dict)   # new decisions of retried calls, by status
     min_concurrency: int = 0            # lowest adaptive limit reached
@@ -186,6 +187,8 @@ class Dispatcher:
                                     simulated_spend=self.opt.simulated_spend) as progress:
             self.progress = progress
             progress.spend = self.budget.total
+            if self.opt.max_calls is not None:
+                progress.goal = already + self.opt.max_calls     # a pilot: its ETA is to its own end
             if self.opt.adaptive:
                 progress.wire = f"c={self._gate.capacity}/{self.opt.concurrency}"
             async with anyio.create_task_group() as tg:
@@ -359,7 +362,7 @@ class Dispatcher:
             # must still stop the run: a pilot that met a 401 did not succeed.
             if self.result.stop_reason is None:
                 self._stop = self.result.stop_reason = "fatal"
-                self.result.fatal_message = str(exc)
+                self.result.fatal_message, self.result.fatal_class = str(exc), exc.error_class
 
     async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
         if self._halted.is_set():

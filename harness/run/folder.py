@@ -39,7 +39,7 @@ import orjson
 
 from harness.errors import GuardevalError, InputError, WriteFailed
 from harness.run.folder_io import LineTooLong, PRead, RunLock
-from harness.run.layout import LOCK, MANIFEST
+from harness.run.layout import LOCK, MANIFEST, RUNS_ROOT
 
 # The per-line bound when the manifest gives no bounds of its own: 16 x (1 MiB row + 4 MiB
 # response), the defaults. A raw line holds the rendered request (the row, escaped), the response
@@ -62,7 +62,7 @@ class RunFolder:
     """
 
     def __init__(self, path: str | Path, *, parent_fd: int | None = None) -> None:
-        self.path = Path(path)
+        self.path = Path(path) if parent_fd is not None else _named(Path(path))
         # Inside another folder (`folder`; a partial folder being built, `harness.run.create`): opened
         # relative to its descriptor, by its last name, never through a link.
         self._fd = _open_dir(self.path, parent_fd, self.path.name if parent_fd is not None else self.path)
@@ -461,6 +461,16 @@ class RunFolder:
             return WriteFailed(self.file(name), exc, "Nothing half-written was kept.")
         return InputError(f"cannot open ({exc.strerror or exc})", path=self.file(name))
 
+
+
+def _named(path: Path) -> Path:
+    """A bare run id (`20261201T…-haiku-4.5-772ac8`) names `runs/<id>` when nothing of that name
+    is here: what a launch printed can be pasted as is."""
+    if len(path.parts) == 1 and path.name not in (".", "..") and not os.path.lexists(path):
+        candidate = Path(RUNS_ROOT) / path
+        if os.path.lexists(candidate):
+            return candidate
+    return path
 
 
 @contextmanager

@@ -17,6 +17,7 @@ REPORT_JSON, REPORT_MD, EFFECTS_PNG, REPORT_HTML = "report.json", "report.md", "
 COMPARE_MD, COMPARE_HTML, COMPARE_PNG = "compare.md", "compare.html", "compare.png"
 LEADERBOARD_PNG = "leaderboard.png"
 PARTIAL_LOCK = ".partial-lock"
+RUNS_ROOT = "runs"          # where a launch puts its run folder by default, and where a bare run id is looked up
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}")
 RESUME_HINT = "Nothing half-written was kept: free some space, then `guardeval resume {run}`"
 

@@ -30,7 +30,7 @@ from harness.run import callable_pin
 from harness.run.budget import projected_cost
 from harness.run.create import create_run_dir
 from harness.run.folder import RunFolder, opened
-from harness.run.layout import COHORT_DIR, PROMPT_DIR, SCHEDULE, STIMULI, new_run_id, utcnow
+from harness.run.layout import COHORT_DIR, PROMPT_DIR, RUNS_ROOT, SCHEDULE, STIMULI, new_run_id, utcnow
 from harness.run.manifest import (
     load_cohort_copy,
     load_run_prompt,
@@ -41,7 +41,7 @@ from harness.run.manifest import (
 )
 from harness.run.schedule import ALGORITHM, iter_schedule
 
-DEFAULT_RUNS_ROOT = Path("runs")
+DEFAULT_RUNS_ROOT = Path(RUNS_ROOT)
 
 
 @dataclass

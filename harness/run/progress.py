@@ -23,6 +23,7 @@ class RunProgress:
         self.spend = 0.0
         self._simulated = simulated_spend
         self.wire = ""          # the adaptive limit now / the most, e.g. `c=37/64` (set by the dispatcher)
+        self.goal: int | None = None   # a pilot's stop (already + --max-calls): its ETA is to there
         self._stream = stream or sys.stderr
         self._enabled = enabled
         self._tty = enabled and self._stream.isatty()
@@ -59,9 +60,11 @@ class RunProgress:
         """The progress line in at most `width` columns. Most important first: the count, the rate,
         the ETA and the spend; then the other counters, shortened if need be; then a bar."""
         r = self.rate()
-        eta = _clock((self.total - self.done) / r) if r > 0 else "?"
+        until = self.total if self.goal is None else min(self.goal, self.total)
+        eta = _clock(max(0, until - self.done) / r) if r > 0 else "?"
         wire = f" {self.wire}" if self.wire else ""
-        head = f"{self.done}/{self.total} calls {r:.1f}/s{wire} ETA {eta}"
+        pilot = f" (pilot to {until})" if until < self.total else ""
+        head = f"{self.done}/{self.total} calls{pilot} {r:.1f}/s{wire} ETA {eta}"
         spend = f"${self.spend:.4f}" + (" simulated" if self._simulated else "")
         for tail in (f"{self.retries} retries · {self.failures} failed · {self.quarantined} quarantined · {spend}",
                      f"retr {self.retries} fail {self.failures} quar {self.quarantined} {spend}",

@@ -403,7 +403,9 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "write_failed":
         raise RunStopped(f"stopped: {said}")
     if r.stop_reason == "fatal":
-        raise RunStopped(f"stopped by a fatal provider error: {said}. Fix the cause, then {hint}")
+        # A Python guard's own fatal error (python_blocked_loop) is not the provider's.
+        whose = "guard" if (r.fatal_class or "").startswith("python_") else "provider"
+        raise RunStopped(f"stopped by a fatal {whose} error: {said}. Fix the cause, then {hint}")
     if r.stop_reason == "unreachable":
         where = (" Is `guardeval sim-server` running? It listens on a free port: give the URL it printed as "
                  "--base-url." if outcome.simulated else "")
