@@ -1,6 +1,6 @@
 """Do the printed words hold their stated error rates? (issue 26; docs/estimators.md, How we know
 the verdicts hold.) Not a timed test: a Monte-Carlo check of every decision `estimate` and
-`compare` print, on decision tables with a known truth (harness.estimators.synthetic: base and
+`compare` print, on decision tables with a known truth (guardeval.estimators.synthetic: base and
 interaction random effects, condition effects that vary by interaction and base, repetitions as
 Bernoulli draws, 2% failed calls), run through the library calls the CLI makes (`estimate`,
 `compare_inputs`, `plan_rows`) and read from the fields the printed text reads (the text is
@@ -39,14 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.estimators import estimate  # noqa: E402
-from harness.estimators import synthetic as sy  # noqa: E402
-from harness.estimators.compare import CompareInput, compare_inputs  # noqa: E402
-from harness.estimators.compare_text import text as compare_text  # noqa: E402
-from harness.estimators.decisions import significant  # noqa: E402
-from harness.estimators.formats import significant as starred  # noqa: E402
-from harness.estimators.plan import plan_rows  # noqa: E402
-from harness.estimators.report import markdown  # noqa: E402
+from guardeval.estimators import estimate  # noqa: E402
+from guardeval.estimators import synthetic as sy  # noqa: E402
+from guardeval.estimators.compare.compare import CompareInput, compare_inputs  # noqa: E402
+from guardeval.estimators.compare.compare_text import text as compare_text  # noqa: E402
+from guardeval.estimators.planning.plan import plan_rows  # noqa: E402
+from guardeval.estimators.report.formats import significant as starred  # noqa: E402
+from guardeval.estimators.report.report import markdown  # noqa: E402
+from guardeval.estimators.verdicts.decisions import significant  # noqa: E402
 
 ALPHA = 0.05
 HEADLINE = sy.design(44, 64)          # the issue's design: 64 bases in 44 interactions, 4 domains, 3 repetitions

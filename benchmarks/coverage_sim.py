@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.estimators import estimate  # noqa: E402
+from guardeval.estimators import estimate  # noqa: E402
 
 CLUSTERS_PER_DOMAIN = (20, 25, 30, 25)
 DOMAIN_SHIFT = (0.0, 0.05, -0.05, 0.1)

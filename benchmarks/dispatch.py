@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guards.sim import SimServerProcess  # noqa: E402
-from harness.run.planning import materialise, plan_launch  # noqa: E402
-from harness.run.runner import execute  # noqa: E402
+from guardeval.guards.sim import SimServerProcess  # noqa: E402
+from guardeval.run.planning import materialise, plan_launch  # noqa: E402
+from guardeval.run.runner import execute  # noqa: E402
 
 
 def main() -> int:

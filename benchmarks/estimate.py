@@ -68,8 +68,8 @@ def make_rows(n_bases: int, per_interaction: int, reps: int = 3, seed: int = 0,
 def run_case(case: str, per_interaction: int, n_boot: int, continuous: bool) -> dict:
     import numpy as np
 
-    from harness.estimators import bootstrap as bs
-    from harness.estimators import estimate
+    from guardeval.estimators import bootstrap as bs
+    from guardeval.estimators import estimate
 
     n_bases = CASES[case]
     rows = make_rows(n_bases, per_interaction, continuous=continuous)

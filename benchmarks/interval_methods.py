@@ -1,6 +1,6 @@
 """Which 95% interval covers with few interactions? (issue 26 §5; BENCHMARKS.md §6.) The
 choice behind `estimate`'s t-calibrated percentile interval, measured against the alternatives
-on the same bootstrap replicates of the same synthetic data (harness.estimators.synthetic):
+on the same bootstrap replicates of the same synthetic data (guardeval.estimators.synthetic):
 
 * `percentile`: the replicates' 2.5% and 97.5% quantiles (guardeval before issue 26);
 * `t-calibrated`: the quantiles at the level whose normal quantile is t_{df}'s (now used);
@@ -26,8 +26,8 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.estimators import synthetic as sy  # noqa: E402
-from harness.estimators.bootstrap import calibrated_level, cluster_sums, iter_counts  # noqa: E402
+from guardeval.estimators import synthetic as sy  # noqa: E402
+from guardeval.estimators.bootstrap import calibrated_level, cluster_sums, iter_counts  # noqa: E402
 
 METHODS = ("percentile", "t-calibrated", "t-stretched", "studentized", "BCa")
 

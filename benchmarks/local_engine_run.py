@@ -40,13 +40,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from guards.sim import SimServerProcess  # noqa: E402
+from guardeval.guards.sim import SimServerProcess  # noqa: E402
 from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.llama_server import ALIAS, engine_timings, llama_cpp_available, llama_server, skip_reason  # noqa: E402
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "guardeval", *args], cwd=REPO, env=env, capture_output=True, text=True)
 
 
 def must(proc: subprocess.CompletedProcess[str], what: str) -> str:

@@ -36,10 +36,10 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from guards.config import GuardConfig  # noqa: E402
-from guards.gguf.convert import import_gguf  # noqa: E402
-from guards.mlx_backend import MlxGuard  # noqa: E402
-from guards.prompts import load_prompt  # noqa: E402
+from guardeval.guards.config import GuardConfig  # noqa: E402
+from guardeval.guards.gguf.convert import import_gguf  # noqa: E402
+from guardeval.guards.mlx_backend import MlxGuard  # noqa: E402
+from guardeval.guards.prompts import load_prompt  # noqa: E402
 from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.tiny_model import tiny_model_dir  # noqa: E402
 

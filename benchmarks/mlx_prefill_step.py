@@ -1,5 +1,5 @@
 """Prefill step size on mlx's CPU path: mlx-lm's default (2048 prompt tokens per step, no stop
-possible inside one) against guardeval's (`guards.mlx_backend.PREFILL_STEP`, a stop checked
+possible inside one) against guardeval's (`guardeval.guards.mlx_backend.PREFILL_STEP`, a stop checked
 between steps). One prompt of --tokens ids, one generated token, the two step sizes alternated
 --rounds times (the machine's load moves absolute figures; compare within a round).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from guards.mlx_backend import PREFILL_STEP  # noqa: E402
+from guardeval.guards.mlx_backend import PREFILL_STEP  # noqa: E402
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ at least 0.8). N defaults to 3,200.
 Fairness rules
 --------------
 - Each harness runs as its own child process from a cold start: guardeval as
-  `python -m harness launch ...` (the real CLI, writing its real run folder into a temp dir,
+  `python -m guardeval launch ...` (the real CLI, writing its real run folder into a temp dir,
   `--no-progress`); inspect_ai as `benchmarks/peers_inspect_driver.py`, a small driver calling
   `inspect_ai.eval(...)` with its normal log writing on (default `.eval` format, samples logged),
   `display="none"`, and only the log header returned (as the `inspect eval` CLI does).
@@ -104,8 +104,8 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guards.sim import SimServerProcess  # noqa: E402
-from harness.canon import canonical_sha256  # noqa: E402
+from guardeval.canon import canonical_sha256  # noqa: E402
+from guardeval.guards.sim import SimServerProcess  # noqa: E402
 
 PEER_PACKAGE = "inspect-ai"
 PEER_VERSION = "0.3.285"          # the version these numbers were first measured with
@@ -273,8 +273,8 @@ def messages_key(messages: Any) -> str:
 def write_dataset(guard: Path, n: int, path: Path) -> Counter[str]:
     """The inspect dataset: the messages of guardeval's first `n` scheduled calls, rendered by
     the guard itself. Returns the multiset of message hashes for the same-content check."""
-    from guards.registry import make_guard
-    from harness.run.planning import plan_launch
+    from guardeval.guards.registry import make_guard
+    from guardeval.run.planning import plan_launch
 
     plan = plan_launch(cohort_dir=COHORT, guard_path=guard, reps=reps_for(n), seed=SEED, order="rounds",
                        base_url=None)
@@ -361,7 +361,7 @@ def run_guardeval(*, tmp: Path, tag: str, guard: Path, n: int, concurrency: int,
     work = tmp / tag
     work.mkdir(parents=True)
     run_dir = work / "run"
-    cmd = [sys.executable, "-m", "harness", "launch", "--cohort", str(COHORT), "--guard", str(guard),
+    cmd = [sys.executable, "-m", "guardeval", "launch", "--cohort", str(COHORT), "--guard", str(guard),
            "--reps", str(reps_for(n)), "--seed", str(SEED), "--max-calls", str(n),
            "--concurrency", str(concurrency), "--run-dir", str(run_dir), "--no-progress",
            "--no-preflight"]   # the simulator lists no models for the openai-compatible preflight
@@ -618,11 +618,11 @@ def check_rate_features() -> list[str]:
     """What the checkout lacks for rate-cap mode (the sim-server's cap, launch --fixed-concurrency)."""
     missing = []
     env = child_env(guardeval=True)
-    sim_help = subprocess.run([sys.executable, "-m", "guards.sim", "--help"], capture_output=True,
+    sim_help = subprocess.run([sys.executable, "-m", "guardeval.guards.sim", "--help"], capture_output=True,
                               text=True, env=env, cwd=REPO).stdout
     if "--rps-cap" not in sim_help:
         missing.append("sim-server --rps-cap")
-    launch_help = subprocess.run([sys.executable, "-m", "harness", "launch", "--help"], capture_output=True,
+    launch_help = subprocess.run([sys.executable, "-m", "guardeval", "launch", "--help"], capture_output=True,
                                  text=True, env=env, cwd=REPO).stdout
     if "--fixed-concurrency" not in launch_help:
         missing.append("launch --fixed-concurrency")

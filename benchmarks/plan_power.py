@@ -3,9 +3,9 @@
 Two pilots:
 
 * **sim**: the demo cohort (64 bases, 44 interactions, 4 domains) x 5 conditions x 3
-  repetitions against the simulated provider (`guards/sim`, 960 calls), or `--pilot RUN`;
+  repetitions against the simulated provider (`guardeval/guards/sim`, 960 calls), or `--pilot RUN`;
 * **synthetic**: a decision table of the same shape drawn from a model with all three
-  components non-zero (`harness.estimators.plan_sim.TwoPoint`, a = 0.1, b = 0.15, q = 0.4,
+  components non-zero (`guardeval.estimators.planning.plan_sim.TwoPoint`, a = 0.1, b = 0.15, q = 0.4,
   θ = 0.1); its estimates are printed beside the truth;
 * **known**: that model's true components in place of the estimates, so the between-interaction
   term is exercised (the simulated provider has none, and one 64-base pilot estimates it poorly).
@@ -42,10 +42,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.estimators.bootstrap import bootstrap_p, iter_counts  # noqa: E402
-from harness.estimators.plan import Components  # noqa: E402
-from harness.estimators.plan_sim import TwoPoint, fit_q, simulate, structure  # noqa: E402
-from harness.estimators.power import mde  # noqa: E402
+from guardeval.estimators.bootstrap import bootstrap_p, iter_counts  # noqa: E402
+from guardeval.estimators.planning.plan import Components  # noqa: E402
+from guardeval.estimators.planning.plan_sim import TwoPoint, fit_q, simulate, structure  # noqa: E402
+from guardeval.estimators.verdicts.power import mde  # noqa: E402
 
 SYNTHETIC = TwoPoint(q=0.4, theta=0.1, a=0.1, b=0.15)
 DESIGNS = ((1, 3), (2, 1), (4, 2))   # (multiple of the pilot's bases, repetitions)
@@ -58,7 +58,7 @@ def _env() -> dict[str, str]:
 
 
 def _cli(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "guardeval", *args], capture_output=True, text=True, env=_env(),
                           cwd=REPO, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"guardeval {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
@@ -66,7 +66,7 @@ def _cli(*args: str) -> str:
 
 
 def sim_pilot(folder: Path) -> Path:
-    from guards.sim import SimServerProcess
+    from guardeval.guards.sim import SimServerProcess
 
     guard = folder / "g.toml"
     with SimServerProcess(["--seed", "7"], env=_env()) as sim:
@@ -161,7 +161,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         run = Path(args.pilot) if args.pilot else sim_pilot(folder)
-        from harness.estimators.runs import load_run
+        from guardeval.estimators.runs import load_run
 
         sizes = pilot_sizes(load_run(run)[2])
         n_pilot = sum(map(sum, sizes))

@@ -60,7 +60,7 @@ def child(cmd: list[str]) -> tuple[float, float, str]:
 
 
 def guardeval(*args: str) -> list[str]:
-    return [sys.executable, "-m", "harness", *args]
+    return [sys.executable, "-m", "guardeval", *args]
 
 
 def embedded(path: Path) -> dict[str, Any]:

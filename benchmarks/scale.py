@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.scale_build import write_guard  # noqa: E402
-from guards.sim import SimServerProcess  # noqa: E402
+from guardeval.guards.sim import SimServerProcess  # noqa: E402
 
 N_CONDITIONS = 5   # the demo conditions the synthetic cohort is crossed with
 GNU_TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
@@ -161,7 +161,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="guardeval-scale-", dir=args.dir))
     cohort, run, guard = work / "cohort", work / "run", write_guard(work / "scale.toml")
     build = [py, str(REPO / "benchmarks" / "scale_build.py")]
-    ge = [py, "-m", "harness"]
+    ge = [py, "-m", "guardeval"]
     rows: list[Timing] = []
     info: dict[str, object] = {"calls": calls, "bases": bases, "conditions": N_CONDITIONS, "reps": args.reps,
                                "work_dir": str(work)}

@@ -11,7 +11,7 @@
   first call.
 * `fill`: the first N calls of the schedule answered as the simulated provider would answer
   them (same verdict model, seed, reply shape and usage), logged with `RunWriter.append_raw`
-  and decided with `harness.run.decide.decide` + `RunWriter.append_decision`, as the dispatcher
+  and decided with `guardeval.run.dispatch.decide.decide` + `RunWriter.append_decision`, as the dispatcher
   does; every `--retry-every`-th call first gets a 429 attempt. The run then looks like a
   launch interrupted half way (events carry a stop with the chain head).
 """
@@ -31,24 +31,24 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guards.config import GuardConfig  # noqa: E402
-from guards.parsers import get_parser  # noqa: E402
-from guards.registry import make_guard  # noqa: E402
-from guards.sim import guard as sim_guard  # noqa: E402
-from guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
-from guards.sim.profiles import SHORTCUT_PROFILE  # noqa: E402
-from guards.sim.router import metadata as router_metadata  # noqa: E402
-from harness.canon import canonical_bytes, sha256_hex  # noqa: E402
-from harness.cohorts.builders.common import build_rows  # noqa: E402
-from harness.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
-from harness.cohorts.model import write_cohort  # noqa: E402
-from harness.run.decide import decide  # noqa: E402
-from harness.run.folder import RunFolder  # noqa: E402
-from harness.run.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
-from harness.run.lines import iter_jsonl  # noqa: E402
-from harness.run.manifest import load_run_prompt, read_manifest  # noqa: E402
-from harness.run.planning import load_run_cohort, materialise, plan_launch  # noqa: E402
-from harness.run.writer import RunWriter  # noqa: E402
+from guardeval.canon import canonical_bytes, sha256_hex  # noqa: E402
+from guardeval.cohorts.builders.common import build_rows  # noqa: E402
+from guardeval.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
+from guardeval.cohorts.model import write_cohort  # noqa: E402
+from guardeval.guards.config import GuardConfig  # noqa: E402
+from guardeval.guards.parsers import get_parser  # noqa: E402
+from guardeval.guards.registry import make_guard  # noqa: E402
+from guardeval.guards.sim import guard as sim_guard  # noqa: E402
+from guardeval.guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
+from guardeval.guards.sim.profiles import SHORTCUT_PROFILE  # noqa: E402
+from guardeval.guards.sim.router import metadata as router_metadata  # noqa: E402
+from guardeval.run.dispatch.decide import decide  # noqa: E402
+from guardeval.run.folder.folder import RunFolder  # noqa: E402
+from guardeval.run.folder.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
+from guardeval.run.folder.lines import iter_jsonl  # noqa: E402
+from guardeval.run.folder.manifest import load_run_prompt, read_manifest  # noqa: E402
+from guardeval.run.folder.writer import RunWriter  # noqa: E402
+from guardeval.run.planning import load_run_cohort, materialise, plan_launch  # noqa: E402
 
 SIM_SEED = 7
 NEUTRAL = ("account report weekly summary invoice meeting calendar folder note draft review status "

@@ -5,7 +5,7 @@
 Each command is run N times (default 30), the three interleaved so that load on the machine
 touches them alike; the median wall time of each and the ratios to `python -c pass`, measured in
 this one run, are printed. The `guardeval` script next to this interpreter is used when there is
-one (an installed or editable guardeval), else `python -m harness`. The target is <= 0.4 s.
+one (an installed or editable guardeval), else `python -m guardeval`. The target is <= 0.4 s.
 Also printed: the modules outside the standard library that building the parser imports (the
 command modules must import what a command needs only when it runs).
 """
@@ -35,7 +35,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30, help="runs of each command (default 30)")
     args = ap.parse_args()
     script = Path(sys.executable).with_name("guardeval")
-    gv = [str(script)] if script.is_file() else [sys.executable, "-m", "harness"]
+    gv = [str(script)] if script.is_file() else [sys.executable, "-m", "guardeval"]
     commands = {"python -c pass": [sys.executable, "-c", "pass"],
                 "guardeval --version": [*gv, "--version"],
                 "guardeval --help": [*gv, "--help"]}
@@ -54,9 +54,9 @@ def main() -> int:
                                                         else "  (target <= 0.4 s: MISSED)")
         print(f"{name:<22} median {med * 1000:7.1f} ms  min {min(ts) * 1000:7.1f} ms  "
               f"ratio to python -c pass {med / base:5.2f}{verdict}")
-    probe = ("import sys; from harness.cli.app import build_parser; build_parser(); "
+    probe = ("import sys; from guardeval.cli.app import build_parser; build_parser(); "
              "std = set(sys.stdlib_module_names); "
-             "print(sorted({m.split('.')[0] for m in sys.modules} - std - {'harness', 'guards', '__main__'}))")
+             "print(sorted({m.split('.')[0] for m in sys.modules} - std - {'guardeval', '__main__'}))")
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
     print(f"non-stdlib modules imported to build the parser: {found.stdout.strip()}")
     return 0

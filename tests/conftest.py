@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from guards.sim import SimServerProcess
+from guardeval.guards.sim import SimServerProcess
 
 from hostile_server import MARKUP, serving
 
@@ -61,7 +61,7 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
             cwd: Path | None = None) -> CliResult:
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "guardeval", *args], capture_output=True, text=True,
                           env=cli_env(env), timeout=timeout, cwd=cwd or REPO)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
@@ -120,7 +120,7 @@ def _toml(v: object) -> str:
 @pytest.fixture(scope="session")
 def small_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 16 demo bases (80 instances): the same content, a quicker run."""
-    from harness.cohorts.model import Condition, load_cohort, write_cohort
+    from guardeval.cohorts.model import Condition, load_cohort, write_cohort
 
     demo = load_cohort(DEMO_COHORT)
     keep = set(demo.base_ids[:16])
@@ -250,7 +250,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """4 demo bases x 5 conditions x 2 repetitions, one base renamed to markup, markup and
     terminal escapes in every user request, answered by the hostile provider's `markup` mode
     (markup in every answer, as the content of about half); estimated."""
-    from harness.cohorts.model import Condition, instance_hash, load_cohort, write_cohort
+    from guardeval.cohorts.model import Condition, instance_hash, load_cohort, write_cohort
 
     root = tmp_path_factory.mktemp("hostile")
     demo = load_cohort(DEMO_COHORT)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.cohorts.model import Condition, instance_hash, write_cohort
+from guardeval.cohorts.model import Condition, instance_hash, write_cohort
 
 # base id, domain, label, user request, history, tool, arguments, tool description, alias
 BASES: list[tuple[str, str, int, str, list[dict[str, Any]], str, dict[str, Any], str, str]] = [

@@ -21,8 +21,8 @@ import anyio
 import httpx
 import pytest
 
-from guards.sim.server import TokenBucket
-from harness.run.adaptive import RateController, Tally, WireGate, best_log_likelihood, binomial_tail
+from guardeval.guards.sim.server import TokenBucket
+from guardeval.run.dispatch.adaptive import RateController, Tally, WireGate, best_log_likelihood, binomial_tail
 
 from conftest import run_cli, write_guard
 

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("agentdojo")
 
-from harness.cohorts.builders.agentdojo import SuiteReplay, SuiteStats, build_agentdojo  # noqa: E402
-from harness.cohorts.builders.agentdojo_aliases import AGENTDOJO_ALIASES  # noqa: E402
-from harness.cohorts.model import load_cohort  # noqa: E402
-from harness.cohorts.report import inspect  # noqa: E402
-from harness.cohorts.transforms import has_threat_word, validate_table, visible_names  # noqa: E402
+from guardeval.cohorts.builders.agentdojo import SuiteReplay, SuiteStats, build_agentdojo  # noqa: E402
+from guardeval.cohorts.builders.agentdojo_aliases import AGENTDOJO_ALIASES  # noqa: E402
+from guardeval.cohorts.model import load_cohort  # noqa: E402
+from guardeval.cohorts.report import inspect  # noqa: E402
+from guardeval.cohorts.transforms import has_threat_word, validate_table, visible_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_alias_tables_cover_the_installed_suites():
 
 
 def test_unknown_suite_is_an_input_error(tmp_path):
-    from harness.errors import InputError
+    from guardeval.errors import InputError
 
     with pytest.raises(InputError, match="unknown suite"):
         build_agentdojo(tmp_path / "x", suites=["nosuch"])
@@ -92,7 +92,7 @@ def test_file_creating_replays_are_byte_identical_at_the_replay_clock():
     # tool's `last_modified` stamp reaches a base's history; with the wall clock it differed per build.
     import orjson
 
-    from harness.cohorts.builders.agentdojo import REPLAY_CLOCK
+    from guardeval.cohorts.builders.agentdojo import REPLAY_CLOCK
 
     replay = SuiteReplay("v1.2", "workspace", "important_instructions")
     injections = [replay.suite.injection_tasks[i] for i in ("injection_task_0", "injection_task_1")]
@@ -111,7 +111,7 @@ def test_frozen_clock_changes_only_now_and_is_undone():
 
     import agentdojo.default_suites.v1.tools.cloud_drive_client as drive
 
-    from harness.cohorts.builders.frozen_clock import frozen_clock
+    from guardeval.cohorts.builders.frozen_clock import frozen_clock
 
     at = datetime.datetime(2024, 5, 15, 12, 0)
     with frozen_clock("agentdojo", at):

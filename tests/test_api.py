@@ -1,4 +1,4 @@
-"""harness.api: typed records, the CLI's JSON from the same functions, frames only when their
+"""guardeval.api: typed records, the CLI's JSON from the same functions, frames only when their
 library is installed (issue 23)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import api
-from harness.view.calls import EXPORT_COLUMNS
+from guardeval import api
+from guardeval.view.calls import EXPORT_COLUMNS
 
 from conftest import run_cli
 
@@ -30,7 +30,7 @@ def test_public_names_are_documented() -> None:
     for name in api.__all__:
         assert getattr(api, name).__doc__, name
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("## From Python: `harness.api`"):readme.index("## Simulated provider")]
+    section = readme[readme.index("## From Python: `guardeval.api`"):readme.index("## Simulated provider")]
     functions = [n for n in api.__all__ if n[0].islower()]
     assert [n for n in functions if f"`{n}(" not in section] == []
 
@@ -83,18 +83,18 @@ def test_calls_frame(run: Path, library: str) -> None:
 
 def test_guard_configs_in_code_are_checked_like_files() -> None:
     with pytest.raises(api.InputError, match="guard.timeout_s"):
-        api.python_guard("g", "guards.examples.keyword:guard", timeout_s=-1)
+        api.python_guard("g", "guardeval.guards.examples.keyword:guard", timeout_s=-1)
     with pytest.raises(api.InputError, match="guard.callable.*dunder"):
         api.python_guard("g", "os:__dict__")
     with pytest.raises(api.InputError, match="field 'callable'.*cannot import module 'no_such_mod_q'"):
         api.plan_launch("demo", api.python_guard("g", "no_such_mod_q:guard"))
-    cfg = api.python_guard("g", "guards.examples.keyword:guard", concurrency=2)
-    assert cfg.backend == "python" and cfg.concurrency == 2 and cfg.model == "guards.examples.keyword:guard"
+    cfg = api.python_guard("g", "guardeval.guards.examples.keyword:guard", concurrency=2)
+    assert cfg.backend == "python" and cfg.concurrency == 2 and cfg.model == "guardeval.guards.examples.keyword:guard"
 
 
 def test_a_stopped_run_raises_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "pg_api_fatal.py").write_text(
-        "from guards.errors import FatalError\n"
+        "from guardeval.guards.errors import FatalError\n"
         "def guard(inp):\n    raise FatalError('quota', 'no more quota today')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     result = api.launch("demo", api.python_guard("f", "pg_api_fatal:guard"), reps=1, run_dir=tmp_path / "r")
@@ -105,7 +105,7 @@ def test_a_stopped_run_raises_when_asked(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_compare_takes_two_or_more_runs(run: Path, tmp_path: Path) -> None:
-    other = api.replicate(run, api.python_guard("other", "guards.examples.keyword:guard"), run_dir=tmp_path / "b")
+    other = api.replicate(run, api.python_guard("other", "guardeval.guards.examples.keyword:guard"), run_dir=tmp_path / "b")
     third = api.replicate(run, "python-example", run_dir=tmp_path / "c")
     with pytest.raises(api.InputError, match="at least two runs"):
         api.compare(run)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cohorts.builders.asb import ASB_PINS, build_asb
-from harness.cohorts.builders.pins import parse_pin_lines
-from harness.cohorts.model import load_cohort
-from harness.cohorts.report import inspect
-from harness.cohorts.transforms import has_threat_word
-from harness.errors import InputError
+from guardeval.cohorts.builders.asb import ASB_PINS, build_asb
+from guardeval.cohorts.builders.pins import parse_pin_lines
+from guardeval.cohorts.model import load_cohort
+from guardeval.cohorts.report import inspect
+from guardeval.cohorts.transforms import has_threat_word
+from guardeval.errors import InputError
 
 from conftest import DATA, run_cli, shared_or_skip
 

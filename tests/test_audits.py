@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.errors import InputError
-from harness.estimators.audits import fit_lookup, lookup_audit_file, predict_lookup, units_audit_file
+from guardeval.errors import InputError
+from guardeval.estimators.audits import fit_lookup, lookup_audit_file, predict_lookup, units_audit_file
 
 from conftest import run_cli
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.canon import sha256_hex
+from guardeval.canon import sha256_hex
 
 from conftest import REPO, run_cli, write_guard
 
@@ -159,8 +159,8 @@ def test_guard_name_must_be_a_safe_slug(tmp_path, small_cohort, name):
 
 
 def test_new_run_id_never_takes_a_path():
-    from harness.errors import InputError
-    from harness.run.layout import new_run_id
+    from guardeval.errors import InputError
+    from guardeval.run.folder.layout import new_run_id
 
     for bad in ("../x", "/abs", "a/b", "", "x" * 65):
         with pytest.raises(InputError):
@@ -228,7 +228,7 @@ def test_api_key_env_that_looks_like_a_token_is_refused_unechoed(tmp_path, small
 
 
 def test_ordinary_variable_names_are_accepted():
-    from guards.config import looks_like_token
+    from guardeval.guards.config import looks_like_token
 
     for name in ("OPENROUTER_API_KEY", "HF_TOKEN", "hf_token", "MY_KEY_2", "GUARDEVAL_TEST_KEY", "sk_key"):
         assert not looks_like_token(name), name
@@ -260,7 +260,7 @@ def _with_row(tmp_path: Path, small_cohort: Path, name: str, lineno: int, edit) 
     lines = (c / "instances.jsonl").read_text().splitlines(keepends=True)
     row = json.loads(lines[lineno - 1])
     edit(row)
-    from harness.cohorts.model import instance_hash
+    from guardeval.cohorts.model import instance_hash
 
     row["instance_sha256"] = instance_hash(row) if _depth(row) < 250 else "0" * 64
     lines[lineno - 1] = json.dumps(row) + "\n"
@@ -344,7 +344,7 @@ def _peak():
         if line.startswith("VmHWM:"):
             sys.stderr.write("\\nVmHWM-KiB " + line.split()[1] + "\\n")
 atexit.register(_peak)
-from harness.cli import main
+from guardeval.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -413,10 +413,10 @@ def test_a_run_launched_with_a_raised_row_limit_is_read_without_the_flag(tmp_pat
                                           ({"max_bytes": 10, "max_depth": 10_000}, "row_limits.max_depth"),
                                           ({"max_bytes": True, "max_depth": 64}, "row_limits.max_bytes")])
 def test_a_manifest_row_limit_out_of_range_is_named(tmp_path, value, field):
-    from harness.cohorts.limits import DEFAULT_ROW_LIMITS
-    from harness.errors import InputError
-    from harness.run.folder import RunFolder
-    from harness.run.manifest import run_row_limits
+    from guardeval.cohorts.limits import DEFAULT_ROW_LIMITS
+    from guardeval.errors import InputError
+    from guardeval.run.folder.folder import RunFolder
+    from guardeval.run.folder.manifest import run_row_limits
 
     folder = RunFolder(tmp_path)
     with pytest.raises(InputError) as exc:

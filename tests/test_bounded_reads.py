@@ -1,5 +1,5 @@
 """Small files an outsider controls (a run's manifest.json and report.json, configs, pin lists)
-are read up to a bound: a huge one is refused naming it, never loaded (harness/bounded.py)."""
+are read up to a bound: a huge one is refused naming it, never loaded (guardeval/bounded.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from harness.bounded import read_bounded
-from harness.errors import InputError
-from harness.run.manifest import MAX_MANIFEST_BYTES
+from guardeval.bounded import read_bounded
+from guardeval.errors import InputError
+from guardeval.run.folder.manifest import MAX_MANIFEST_BYTES
 
 from conftest import run_cli
 
@@ -53,7 +53,7 @@ def test_a_huge_manifest_is_refused_by_every_reader(copy_run):
 
 
 def test_a_huge_report_is_refused_by_report(copy_run):
-    from harness.view.html import MAX_REPORT_BYTES
+    from guardeval.view.html import MAX_REPORT_BYTES
 
     run = copy_run()
     assert run_cli("estimate", str(run)).code == 0

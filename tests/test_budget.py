@@ -1,4 +1,4 @@
-"""harness/run/budget.py: spend from untrusted cost numbers and the --max-cost gate."""
+"""guardeval/run/dispatch/budget.py: spend from untrusted cost numbers and the --max-cost gate."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from guards.base import valid_cost
-from harness.run.budget import Budget, Gate, Prices, Unpriced
+from guardeval.guards.base import valid_cost
+from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
 
 PRICES = Prices(in_per_mtok=1.0, out_per_mtok=5.0, per_call=0.005)
 TOKENS = {"prompt_tokens": 1000, "completion_tokens": 20}     # $0.0011 at PRICES

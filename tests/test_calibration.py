@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.estimators import synthetic as sy
-from harness.estimators.bootstrap import calibrated_level
+from guardeval.estimators import synthetic as sy
+from guardeval.estimators.bootstrap import calibrated_level
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "calibration.py"
 

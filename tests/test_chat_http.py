@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from guards.chat_http import OpenAICompatibleGuard, parse_retry_after
-from guards.config import GuardConfig
-from guards.errors import CallFailed, FatalError, TransientError
-from guards.prompts import load_prompt
+from guardeval.guards.chat_http import OpenAICompatibleGuard, parse_retry_after
+from guardeval.guards.config import GuardConfig
+from guardeval.guards.errors import CallFailed, FatalError, TransientError
+from guardeval.guards.prompts import load_prompt
 
 from app_server import start
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from harness.cli import main
-from harness.estimators import estimate
-from harness.estimators.compare import CompareInput, compare_inputs
-from harness.estimators.decisions import verdict_text
-from harness.estimators.power import mde
-from harness.estimators.ranking import kendall_tau_b
+from guardeval.cli import main
+from guardeval.estimators import estimate
+from guardeval.estimators.compare.compare import CompareInput, compare_inputs
+from guardeval.estimators.compare.ranking import kendall_tau_b
+from guardeval.estimators.verdicts.decisions import verdict_text
+from guardeval.estimators.verdicts.power import mde
 
 CONDITIONS = ("original", "alias", "marker", "format_placebo")
 
@@ -209,7 +209,7 @@ def test_tables_through_the_cli_and_bad_input(tmp_path, capsys):
 def three_runs(tmp_path_factory, small_cohort) -> dict[str, Path]:
     """One schedule answered by three simulated guards (three sim servers with their own seeds):
     a launch and two replicates."""
-    from guards.sim import SimServerProcess
+    from guardeval.guards.sim import SimServerProcess
 
     from conftest import cli_env, run_cli, write_guard
 
@@ -262,7 +262,7 @@ def test_three_simulated_guards_leaderboard_and_ranking(three_runs, tmp_path):
     for name in ("compare.png", "leaderboard.png"):
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A run's table given as --table gives the run's numbers (item 5); its label is its file name.
-    from harness.run.runtable import load_run_table
+    from guardeval.run.runtable import load_run_table
 
     rows = load_run_table(three_runs["c"]).rows
     table = _write(tmp_path / "c.jsonl", rows)
@@ -300,7 +300,7 @@ def check_compare_figure(fig) -> None:
 
 
 def test_compare_png_keeps_its_title_and_p_values_clear():
-    from harness.estimators.compare_plot import paired_figure
+    from guardeval.estimators.compare.compare_plot import paired_figure
 
     a = synthetic(A_RATES, 1)
     long = "a-guard-with-a-rather-long-name-for-a-plot-title"
@@ -313,7 +313,7 @@ def test_compare_png_keeps_its_title_and_p_values_clear():
 
 
 def test_one_pass_summary_equals_the_separate_functions():
-    from harness.estimators.bootstrap import bootstrap_p, bootstrap_se, percentile_ci, summarise, tost_p
+    from guardeval.estimators.bootstrap import bootstrap_p, bootstrap_se, percentile_ci, summarise, tost_p
 
     rng = np.random.default_rng(5)
     for _ in range(20):
@@ -326,8 +326,8 @@ def test_one_pass_summary_equals_the_separate_functions():
 
 
 def test_reports_carry_the_verdict_column_and_sentences(tmp_path, capsys):
-    from harness.estimators.report import headline_sentences, markdown
-    from harness.view.tables import contrasts_table, in_words
+    from guardeval.estimators.report.report import headline_sentences, markdown
+    from guardeval.view.tables import contrasts_table, in_words
 
     report = estimate(synthetic(A_RATES, 1), n_boot=300)
     md, html = markdown(report), contrasts_table(report) + in_words(report)

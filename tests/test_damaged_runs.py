@@ -135,7 +135,7 @@ def _append(path: Path, line: bytes) -> None:
 def test_a_tampered_retry_chain_is_named_by_status_and_never_counted(copy_run, forge):
     """Item 8: a decision that supersedes a decision that does not exist (its `exhausted` taken
     back out of nothing: "exhausted -1", "ok 81 of 80"), or a second first decision of a call."""
-    from harness.canon import dumps_line
+    from guardeval.canon import dumps_line
 
     run = copy_run()
     before = json.loads(run_cli("status", str(run), "--json").out)
@@ -187,9 +187,9 @@ def test_a_rewritten_stop_reason_fails_verify_expect(copy_run):
 def test_a_fingerprint_of_the_older_form_is_checked_without_events(copy_run):
     """The token before issue 27 (ATTEMPTS.DECISIONS.HEX) still checks what it pinned; events.jsonl
     is then a skipped check, said so."""
-    from harness.run.fingerprint import run_fingerprint
-    from harness.run.folder import RunFolder
-    from harness.run.manifest import read_manifest
+    from guardeval.run.folder.folder import RunFolder
+    from guardeval.run.folder.manifest import read_manifest
+    from guardeval.run.integrity.fingerprint import run_fingerprint
 
     run = copy_run()
     with RunFolder(run) as folder:

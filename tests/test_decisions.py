@@ -9,15 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from harness.estimators import estimate
-from harness.estimators import synthetic as sy
-from harness.estimators.compare import CompareInput, compare_inputs
-from harness.estimators.compare_text import text as compare_text
-from harness.estimators.decisions import decide_family, significant
-from harness.estimators.equivalence import equivalence
-from harness.estimators.formats import significant as starred
-from harness.estimators.holm import holm
-from harness.estimators.report import human_text, markdown
+from guardeval.estimators import estimate
+from guardeval.estimators import synthetic as sy
+from guardeval.estimators.compare.compare import CompareInput, compare_inputs
+from guardeval.estimators.compare.compare_text import text as compare_text
+from guardeval.estimators.report.formats import significant as starred
+from guardeval.estimators.report.report import human_text, markdown
+from guardeval.estimators.verdicts.decisions import decide_family, significant
+from guardeval.estimators.verdicts.equivalence import equivalence
+from guardeval.estimators.verdicts.holm import holm
 
 from conftest import run_cli
 
@@ -113,8 +113,8 @@ def test_three_guards_decide_over_every_pair_and_say_who_is_more_sensitive(table
     assert "Holm over 9 (3 pairs × 3 interventions)" in said
     assert out["ranking_stability"]["family"]["size"] == 3 * 4 and out["ranking_family"]["size"] == 3 * 6
     assert "rank by rate (1 = highest)" in said and "rank by |effect| (1 = least moved)" in said
-    from harness.view.compare import html
-    from harness.view.compare import markdown as compare_md
+    from guardeval.view.compare import html
+    from guardeval.view.compare import markdown as compare_md
 
     page, md = html(out), compare_md(out)
     assert "<h2>In words</h2>" in page and "## In words" in md and "marker is the more sensitive" in page
@@ -144,7 +144,7 @@ def test_a_strong_effect_is_not_capped_by_the_replicates_resolution():
     and only where the printed interval excludes 0 by a clear margin."""
     from scipy.stats import t
 
-    from harness.estimators.bootstrap import bootstrap_p, calibrated_p, percentile_p
+    from guardeval.estimators.bootstrap import bootstrap_p, calibrated_p, percentile_p
 
     rng = np.random.default_rng(0)
     s = rng.normal(0.8, 0.1, 2000)                         # 8 SEs from 0, no replicate below it

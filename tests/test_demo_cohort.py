@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cohorts.builders.demo import conditions, demo_bases
-from harness.cohorts.builders.demo_data import ALIASES
-from harness.cohorts.model import load_cohort
-from harness.cohorts.transforms import apply_checked, count_markers, has_threat_word, validate_table, visible_names
+from guardeval.cohorts.builders.demo import conditions, demo_bases
+from guardeval.cohorts.builders.demo_data import ALIASES
+from guardeval.cohorts.model import load_cohort
+from guardeval.cohorts.transforms import apply_checked, count_markers, has_threat_word, validate_table, visible_names
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "cohorts" / "demo"
@@ -47,7 +47,7 @@ def test_shape(cohort):
 def test_rebuild_is_byte_identical(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "harness", "cohort", "build", "demo", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "guardeval", "cohort", "build", "demo", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     for name in ("cohort.json", "instances.jsonl"):
@@ -94,9 +94,9 @@ def test_alias_table_is_bijective_and_covers_every_tool():
 
 
 def test_inspect_reports_counts_and_fails_on_a_broken_invariant(tmp_path):
-    from harness.cohorts.model import build_row, write_cohort
-    from harness.cohorts.report import inspect
-    from harness.errors import CheckFailed
+    from guardeval.cohorts.model import build_row, write_cohort
+    from guardeval.cohorts.report import inspect
+    from guardeval.errors import CheckFailed
 
     cohort = load_cohort(DEMO)
     report = inspect(cohort)
@@ -114,7 +114,7 @@ def test_inspect_reports_counts_and_fails_on_a_broken_invariant(tmp_path):
     bad = inspect(load_cohort(tmp_path / "bad"))
     assert not bad["invariance"]["ok"] and "demo-banking-03.s2" in bad["invariance"]["problems"][0]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "harness", "cohort", "inspect", str(tmp_path / "bad")],
+    p = subprocess.run([sys.executable, "-m", "guardeval", "cohort", "inspect", str(tmp_path / "bad")],
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "markers remain" in p.stderr
     assert CheckFailed.exit_code == 1

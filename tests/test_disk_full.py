@@ -22,7 +22,7 @@ def _run_limited(fsize: int, *args: str) -> CliResult:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=cli_env(),
+    proc = subprocess.run([sys.executable, "-m", "guardeval", *args], capture_output=True, text=True, env=cli_env(),
                           cwd=REPO, timeout=300, preexec_fn=limit)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from guards.config import load_guard_config
+from guardeval.guards.config import load_guard_config
 
 from conftest import run_cli, write_guard
 

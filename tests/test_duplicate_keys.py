@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.canon import sha256_hex
-from harness.cohorts.limits import has_duplicate_keys
-from harness.errors import InputError
-from harness.estimators.table import load_table
+from guardeval.canon import sha256_hex
+from guardeval.cohorts.limits import has_duplicate_keys
+from guardeval.errors import InputError
+from guardeval.estimators.table import load_table
 
 from conftest import run_cli, write_guard
 
@@ -102,7 +102,7 @@ def test_a_decision_table_row_that_repeats_a_key_is_refused(tmp_path):
 
 
 def test_json_array_sources_that_repeat_a_key_are_refused(tmp_path: Path):
-    from harness.cohorts.builders.pins import read_json_array
+    from guardeval.cohorts.builders.pins import read_json_array
     p = tmp_path / "records.json"
     p.write_text('[{"id": 1, "id": 2}]')
     with pytest.raises(InputError, match="repeats a key"):
@@ -112,8 +112,8 @@ def test_json_array_sources_that_repeat_a_key_are_refused(tmp_path: Path):
 def test_pinned_sources_refuse_only_a_repeat_that_reads_two_ways(tmp_path: Path):
     # A third-party file is what its pin fixes: ASB's attack tools repeat "Attack Type" with the
     # same value on one line. Only a repeat with another value (two readings) is refused.
-    from harness.cohorts.builders.pins import read_json_array
-    from harness.cohorts.limits import has_conflicting_keys
+    from guardeval.cohorts.builders.pins import read_json_array
+    from guardeval.cohorts.limits import has_conflicting_keys
 
     same = b'{"a": 1, "t": "x", "t": "x"}'
     other = b'{"a": 1, "t": "x", "t": "y"}'

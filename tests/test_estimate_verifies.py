@@ -82,7 +82,7 @@ def test_a_junk_decision_line_is_named(run):
 def test_a_check_that_could_not_be_done_needs_allow_skipped(run, tmp_path):
     import orjson
 
-    from harness.run.manifest import manifest_with_hash
+    from guardeval.run.folder.manifest import manifest_with_hash
 
     # An old run (no prompt copy) whose prompt is gone from the prompts folder (an id guardeval
     # does not ship either: its own prompts are found in the package).

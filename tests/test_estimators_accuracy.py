@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.estimators.accuracy import evaluation_units, interaction_weights
+from guardeval.estimators.accuracy import evaluation_units, interaction_weights
 
 
 def test_equal_interaction_units_by_hand():

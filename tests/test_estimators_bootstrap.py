@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.estimators import bootstrap as bs
-from harness.estimators.holm import holm
+from guardeval.estimators import bootstrap as bs
+from guardeval.estimators.verdicts.holm import holm
 
 
 def test_rescaled_weights_keep_each_domain_size():

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_estimators_effects import hand_rows
 
-from guards.sim import SimServerProcess
-from harness.cli import main
+from guardeval.cli import main
+from guardeval.guards.sim import SimServerProcess
 
 from conftest import cli_env, run_cli, write_guard
 
@@ -158,9 +158,9 @@ def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
 
 
 def test_run_carries_start_times_tools_and_scores(runs):
-    from harness.run.folder import RunFolder
-    from harness.run.lines import iter_jsonl
-    from harness.run.runtable import load_run_table
+    from guardeval.run.folder.folder import RunFolder
+    from guardeval.run.folder.lines import iter_jsonl
+    from guardeval.run.runtable import load_run_table
 
     table = load_run_table(runs["A"])
     folder = RunFolder(runs["A"])

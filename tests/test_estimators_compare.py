@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.estimators.compare import compare
+from guardeval.estimators.compare.compare import compare
 
 
 def table(blocks: dict[str, set[int]], conditions: tuple[str, ...] = ("x", "y"), n: int = 20) -> list[dict]:

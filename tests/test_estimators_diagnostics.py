@@ -20,8 +20,8 @@ import pytest
 from scipy.stats import beta
 from test_estimators_effects import hand_rows
 
-from harness.errors import CheckFailed, InputError
-from harness.estimators import estimate
+from guardeval.errors import CheckFailed, InputError
+from guardeval.estimators import estimate
 
 TOOLS = {"a": "t1", "b": "t1", "c": "t2", "d": "t3"}
 
@@ -140,7 +140,7 @@ def test_block_rate_exact_interval_is_clopper_pearson(report):
 
 
 def test_exact_interval_edges():
-    from harness.estimators.exact import clopper_pearson
+    from guardeval.estimators.exact import clopper_pearson
 
     assert clopper_pearson(0, 10) == [0.0, pytest.approx(1 - 0.025 ** (1 / 10))]
     assert clopper_pearson(10, 10) == [pytest.approx(0.025 ** (1 / 10)), 1.0]

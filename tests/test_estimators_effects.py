@@ -18,10 +18,10 @@ import pytest
 from scipy.stats import norm
 from scipy.stats import t as t_dist
 
-from harness.errors import CheckFailed, InputError
-from harness.estimators import effects as fx
-from harness.estimators import estimate, exit_status
-from harness.estimators.table import validate_rows
+from guardeval.errors import CheckFailed, InputError
+from guardeval.estimators import effects as fx
+from guardeval.estimators import estimate, exit_status
+from guardeval.estimators.table import validate_rows
 
 F = "F"
 Q = "Q"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.estimators import estimate
-from harness.estimators.accuracy import evaluation_units, interaction_weights
+from guardeval.estimators import estimate
+from guardeval.estimators.accuracy import evaluation_units, interaction_weights
 
 OUTCOMES = ["1", "0", "1", "0", "unparseable", "exhausted"]
 
@@ -74,7 +74,7 @@ def test_equal_interaction_weights_sum_to_interactions(ids):
 def test_vectorised_bootstrap_equals_explicit_resampling(data):
     import numpy as np
 
-    from harness.estimators import bootstrap as bs
+    from guardeval.estimators import bootstrap as bs
 
     n_clusters = data.draw(st.integers(1, 6))
     cluster_domain = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n_clusters, max_size=n_clusters)))
@@ -172,7 +172,7 @@ def test_row_auc_is_the_mann_whitney_statistic(data):
     import numpy as np
     from scipy.stats import mannwhitneyu
 
-    from harness.estimators import scores as sc
+    from guardeval.estimators import scores as sc
 
     levels = data.draw(st.sampled_from([[0.0, 0.5, 1.0], list(np.linspace(0, 1, 25))]))
     pos = data.draw(st.lists(st.sampled_from(levels), min_size=1, max_size=30))
@@ -202,8 +202,8 @@ def test_replicate_metrics_equal_explicit_reweighting(monkeypatch, dense_cells):
     weighted area with each row's weight multiplied by its interaction's replicate weight."""
     import numpy as np
 
-    from harness.estimators import scores as sc
-    from harness.estimators.quantities import Quantities
+    from guardeval.estimators import scores as sc
+    from guardeval.estimators.quantities import Quantities
 
     monkeypatch.setattr(sc, "_DENSE_CELLS", dense_cells)
     rng = np.random.default_rng(4)
@@ -215,7 +215,7 @@ def test_replicate_metrics_equal_explicit_reweighting(monkeypatch, dense_cells):
     qs.add_statistic([("auc",), ("tpr",)], sc.point_metrics(sc.masses(scores, labels, weights)), feats, sc.metrics)
     cluster_domain = np.zeros(g, dtype=np.int64)
     out = qs.run(np.arange(g), cluster_domain, 6, seed=2)
-    from harness.estimators.bootstrap import iter_counts
+    from guardeval.estimators.bootstrap import iter_counts
 
     w_all = np.vstack(list(iter_counts(cluster_domain, 6, 2)))
 
@@ -227,7 +227,7 @@ def test_replicate_metrics_equal_explicit_reweighting(monkeypatch, dense_cells):
     assert out[("auc",)]["estimate"] == pytest.approx(area(weights))
     reps = [area(weights * w[clusters]) for w in w_all]
     # 8 interactions in one domain: the interval's quantiles are t-calibrated for 7 df.
-    from harness.estimators.bootstrap import calibrated_level
+    from guardeval.estimators.bootstrap import calibrated_level
 
     lv = calibrated_level(0.95, 7.0)
     assert out[("auc",)]["ci"] == pytest.approx(list(np.quantile(reps, [(1 - lv) / 2, (1 + lv) / 2])))
@@ -239,7 +239,7 @@ def test_continuous_scores_are_grouped_for_the_replicates_only(monkeypatch):
     most half the weight share of the pairs that share a group."""
     import numpy as np
 
-    from harness.estimators import scores as sc
+    from guardeval.estimators import scores as sc
 
     rng = np.random.default_rng(7)
     n = 400

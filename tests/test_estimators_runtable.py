@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.canon import dumps_line
-from harness.run import runtable
-from harness.run.folder import RunFolder
-from harness.run.runtable import _tail_fields, final_attempt_starts
+from guardeval.canon import dumps_line
+from guardeval.run import runtable
+from guardeval.run.folder.folder import RunFolder
+from guardeval.run.runtable import _tail_fields, final_attempt_starts
 
 
 def raw_line(seq: int, started: str, usage: object, *, request: object = None, response: str | None = "{}") -> bytes:

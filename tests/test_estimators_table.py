@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.errors import InputError
-from harness.estimators.table import load_table, validate_rows
+from guardeval.errors import InputError
+from guardeval.estimators.table import load_table, validate_rows
 
 GOOD = {"base_id": "b1", "interaction_id": "g1", "domain": "D", "condition": "original", "repetition": 0,
         "decision": 1, "status": "ok"}
@@ -82,8 +82,8 @@ def test_valid_rows_pass_through(tmp_path):
 
 
 def test_quarantine_codes_match_the_decision_stage():
-    from harness.estimators.quarantine import QUARANTINE_CODES
-    from harness.run.decide import QUARANTINE_CODES as DECIDE_CODES
+    from guardeval.estimators.quarantine import QUARANTINE_CODES
+    from guardeval.run.dispatch.decide import QUARANTINE_CODES as DECIDE_CODES
 
     assert tuple(QUARANTINE_CODES) == tuple(DECIDE_CODES)
 
@@ -93,7 +93,7 @@ def test_the_documents_list_the_same_quarantine_codes():
     import re
     from pathlib import Path
 
-    from harness.run.decide import QUARANTINE_CODES
+    from guardeval.run.dispatch.decide import QUARANTINE_CODES
 
     root = Path(__file__).resolve().parents[1]
     for doc, start, end in (("docs/design.md", "Quarantine codes", "**Estimates**"),
@@ -125,8 +125,8 @@ def test_non_finite_score_is_refused():
 
 
 def test_table_lines_are_bounded_before_they_are_parsed(tmp_path):
-    from harness.cohorts.limits import RowLimits
-    from harness.estimators.audits import lookup_audit_file
+    from guardeval.cohorts.limits import RowLimits
+    from guardeval.estimators.audits import lookup_audit_file
 
     big = {**GOOD, "base_id": "b2", "note": "x" * 2_000_000}
     p = write(tmp_path, [GOOD, big])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.cli.app import build_parser
+from guardeval.cli import main
+from guardeval.cli.app import build_parser
 
 from conftest import run_cli, write_guard
 
@@ -142,7 +142,7 @@ def test_every_option_and_argument_has_help():
 def test_help_says_defaults_and_json_one_way():
     # One wording across commands: "(default: X)", and `--json` as "print ... as JSON on stdout";
     # an option that takes a value and has a default says it.
-    from harness.cli.app import _HelpFormatter
+    from guardeval.cli.app import _HelpFormatter
 
     odd, silent, json_help = [], [], []
     for path, action in _actions(build_parser()):
@@ -200,7 +200,7 @@ class _Terminal(io.StringIO):
 
 @pytest.mark.parametrize("total,done,retries,spend", [(960, 450, 12, 0.4312), (1_000_000, 500_123, 123_456, 1234.5678)])
 def test_progress_fits_80_columns(monkeypatch, total, done, retries, spend):
-    from harness.run.progress import RunProgress
+    from guardeval.run.dispatch.progress import RunProgress
 
     monkeypatch.setenv("COLUMNS", "80")
     term = _Terminal()

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guards.gguf import quants
-from guards.gguf.reader import GgufFile
-from harness.errors import InputError
+from guardeval.errors import InputError
+from guardeval.guards.gguf import quants
+from guardeval.guards.gguf.reader import GgufFile
 from tests.gguf_files import (
     ARRAY,
     BF16,

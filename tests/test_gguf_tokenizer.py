@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from guards.gguf.reader import GgufFile
-from guards.gguf.tokenizer import build_tokenizer, read_vocabulary, tokenizer_config
+from guardeval.guards.gguf.reader import GgufFile
+from guardeval.guards.gguf.tokenizer import build_tokenizer, read_vocabulary, tokenizer_config
 from tests import gguf_files as gf
 
 

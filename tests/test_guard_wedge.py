@@ -47,7 +47,7 @@ def _signalled_launch(run: Path, guard: tuple[Path, dict[str, str]], signum: int
     """Launch the demo with `guard`, send `signum` once its first call is in the guard; (exit
     code, stderr, seconds from the signal to the exit)."""
     cfg, env = guard
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", "demo", "--guard", str(cfg),
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", "demo", "--guard", str(cfg),
                              "--reps", "1", "--run-dir", str(run), "--no-progress"], env=cli_env(env), cwd=REPO,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -42,7 +42,7 @@ def _launch(tmp: Path, cohort: Path, base_url: str, *extra: str, calls: int = 16
     cfg = write_guard(tmp / "g.toml", base_url, **{"timeout_s": 20, "max_attempts": 2, **guard})
     rss = tmp / "maxrss"
     env = cli_env({KEY_ENV: key} if key else None)
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, str(rss), sys.executable, "-m", "harness", "launch",
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, str(rss), sys.executable, "-m", "guardeval", "launch",
                            "--cohort", str(cohort), "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
                            "--max-calls", str(calls), "--concurrency", "16", "--no-progress",
                            "--no-preflight", *extra],   # the hostile server is no OpenRouter

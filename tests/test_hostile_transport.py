@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from guards.base import valid_cost
-from guards.chat_http import OpenAICompatibleGuard, OpenRouterGuard, parse_retry_after
-from guards.config import DEFAULT_MAX_RESPONSE_BYTES, GuardConfig
-from guards.errors import AttemptError, FatalError, TransientError
-from guards.prompts import load_prompt
-from harness.run.dispatch import _Wait
+from guardeval.guards.base import valid_cost
+from guardeval.guards.chat_http import OpenAICompatibleGuard, OpenRouterGuard, parse_retry_after
+from guardeval.guards.config import DEFAULT_MAX_RESPONSE_BYTES, GuardConfig
+from guardeval.guards.errors import AttemptError, FatalError, TransientError
+from guardeval.guards.prompts import load_prompt
+from guardeval.run.dispatch.dispatch import _Wait
 
 from hostile_server import Hostile, leaked, serving
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from guards.sim import SimServerProcess
-from harness.cli.app import main
+from guardeval.cli.app import main
+from guardeval.guards.sim import SimServerProcess
 
 from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 from inspect_env import offline_tiktoken, require_inspect
@@ -200,9 +200,9 @@ def test_launch_runs_a_cohort_built_from_an_inspect_log(inspect_cohort: Path, tm
 # --- item 3: a cohort as an Inspect task ----------------------------------------------------------
 
 def test_export_writes_the_rendered_stimuli_with_their_metadata(inspect_cohort: Path, exported: Path) -> None:
-    from guards.prompts import load_prompt
-    from harness.cohorts.model import load_cohort
-    from harness.inspect_logs import stimulus_sha256
+    from guardeval.cohorts.model import load_cohort
+    from guardeval.guards.prompts import load_prompt
+    from guardeval.inspect_logs import stimulus_sha256
 
     settings = json.loads((exported / "task.json").read_text())
     data = (exported / "dataset.jsonl").read_bytes()
@@ -228,7 +228,7 @@ def _independent_table(log_path: Path, out: Path) -> Path:
     directly, not through guardeval's import."""
     from inspect_ai.log import read_eval_log
 
-    from guards.parsers import parse_json_three_field
+    from guardeval.guards.parsers import parse_json_three_field
 
     lines = []
     for s in read_eval_log(str(log_path)).samples:
@@ -468,7 +468,7 @@ def _metadata_by_sample_id(log_path: Path) -> dict[Any, dict[str, Any]]:
 
 
 def test_without_the_extra_the_commands_say_which_to_install(agent_log: Path, tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['inspect_ai'] = None; from harness.cli.app import main; "
+    code = ("import sys; sys.modules['inspect_ai'] = None; from guardeval.cli.app import main; "
             "raise SystemExit(main(sys.argv[1:]))")
     for args in (["cohort", "build", "inspect", str(agent_log), "--out", str(tmp_path / "c")],
                  ["estimate", "--inspect-log", str(agent_log)]):
@@ -477,8 +477,8 @@ def test_without_the_extra_the_commands_say_which_to_install(agent_log: Path, tm
         assert proc.returncode == 2 and "needs the optional extra: pip install 'guardeval[inspect]'" in proc.stderr, \
             proc.stderr
     # guardeval itself never imports inspect_ai: the extra stays optional.
-    proc = subprocess.run([sys.executable, "-c", "import sys; from harness.cli.app import build_parser; build_parser(); "
-                           "import harness.cohorts.export_inspect, harness.estimators.inspect_decisions; "
+    proc = subprocess.run([sys.executable, "-c", "import sys; from guardeval.cli.app import build_parser; build_parser(); "
+                           "import guardeval.cohorts.export_inspect, guardeval.estimators.inspect_decisions; "
                            "print('inspect_ai' in sys.modules)"], capture_output=True, text=True, env=cli_env(),
                           timeout=120)
     assert proc.stdout.strip() == "False", proc.stderr
@@ -487,8 +487,8 @@ def test_without_the_extra_the_commands_say_which_to_install(agent_log: Path, tm
 def test_a_zip_that_claims_to_unpack_to_too_much_is_refused_before_inspect_reads_it(tmp_path: Path,
                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     require_inspect()
-    from harness import inspect_logs
-    from harness.errors import InputError
+    from guardeval import inspect_logs
+    from guardeval.errors import InputError
 
     big = tmp_path / "big.eval"
     with zipfile.ZipFile(big, "w", compression=zipfile.ZIP_DEFLATED) as zf:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.canon import dumps_line, sha256_hex
+from guardeval.canon import dumps_line, sha256_hex
 
 from conftest import run_cli
 

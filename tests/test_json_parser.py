@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guards.parsers import composite, parse_json_three_field
+from guardeval.guards.parsers import composite, parse_json_three_field
 
 OK = [
     ('{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0}', 0, 0.0),

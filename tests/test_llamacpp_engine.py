@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from harness.cohorts.model import instance_hash, write_cohort
+from guardeval.cohorts.model import instance_hash, write_cohort
 from tests.conftest import REPO, cli_env, run_cli
 from tests.gguf_files import smollm2_gguf
 from tests.llama_server import ALIAS, LlamaServer, llama_cpp_available, llama_server, skip_reason
@@ -175,7 +175,7 @@ def test_temperature_zero_answers_are_byte_identical(server: LlamaServer, tmp_pa
 def test_ctrl_c_on_a_launch_then_resume(server: LlamaServer, tmp_path: Path, short_cohort: Path) -> None:
     g = guard(tmp_path / "g.toml", server.base_url, structured_output=False, max_tokens=48)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", str(short_cohort), "--guard",
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", str(short_cohort), "--guard",
                              str(g), "--reps", "1", "--run-dir", str(run_dir), "--no-progress"],
                             cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))

@@ -32,7 +32,7 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
-from harness.canon import sha256_hex
+from guardeval.canon import sha256_hex
 from tests.tiny_model import tiny_model_dir
 
 from conftest import DATA, DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
@@ -65,8 +65,8 @@ def prompts_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         r = run_cli("prompts", "import", "ts-guard", str(REFERENCE), env={"GUARDEVAL_PROMPTS": str(root)})
         assert r.code == 0, r.err
     else:
-        from harness.canon import file_sha256
-        from harness.cli.prompts import import_ts_guard
+        from guardeval.canon import file_sha256
+        from guardeval.cli.prompts import import_ts_guard
 
         import_ts_guard(TS_GUARD_TEMPLATE, root, pinned_sha256=file_sha256(TS_GUARD_TEMPLATE))
     return root
@@ -75,7 +75,7 @@ def prompts_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two demo bases x five conditions: ten instances."""
-    from harness.cohorts.model import Condition, load_cohort, write_cohort
+    from guardeval.cohorts.model import Condition, load_cohort, write_cohort
 
     demo = load_cohort(DEMO_COHORT)
     keep = set(demo.base_ids[:2])
@@ -229,7 +229,7 @@ def test_ctrl_c_on_an_mlx_run_stops_promptly_and_leaves_it_resumable(
     chatty = tiny_model_dir(tmp_path_factory.mktemp("tiny-models"), "chatty")  # never stops on its own
     guard = mlx_guard(tmp_path / "long.toml", chatty, "short-v1", 6000)      # ~20 s per call here
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", str(tiny_cohort), "--guard",
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", str(tiny_cohort), "--guard",
                              str(guard), "--reps", "1", "--run-dir", str(run), "--no-progress", "--concurrency", "1"],
                             cwd=REPO, env=cli_env({"GUARDEVAL_PROMPTS": str(prompts_root)}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -255,7 +255,7 @@ def test_ctrl_c_during_a_long_prefill_returns_within_seconds(
         tmp_path: Path, prompts_root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     # mlx's CPU path prefills a long prompt for many seconds before the first token (SmolLM2 on
     # a demo prompt: minutes); a stop checked only between generated tokens waited for all of it.
-    from harness.cohorts.model import Condition, instance_hash, write_cohort
+    from guardeval.cohorts.model import Condition, instance_hash, write_cohort
 
     chatty = tiny_model_dir(tmp_path_factory.mktemp("tiny-models"), "chatty")
     words = "user request agent tool call history send email transfer money file read write delete".split()
@@ -272,7 +272,7 @@ def test_ctrl_c_during_a_long_prefill_returns_within_seconds(
                                       Condition("placebo", "intervention", "same", ("content",))], rows=rows)
     guard = mlx_guard(tmp_path / "long.toml", chatty, "short-v1", 4)
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", str(cohort), "--guard",
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", str(cohort), "--guard",
                              str(guard), "--reps", "1", "--run-dir", str(run), "--no-progress"],
                             cwd=REPO, env=cli_env({"GUARDEVAL_PROMPTS": str(prompts_root)}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

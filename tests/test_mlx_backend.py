@@ -25,14 +25,14 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
-from guards.base import Reply
-from guards.config import GuardConfig
-from guards.errors import CallFailed
-from guards.mlx_backend import MlxGuard
-from guards.parsers import get_parser
-from guards.prompts import Prompt, load_prompt
-from harness.canon import canonical_bytes, sha256_hex
-from harness.errors import InputError
+from guardeval.canon import canonical_bytes, sha256_hex
+from guardeval.errors import InputError
+from guardeval.guards.base import Reply
+from guardeval.guards.config import GuardConfig
+from guardeval.guards.errors import CallFailed
+from guardeval.guards.mlx_backend import MlxGuard
+from guardeval.guards.parsers import get_parser
+from guardeval.guards.prompts import Prompt, load_prompt
 from tests.tiny_model import tiny_model_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,9 +219,9 @@ def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
         import anyio, signal, sys
         from pathlib import Path
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from guards.config import GuardConfig
-        from guards.mlx_backend import MlxGuard
-        from guards.prompts import load_prompt
+        from guardeval.guards.config import GuardConfig
+        from guardeval.guards.mlx_backend import MlxGuard
+        from guardeval.guards.prompts import load_prompt
         cfg = GuardConfig(name="t", backend="mlx", model={str(chatty_dir)!r}, prompt="p", max_tokens=7000,
                           structured_output=False)  # free decoding: a long answer to interrupt
         guard = MlxGuard(cfg, load_prompt("guardeval-json-v1", Path({str(REPO / "prompts")!r})))
@@ -252,7 +252,7 @@ def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
 
 
 async def test_folder_without_chat_template_stops_the_run(tmp_path: Path, tiny_dir: Path, prompt: Prompt) -> None:
-    from guards.errors import FatalError
+    from guardeval.guards.errors import FatalError
 
     folder = tmp_path / "no-template"
     shutil.copytree(tiny_dir, folder)

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.cohorts.transforms import apply_checked, has_threat_word, split_components
-from harness.cohorts.transforms.descriptions import cue_words_in, make_description_neutralizer, neutralize_text
-from harness.cohorts.transforms.lexicon import THREAT_WORDS
-from harness.cohorts.transforms.names import (
+from guardeval.cohorts.transforms import apply_checked, has_threat_word, split_components
+from guardeval.cohorts.transforms.descriptions import cue_words_in, make_description_neutralizer, neutralize_text
+from guardeval.cohorts.transforms.lexicon import THREAT_WORDS
+from guardeval.cohorts.transforms.names import (
     FORM_VOCAB,
     NEUTRAL_SYNONYMS,
     THREAT_NEUTRAL,
@@ -24,7 +24,7 @@ from harness.cohorts.transforms.names import (
     orthographic,
     semantic_neutral,
 )
-from harness.errors import InputError
+from guardeval.errors import InputError
 
 from conftest import DATA, shared_or_skip
 
@@ -134,7 +134,7 @@ def test_description_neutralizer_only_touches_selected_descriptions():
 
 
 def test_name_family_transform_renames_everywhere():
-    from harness.cohorts.transforms import name_family, visible_names
+    from guardeval.cohorts.transforms import name_family, visible_names
 
     base = {"base_id": "b", "interaction_id": "i", "domain": "d", "label": 1, "label_score": 1.0,
             "tool": "DataExfiltration", "user_request": "Back up the data.",

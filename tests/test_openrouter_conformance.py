@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from guards.chat_http import OpenRouterGuard
-from guards.config import GuardConfig
-from guards.errors import CallFailed, FatalError, TransientError
-from guards.parsers import get_parser
-from guards.prompts import load_prompt
-from harness.run.budget import reported_cost
-from harness.run.decide import decide
+from guardeval.guards.chat_http import OpenRouterGuard
+from guardeval.guards.config import GuardConfig
+from guardeval.guards.errors import CallFailed, FatalError, TransientError
+from guardeval.guards.parsers import get_parser
+from guardeval.guards.prompts import load_prompt
+from guardeval.run.dispatch.budget import reported_cost
+from guardeval.run.dispatch.decide import decide
 
 from app_server import start
 

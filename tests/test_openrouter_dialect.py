@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from guards.config import GuardConfig
-from guards.openrouter import providers
-from guards.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
-from guards.prompts import load_prompt
-from guards.registry import make_renderer
-from harness.run.budget import reported_cost
+from guardeval.guards.config import GuardConfig
+from guardeval.guards.openrouter import providers
+from guardeval.guards.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
+from guardeval.guards.prompts import load_prompt
+from guardeval.guards.registry import make_renderer
+from guardeval.run.dispatch.budget import reported_cost
 
 
 @pytest.mark.parametrize("reported, slugs, allowed", [

@@ -1,5 +1,5 @@
 """OpenRouter's router end to end (issue 21): launches against the simulated provider with its
-response cache, router metadata and availability errors (guards/sim/router.py), and the
+response cache, router metadata and availability errors (guardeval/guards/sim/router.py), and the
 preflight's router and guardrail checks."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from guards.openrouter.availability import CODES
-from guards.sim.router import AVAILABILITY
+from guardeval.guards.openrouter.availability import CODES
+from guardeval.guards.sim.router import AVAILABILITY
 
 from app_server import in_thread
 from conftest import run_cli, write_guard
@@ -158,7 +158,7 @@ def test_a_retryable_availability_error_is_retried_and_answered(tmp_path, small_
 # ------------------------------------------------------------------------- preflight
 
 def _preflight(base_url: str) -> dict[str, Any]:
-    r = run_cli("preflight", "--guard", "guards/presets/haiku-4.5.toml", "--base-url", base_url, "--json")
+    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", base_url, "--json")
     return {"code": r.code, **json.loads(r.out)}
 
 
@@ -182,7 +182,7 @@ def test_preflight_reports_an_availability_error():
     app = web.Application()
     app.router.add_get("/models/{a}/{s}/endpoints", endpoints)
     with in_thread(app) as url:
-        r = run_cli("preflight", "--guard", "guards/presets/haiku-4.5.toml", "--base-url", url)
+        r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", url)
     assert r.code == 2 and "model availability model_deprecated (not retryable)" in r.out, r.out
     assert "see https://openrouter.ai/docs/x" in r.out and "\x1b" not in r.out + r.err
 
@@ -190,11 +190,11 @@ def test_preflight_reports_an_availability_error():
 # ------------------------------------------------------------------------- hostile metadata
 
 async def test_oversized_router_metadata_is_kept_slim_and_still_judged(tmp_path):
-    from guards.chat_http import OpenRouterGuard
-    from guards.config import GuardConfig
-    from guards.parsers import get_parser
-    from guards.prompts import load_prompt
-    from harness.run.decide import decide
+    from guardeval.guards.chat_http import OpenRouterGuard
+    from guardeval.guards.config import GuardConfig
+    from guardeval.guards.parsers import get_parser
+    from guardeval.guards.prompts import load_prompt
+    from guardeval.run.dispatch.decide import decide
 
     from app_server import start
 

@@ -20,11 +20,11 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from guards.chat_http import OpenRouterGuard
-from guards.config import load_guard_config
-from guards.prompts import load_prompt
-from guards.sim import SimServerProcess
-from guards.sim.config import NAMED_FAULTS
+from guardeval.guards.chat_http import OpenRouterGuard
+from guardeval.guards.config import load_guard_config
+from guardeval.guards.prompts import load_prompt
+from guardeval.guards.sim import SimServerProcess
+from guardeval.guards.sim.config import NAMED_FAULTS
 
 from conftest import DEMO_COHORT, REPO, cli_env, shared_or_skip
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.estimators import estimate
-from harness.estimators.bootstrap import bootstrap_ratios, cluster_sums
-from harness.estimators.plan import decompose, plan_rows
-from harness.estimators.plan_sim import TwoPoint, simulate, structure
-from harness.estimators.power import mde
+from guardeval.estimators import estimate
+from guardeval.estimators.bootstrap import bootstrap_ratios, cluster_sums
+from guardeval.estimators.planning.plan import decompose, plan_rows
+from guardeval.estimators.planning.plan_sim import TwoPoint, simulate, structure
+from guardeval.estimators.verdicts.power import mde
 
 from conftest import DEMO_COHORT, cli_env, run_cli, write_guard
 
@@ -166,7 +166,7 @@ def test_target_picks_the_cheapest_design_that_reaches_it() -> None:
 def pilot_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A finished two-repetition run of the demo cohort (64 bases, 44 interactions, 4 domains)
     against the simulated provider (640 calls), and its guard config."""
-    from guards.sim import SimServerProcess
+    from guardeval.guards.sim import SimServerProcess
 
     base = tmp_path_factory.mktemp("pilot")
     with SimServerProcess(["--seed", "5"], env=cli_env()) as sim:
@@ -210,7 +210,7 @@ def test_cli_plans_a_simulated_run_with_the_dry_run_cost(pilot_run: tuple[Path, 
     # the pilot's own design: `pilot_se` (the cluster variance the planner reads) is the
     # bootstrap SE of estimate's corrected effect (its 95% interval / 3.92), and the predicted SE
     # is that, or the repetition-noise floor when the pilot's cluster variance falls below it
-    from harness.estimators.runs import estimate_run
+    from guardeval.estimators.runs import estimate_run
 
     report = estimate_run(run, write=False)
     for c in report["contrasts"]:
@@ -257,9 +257,9 @@ def test_cli_plans_a_table_without_cost(tmp_path: Path) -> None:
 ])
 def test_cli_bad_options_exit_2(tmp_path: Path, args: list[str], needle: str,
                                 capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process (`app.main`, the same entry point as `python -m harness`): the parser's and the
+    """In-process (`app.main`, the same entry point as `python -m guardeval`): the parser's and the
     planner's refusals, each exit 2 with the reason, no traceback, nothing on stdout or disk."""
-    from harness.cli.app import main
+    from guardeval.cli.app import main
 
     table = _write_table(tmp_path / "t.jsonl", synthetic_rows(MODEL, _sizes(6), 2, seed=1))
     monkeypatch.chdir(tmp_path)
@@ -333,7 +333,7 @@ def test_cli_escapes_names_from_the_table(tmp_path: Path) -> None:
 def test_plan_knows_the_cohort_and_a_pilot_cut_inside_round_one(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 26 §8: a design larger than the cohort is marked as needing a larger cohort, and a
     pilot stopped inside its first round is told to finish, not to launch with more repetitions."""
-    from guards.sim import SimServerProcess
+    from guardeval.guards.sim import SimServerProcess
 
     run, _ = pilot_run
     r = run_cli("plan", str(run), "--bases", "32,64,512", "--reps", "2", "--json", "--target-mde", "0.09")

@@ -37,8 +37,8 @@ def test_building_the_parser_imports_only_the_standard_library():
     import json
     import sys
 
-    probe = ("import json, sys; from harness.cli.app import build_parser; build_parser(); "
-             "ours = ('harness', 'guards', '__main__', '_distutils_hack'); "
+    probe = ("import json, sys; from guardeval.cli.app import build_parser; build_parser(); "
+             "ours = ('guardeval', '__main__', '_distutils_hack'); "
              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - set(ours))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert [m for m in json.loads(out) if not m.startswith("__editable__")] == []   # an editable install's finder
@@ -47,12 +47,12 @@ def test_building_the_parser_imports_only_the_standard_library():
 def test_version_is_the_package_metadata(capsys):
     from importlib.metadata import version
 
-    import harness
-    from harness.cli import main
+    import guardeval
+    from guardeval.cli import main
 
-    assert harness.__version__ == version("guardeval")
-    assert f'\nversion = "{harness.__version__}"\n' in (REPO / "pyproject.toml").read_text()
-    assert "__version__ =" not in (REPO / "harness" / "__init__.py").read_text()   # written once, in pyproject
+    assert guardeval.__version__ == version("guardeval")
+    assert f'\nversion = "{guardeval.__version__}"\n' in (REPO / "pyproject.toml").read_text()
+    assert "__version__ =" not in (REPO / "guardeval" / "__init__.py").read_text()   # written once, in pyproject
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
-    assert exc.value.code == 0 and capsys.readouterr().out == f"guardeval {harness.__version__}\n"
+    assert exc.value.code == 0 and capsys.readouterr().out == f"guardeval {guardeval.__version__}\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.run.manifest import manifest_with_hash
-from harness.run.verify import verify_run
+from guardeval.run.folder.manifest import manifest_with_hash
+from guardeval.run.integrity.verify import verify_run
 
 from conftest import REPO, run_cli, write_guard
 

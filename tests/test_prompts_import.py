@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import harness.cli.prompts as prompts_cli
-from guards.prompts import load_prompt
-from harness.canon import file_sha256
-from harness.cli import main
-from harness.cli.prompts import TS_GUARD_SHA256
+import guardeval.cli.prompts as prompts_cli
+from guardeval.canon import file_sha256
+from guardeval.cli import main
+from guardeval.cli.prompts import TS_GUARD_SHA256
+from guardeval.guards.prompts import load_prompt
 
 from conftest import DATA, shared_or_skip
 

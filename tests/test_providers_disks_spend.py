@@ -33,7 +33,7 @@ def _launch(tmp: Path, cohort: Path, base_url: str, *extra: str, calls: int = 8,
             timeout: float = 120, **guard: object) -> tuple[subprocess.CompletedProcess[str], Path]:
     run = tmp / "run"
     cfg = write_guard(tmp / "g.toml", base_url, **{"timeout_s": 10, "max_attempts": 2, **guard})
-    proc = subprocess.run([sys.executable, "-m", "harness", "launch", "--cohort", str(cohort), "--guard", str(cfg),
+    proc = subprocess.run([sys.executable, "-m", "guardeval", "launch", "--cohort", str(cohort), "--guard", str(cfg),
                            "--reps", "1", "--run-dir", str(run), "--max-calls", str(calls), "--concurrency", "4",
                            "--no-progress", "--no-preflight", *extra],
                           capture_output=True, text=True, env=cli_env(env), timeout=timeout)
@@ -135,7 +135,7 @@ def _limited(fsize: int, *args: str) -> subprocess.CompletedProcess[str]:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=cli_env(),
+    return subprocess.run([sys.executable, "-m", "guardeval", *args], capture_output=True, text=True, env=cli_env(),
                           timeout=120, preexec_fn=limit)
 
 
@@ -181,7 +181,7 @@ def test_sigterm_during_the_preflight_stops_cleanly(tmp_path, small_cohort):
         port = srv.getsockname()[1]
         guard = write_guard(tmp_path / "g.toml", f"http://127.0.0.1:{port}/api/v1")
         run = tmp_path / "run"
-        child = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", str(small_cohort),
+        child = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", str(small_cohort),
                                   "--guard", str(guard), "--run-dir", str(run), "--no-progress"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
         srv.settimeout(30)
@@ -202,7 +202,7 @@ def test_sigterm_during_planning_stops_cleanly(tmp_path):
     # 960,000 calls: planning (rendering, then the schedule streamed into the partial folder)
     # takes far longer than the wait below.
     run = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", "demo", "--guard", "sim",
+    child = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", "demo", "--guard", "sim",
                               "--reps", "3000", "--run-dir", str(run), "--no-preflight", "--no-progress",
                               "--base-url", "http://127.0.0.1:9/api/v1"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, run_cli
 
 GOOD = '''
-from guards.python_guard import Verdict
+from guardeval.guards.python_guard import Verdict
 
 def guard(inp):
     risky = "send_money" in str(inp.current_action)
@@ -65,11 +65,11 @@ def test_demo_with_the_shipped_python_example_from_the_installed_wheel(installed
     assert v.code == 0 and "verify: OK" in v.out, v.out + v.err
     manifest = json.loads((run / "manifest.json").read_text())
     pin = manifest["guard_callable"]
-    assert pin["name"] == "guards.examples.keyword:guard" and pin["module"] == "guards.examples.keyword"
+    assert pin["name"] == "guardeval.guards.examples.keyword:guard" and pin["module"] == "guardeval.guards.examples.keyword"
     assert pin["distribution"] == "guardeval" and pin["version"]
     import hashlib
 
-    installed_src = next(installed.venv.rglob("guards/examples/keyword.py"))
+    installed_src = next(installed.venv.rglob("guardeval/guards/examples/keyword.py"))
     assert pin["source_sha256"] == hashlib.sha256(installed_src.read_bytes()).hexdigest()
 
 
@@ -166,8 +166,8 @@ def test_callable_field_rules(tmp_path: Path) -> None:
 BEHAVIOURS = '''
 import asyncio, os, time
 from dataclasses import dataclass
-from guards.errors import FatalError
-from guards.python_guard import Verdict
+from guardeval.guards.errors import FatalError
+from guardeval.guards.python_guard import Verdict
 
 ALLOW = '{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0}'
 
@@ -297,8 +297,8 @@ def test_an_async_function_is_cut_at_timeout(tmp_path: Path) -> None:
 
 
 def test_a_structured_verdict_is_written_in_each_parsers_format() -> None:
-    from guards.parsers import parse_json_three_field, parse_ts_guard_tags
-    from guards.python_guard.backend import verdict_text
+    from guardeval.guards.parsers import parse_json_three_field, parse_ts_guard_tags
+    from guardeval.guards.python_guard.backend import verdict_text
 
     for v in ({"malicious_user_request": True, "third_party_attack": False, "current_action_harmfulness": 0.5},
               {"malicious_user_request": False, "third_party_attack": True, "current_action_harmfulness": 1}):

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from guards.sim import SimServerProcess
-from harness.canon import dumps_line, sha256_hex
-from harness.cli import run as cli_run
-from harness.run import supersede
-from harness.run.verify import verify_run
+from guardeval.canon import dumps_line, sha256_hex
+from guardeval.cli import run as cli_run
+from guardeval.guards.sim import SimServerProcess
+from guardeval.run.folder import supersede
+from guardeval.run.integrity.verify import verify_run
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
@@ -182,7 +182,7 @@ def test_a_retry_that_fails_again_is_retried_in_a_later_round(copy_failed, sim_f
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=cli_env(), cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "guardeval", *args], env=cli_env(), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -280,7 +280,7 @@ def test_the_cli_spells_the_statuses_as_the_library_does():
     # Written twice so that building the parser imports nothing: they must agree.
     assert cli_run.FAILURE_STATUSES == supersede.FAILURE_STATUSES
     assert tuple(cli_run.DEFAULT_RETRY.split(",")) == supersede.DEFAULT_STATUSES
-    from harness.estimators.table import FAILURE_STATUSES
+    from guardeval.estimators.table import FAILURE_STATUSES
 
     assert set(FAILURE_STATUSES) == set(supersede.FAILURE_STATUSES)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cohorts.model import load_cohort
-from harness.errors import InputError
-from harness.run.create import create_run_dir, remove_stale_partials
-from harness.run.folder import RunFolder
-from harness.run.layout import PARTIAL_LOCK
+from guardeval.cohorts.model import load_cohort
+from guardeval.errors import InputError
+from guardeval.run.folder.create import create_run_dir, remove_stale_partials
+from guardeval.run.folder.folder import RunFolder
+from guardeval.run.folder.layout import PARTIAL_LOCK
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
@@ -88,7 +88,7 @@ def test_losing_a_race_for_the_folder(tmp_path, small_cohort):
 def test_two_launches_racing_into_one_folder(tmp_path, small_cohort, sim):
     guard = write_guard(tmp_path / "g.toml", sim.base_url)
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "harness", "launch", "--cohort", str(small_cohort), "--guard", str(guard),
+    cmd = [sys.executable, "-m", "guardeval", "launch", "--cohort", str(small_cohort), "--guard", str(guard),
            "--reps", "1", "--run-dir", str(run), "--no-progress", "--max-calls", "2"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
              for _ in range(2)]
@@ -132,7 +132,7 @@ def test_partial_folders_of_dead_launches_are_removed(tmp_path, small_cohort, gu
     (starting / PARTIAL_LOCK).write_text("")
     try:
         # Another process (as another launch would be) sweeps the folder.
-        code = ("import sys; from pathlib import Path; from harness.run.create import remove_stale_partials; "
+        code = ("import sys; from pathlib import Path; from guardeval.run.folder.create import remove_stale_partials; "
                 "print(sorted(p.name for p in remove_stale_partials(Path(sys.argv[1]))))")
         out = subprocess.run([sys.executable, "-c", code, str(runs)], capture_output=True, text=True, env=cli_env(),
                              cwd=REPO, check=True).stdout

@@ -81,7 +81,7 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float =
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=cli_env(), cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "guardeval", *args], env=cli_env(), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -24,7 +24,7 @@ NOWHERE = "http://127.0.0.1:9/v1"   # nothing listens: a resume that sent would 
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=cli_env(KEY), cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "guardeval", *args], env=cli_env(KEY), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -147,7 +147,7 @@ def _max_rss_mb(*args: str) -> tuple[int, float, str]:
     probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
              "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
              "sys.stderr.write(r.stdout + r.stderr)")
-    p = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "harness", *args], env=cli_env(KEY),
+    p = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "guardeval", *args], env=cli_env(KEY),
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     code, kb = p.stdout.split()
     return int(code), int(kb) / 1024, p.stderr
@@ -183,8 +183,8 @@ def test_no_link_is_followed_to_or_below_the_run_folder(tmp_path, copy_run):
 # -- RunFolder itself, in process (fast) ----------------------------------------------------------
 
 def test_the_lock_is_the_folder_not_a_file(tmp_path):
-    from harness.errors import RunLocked
-    from harness.run.folder import RunFolder
+    from guardeval.errors import RunLocked
+    from guardeval.run.folder.folder import RunFolder
 
     first, second = RunFolder(tmp_path), RunFolder(tmp_path)
     with first.lock():
@@ -199,7 +199,7 @@ def test_the_lock_is_the_folder_not_a_file(tmp_path):
 
 
 def test_a_line_past_the_cap_is_refused_after_cap_bytes(tmp_path):
-    from harness.run.folder import LineTooLong, RunFolder
+    from guardeval.run.folder.folder import LineTooLong, RunFolder
 
     (tmp_path / "raw.jsonl").write_bytes(b"{}\n" + b"x" * 5000 + b"\n{}\n")
     folder = RunFolder(tmp_path)
@@ -216,8 +216,8 @@ def test_a_line_past_the_cap_is_refused_after_cap_bytes(tmp_path):
 
 
 def test_replace_swaps_a_link_for_a_file_and_reads_see_one_file(tmp_path):
-    from harness.errors import InputError
-    from harness.run.folder import RunFolder
+    from guardeval.errors import InputError
+    from guardeval.run.folder.folder import RunFolder
 
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious")

@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.cohorts.builders.sampling import stratified_sample
+from guardeval.cohorts.builders.sampling import stratified_sample
 
 
 def _bases(sizes: dict[tuple[str, int], int]):

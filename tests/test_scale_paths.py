@@ -49,7 +49,7 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.fixture
 def workers_always(monkeypatch):
     """Switch on the worker processes that large files get."""
-    from harness.run import workers
+    from guardeval.run.dispatch import workers
 
     monkeypatch.setattr(workers, "LOG_MIN_BYTES", 0)
     monkeypatch.setattr(workers, "RENDER_MIN_INSTANCES", 0)
@@ -72,8 +72,8 @@ def no_whole_file_reads(monkeypatch):
 
 
 def test_built_folder_verifies_and_status_is_exact(half_run, no_whole_file_reads):
-    from harness.run.status import run_status
-    from harness.run.verify import verify_run
+    from guardeval.run.integrity.verify import verify_run
+    from guardeval.run.status import run_status
 
     report = verify_run(half_run)
     assert report["ok"], report["problems"]
@@ -90,8 +90,8 @@ def test_built_folder_verifies_and_status_is_exact(half_run, no_whole_file_reads
 
 
 def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
-    from harness.run.status import run_status
-    from harness.run.verify import verify_run
+    from guardeval.run.integrity.verify import verify_run
+    from guardeval.run.status import run_status
 
     assert verify_run(half_run)["ok"]
     st = run_status(half_run)
@@ -103,7 +103,7 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
     data[second + 300] ^= 0x01
     (run / "raw.jsonl").write_bytes(bytes(data))
     forked = verify_run(run)
-    from harness.run import workers
+    from guardeval.run.dispatch import workers
 
     workers.LOG_MIN_BYTES, workers.RENDER_MIN_INSTANCES = 1 << 60, 1 << 60
     inline = verify_run(run)
@@ -112,8 +112,8 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
 
 
 def _open_state(run: Path):
-    from harness.run.folder import RunFolder
-    from harness.run.writer import RunWriter
+    from guardeval.run.folder.folder import RunFolder
+    from guardeval.run.folder.writer import RunWriter
 
     writer = RunWriter(RunFolder(run))
     try:
@@ -128,9 +128,9 @@ def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypat
     verify, status and resume's scan still fork their workers and give the inline answers."""
     import os
 
-    from harness.run import workers
-    from harness.run.status import run_status
-    from harness.run.verify import verify_run
+    from guardeval.run.dispatch import workers
+    from guardeval.run.integrity.verify import verify_run
+    from guardeval.run.status import run_status
 
     inline_verify, inline_status = verify_run(half_run), run_status(half_run)   # small files: no workers
     inline_open = _open_state(_copy(half_run, tmp_path / "inline"))
@@ -154,7 +154,7 @@ def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypat
 
 
 def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, monkeypatch):
-    from harness.run import verify
+    from guardeval.run.integrity import verify
 
     run = _copy(half_run, tmp_path / "run")
     lines = (run / "schedule.jsonl").read_bytes().splitlines(keepends=True)
@@ -172,7 +172,7 @@ def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, mo
 
 
 def test_resume_dispatches_exactly_the_undecided_calls(half_run, tmp_path, sim_factory):
-    from harness.run.verify import verify_run
+    from guardeval.run.integrity.verify import verify_run
 
     run = _copy(half_run, tmp_path / "run")
     sched = [r["call_id"] for r in _jsonl(run / "schedule.jsonl")]
@@ -208,7 +208,7 @@ def test_dispatched_records_have_the_shape_the_builder_writes(half_run, tmp_path
     raw = _jsonl(run / "raw.jsonl")
     built, dispatched = raw[0], raw[n_before]
     assert set(built) == set(dispatched)
-    from harness.run.records import Decision, RawLine  # the typed records name exactly the fields written
+    from guardeval.run.folder.records import Decision, RawLine  # the typed records name exactly the fields written
 
     assert RawLine.__required_keys__ | {"seq"} <= set(dispatched) <= RawLine.__required_keys__ | RawLine.__optional_keys__
     assert set(_jsonl(run / "decisions.jsonl")[-1]) == Decision.__required_keys__
@@ -217,8 +217,8 @@ def test_dispatched_records_have_the_shape_the_builder_writes(half_run, tmp_path
 
 
 def test_cohort_rows_are_read_back_on_demand(tmp_path):
-    from harness.cohorts.model import load_cohort
-    from harness.errors import InputError
+    from guardeval.cohorts.model import load_cohort
+    from guardeval.errors import InputError
 
     sb = _scale_build()
     path = sb.build_cohort(tmp_path / "c", 12)
@@ -238,8 +238,8 @@ def test_cohort_rows_are_read_back_on_demand(tmp_path):
 
 
 def test_plan_digest_equals_the_written_files(tmp_path):
-    from harness.canon import file_sha256
-    from harness.run.planning import materialise, plan_launch
+    from guardeval.canon import file_sha256
+    from guardeval.run.planning import materialise, plan_launch
 
     sb = _scale_build()
     cohort = sb.build_cohort(tmp_path / "c", 10)

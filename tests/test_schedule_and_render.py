@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from guards.chat_http import OpenRouterGuard
-from guards.config import GuardConfig
-from guards.prompts import load_prompt
-from harness.canon import dumps_line
-from harness.cohorts.model import build_row, load_cohort
-from harness.run.schedule import call_id_for, iter_schedule
+from guardeval.canon import dumps_line
+from guardeval.cohorts.model import build_row, load_cohort
+from guardeval.guards.chat_http import OpenRouterGuard
+from guardeval.guards.config import GuardConfig
+from guardeval.guards.prompts import load_prompt
+from guardeval.run.schedule import call_id_for, iter_schedule
 
 from conftest import DEMO_COHORT
 

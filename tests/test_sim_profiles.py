@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from guards.config import load_guard_config
-from guards.prompts import load_prompt
-from guards.registry import make_renderer
-from guards.sim import SimServerProcess
-from guards.sim import guard as sim_guard
-from guards.sim.config import ServerConfig
-from guards.sim.profiles import PROFILES, SHORTCUT_PROFILE, load_profile
-from guards.sim.truth import expected_block_probabilities, true_effects
-from harness.canon import canonical_sha256
-from harness.cohorts.model import load_cohort
-from harness.errors import InputError
+from guardeval.canon import canonical_sha256
+from guardeval.cohorts.model import load_cohort
+from guardeval.errors import InputError
+from guardeval.guards.config import load_guard_config
+from guardeval.guards.prompts import load_prompt
+from guardeval.guards.registry import make_renderer
+from guardeval.guards.sim import SimServerProcess
+from guardeval.guards.sim import guard as sim_guard
+from guardeval.guards.sim.config import ServerConfig
+from guardeval.guards.sim.profiles import PROFILES, SHORTCUT_PROFILE, load_profile
+from guardeval.guards.sim.truth import expected_block_probabilities, true_effects
 
 from conftest import DEMO_COHORT, cli_env, run_cli
 

@@ -19,13 +19,13 @@ import httpx
 import pytest
 from httpx_aiohttp import AiohttpTransport
 
-from guards.parsers import composite, parse_json_three_field
-from guards.prompts import load_prompt
-from guards.sim import SimServerProcess
-from guards.sim import guard as sim_guard
-from guards.sim.config import parse_faults, parse_latency
-from harness.canon import canonical_sha256
-from harness.errors import InputError
+from guardeval.canon import canonical_sha256
+from guardeval.errors import InputError
+from guardeval.guards.parsers import composite, parse_json_three_field
+from guardeval.guards.prompts import load_prompt
+from guardeval.guards.sim import SimServerProcess
+from guardeval.guards.sim import guard as sim_guard
+from guardeval.guards.sim.config import parse_faults, parse_latency
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,8 +149,8 @@ def test_first_line_is_the_base_url_and_port_is_real(sim: SimServerProcess) -> N
 
 
 def test_first_line_exact_and_flushed_via_cli() -> None:
-    # Through the real console entry (`python -m harness sim-server`), reading the raw pipe.
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "sim-server", "--port", "0"],
+    # Through the real console entry (`python -m guardeval sim-server`), reading the raw pipe.
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", "sim-server", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     try:
         assert proc.stdout is not None
@@ -334,9 +334,9 @@ def test_fault_spec_parsing() -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    [sys.executable, "-m", "guards.sim", "--faults", "teapot=0.5"],
-    [sys.executable, "-m", "harness", "sim-server", "--faults", "429=abc"],
-    [sys.executable, "-m", "harness", "sim-server", "--faults", "429=0.7,503=0.7"],
+    [sys.executable, "-m", "guardeval.guards.sim", "--faults", "teapot=0.5"],
+    [sys.executable, "-m", "guardeval", "sim-server", "--faults", "429=abc"],
+    [sys.executable, "-m", "guardeval", "sim-server", "--faults", "429=0.7,503=0.7"],
 ])
 def test_bad_options_exit_2_without_traceback(argv: list[str]) -> None:
     r = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=30)
@@ -347,7 +347,7 @@ def test_bad_options_exit_2_without_traceback(argv: list[str]) -> None:
 
 def test_an_unknown_unsupported_param_exits_2() -> None:
     # A misspelt name used to be dropped in silence: the listed endpoints then supported everything.
-    r = subprocess.run([sys.executable, "-m", "guards.sim", "--unsupported-params", "seed,structured_output"],
+    r = subprocess.run([sys.executable, "-m", "guardeval.guards.sim", "--unsupported-params", "seed,structured_output"],
                        cwd=ROOT, capture_output=True, timeout=30)
     assert r.returncode == 2 and r.stdout == b"" and b"Traceback" not in r.stderr
     assert b"--unsupported-params" in r.stderr and b"'structured_output'" in r.stderr

@@ -36,7 +36,7 @@ def python_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _renamed_module(run: Path, module: str) -> None:
     """A stranger's manifest: `guard_callable.module` names other code, the manifest re-hashed."""
-    from harness.run.manifest import manifest_with_hash
+    from guardeval.run.folder.manifest import manifest_with_hash
 
     m = json.loads((run / "manifest.json").read_text())
     m["guard_callable"]["module"] = module
@@ -45,7 +45,7 @@ def _renamed_module(run: Path, module: str) -> None:
 
 def _cli_in(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # `python -m` puts the current folder first on sys.path, as a user typing in that folder has it.
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "guardeval", *args], capture_output=True, text=True,
                           env=cli_env(env), cwd=cwd, timeout=300)
 
 
@@ -138,7 +138,7 @@ def test_links_planted_in_a_partial_folder_are_never_written_through(tmp_path):
     runs.mkdir()
     run = runs / "run"
     # 9,600 scheduled calls: the schedule takes long enough to write that the folder is caught.
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "launch", "--cohort", "demo", "--guard",
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", "demo", "--guard",
                              "python-example", "--reps", "30", "--run-dir", str(run), "--max-calls", "1",
                              "--no-progress"], env=cli_env(), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -267,7 +267,7 @@ def test_a_fifo_renamed_over_the_cohort_copy_after_its_check_is_refused(tmp_path
     args = {"verify": ["verify", str(run)], "estimate": ["estimate", str(run), "--no-verify"],
             "export": ["export", str(run), "--out", "-", "--no-verify"], "show": ["show", str(run), call_id],
             "resume": ["resume", str(run), "--no-progress"]}[command]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], env=cli_env(), cwd=REPO, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "guardeval", *args], env=cli_env(), cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         swapped = _swap_once_open(proc, meta, lambda: os.rename(odd, run / "cohort" / "instances.jsonl"))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from guards.sim import SimServerProcess
-from guards.sim.profiles import PROFILES
-from harness.canon import canonical_sha256
+from guardeval.canon import canonical_sha256
+from guardeval.guards.sim import SimServerProcess
+from guardeval.guards.sim.profiles import PROFILES
 
 from conftest import CliResult, cli_env, run_cli, write_guard
 
@@ -81,7 +81,7 @@ def reported(study: Path) -> dict:
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """`guardeval ARGS` in this process (the CLI's own `main`: exit code, stdout, stderr), with the
     guards' key set; a subprocess costs the interpreter and its imports each time."""
-    from harness.cli import main
+    from guardeval.cli import main
 
     for k, v in KEY.items():
         monkeypatch.setenv(k, v)
@@ -237,7 +237,7 @@ def test_the_report_answers_in_words(cli, study: Path, reported: dict) -> None:
 
 
 def test_the_api_gives_records(cli, study: Path, reported: dict, tmp_path: Path) -> None:
-    from harness import api
+    from guardeval import api
 
     copy = _copy(study, tmp_path)
     rep = api.study_report(copy, n_boot=2000, write=False)

@@ -1,17 +1,17 @@
 """Estimates land on the truth (issue 28, done-when): ten seeded studies of the three shipped
 profiles on the demo cohort, each a real study (three simulated providers on 127.0.0.1, dispatched
 together, compared); for every profile and every intervention, the 95% interval of the estimated
-placebo-corrected effect covers the profile's true effect (guards.sim.truth) in at least 9 of 10."""
+placebo-corrected effect covers the profile's true effect (guardeval.guards.sim.truth) in at least 9 of 10."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from guards.sim import SimServerProcess
-from guards.sim.profiles import PROFILES
-from guards.sim.truth import true_effects
-from harness import api
-from harness.cohorts.model import load_cohort
+from guardeval import api
+from guardeval.cohorts.model import load_cohort
+from guardeval.guards.sim import SimServerProcess
+from guardeval.guards.sim.profiles import PROFILES
+from guardeval.guards.sim.truth import true_effects
 
 from conftest import DEMO_COHORT, cli_env, write_guard
 

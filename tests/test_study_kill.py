@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from guards.sim import SimServerProcess
+from guardeval.guards.sim import SimServerProcess
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
@@ -35,7 +35,7 @@ def test_sigkill_during_dispatch_then_resume(small_cohort: Path, tmp_path: Path)
         for name, s in zip(PROFILE_NAMES, sims):
             args += ["--guard", str(write_guard(tmp_path / f"{name}.toml", s.base_url, name=name))]
         study = tmp_path / "s"
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "study", "launch", "--cohort", str(small_cohort),
+        proc = subprocess.Popen([sys.executable, "-m", "guardeval", "study", "launch", "--cohort", str(small_cohort),
                                  "--reps", "2", "--study-dir", str(study), "--no-preflight", "--no-progress",
                                  "--concurrency", "2", *args], cwd=REPO, env=cli_env(KEY),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -82,7 +82,7 @@ def test_sigterm_stops_every_run_cleanly(small_cohort: Path, tmp_path: Path) -> 
         for name in PROFILE_NAMES[:2]:
             args += ["--guard", str(write_guard(tmp_path / f"{name}.toml", sim.base_url, name=name))]
         study = tmp_path / "s"
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "study", "launch", "--cohort", str(small_cohort),
+        proc = subprocess.Popen([sys.executable, "-m", "guardeval", "study", "launch", "--cohort", str(small_cohort),
                                  "--reps", "2", "--study-dir", str(study), "--no-preflight", "--no-progress",
                                  "--concurrency", "2", *args], cwd=REPO, env=cli_env(KEY),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from harness.cohorts.model import instance_hash, load_cohort, write_cohort
-from harness.terminal import safe, safe_json
+from guardeval.cohorts.model import instance_hash, load_cohort, write_cohort
+from guardeval.terminal import safe, safe_json
 
 from app_server import in_thread
 from conftest import run_cli, write_guard

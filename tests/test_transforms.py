@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.canon import canonical_sha256
-from harness.cohorts.transforms import (
+from guardeval.canon import canonical_sha256
+from guardeval.cohorts.transforms import (
     MARKER_TABLE,
     Transform,
     Variant,
@@ -26,7 +26,7 @@ from harness.cohorts.transforms import (
     validate_table,
     visible_names,
 )
-from harness.errors import InputError
+from guardeval.errors import InputError
 
 
 def _base(**over):

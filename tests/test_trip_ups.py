@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.estimators import synthetic as sy
+from guardeval.estimators import synthetic as sy
 
 from conftest import run_cli, write_guard
 
@@ -45,7 +45,7 @@ def test_a_wrong_placebo_lists_the_conditions(tmp_path):
 
 
 def test_provider_text_is_cut_at_a_word_not_inside_one():
-    from guards.openrouter.http import shown
+    from guardeval.guards.openrouter.http import shown
 
     text = 'the server said: set structured_output = "auto" in the guard config, or pass --no-preflight'
     cut = shown(text, 60)
@@ -81,7 +81,7 @@ def test_a_bare_run_id_is_found_under_runs(tmp_path, small_cohort, sim):
 
 
 def test_a_pilots_progress_line_counts_down_to_the_pilot(tmp_path, small_cohort, sim):
-    from harness.run.progress import RunProgress
+    from guardeval.run.dispatch.progress import RunProgress
 
     p = RunProgress(960, 0, enabled=False)
     p.goal, p.done = 100, 50
@@ -104,3 +104,21 @@ def test_a_plain_resume_of_a_finished_run_with_failed_calls_names_retry_failed(t
     r = run_cli("resume", str(run), "--no-progress")
     assert r.code == 0 and f"try them again with: guardeval resume {run} --retry-failed" in r.err, r.err
     assert "exhausted" in r.err
+
+
+def test_the_fingerprint_a_launch_prints_is_the_one_verify_expects(tmp_path, small_cohort, sim):
+    """The token printed at the end of a session pins the run as it was left: events.jsonl, made
+    after the folder was opened, included (it read as absent, and the token failed --expect)."""
+    import re
+
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run),
+                "--no-progress", "--max-calls", "30")
+    assert r.code == 0, r.err
+    for step in ("launch", "resume"):
+        if step == "resume":
+            r = run_cli("resume", str(run), "--no-progress")
+        token = re.search(r"fingerprint (\S+) \(keep it", r.err)[1]
+        v = run_cli("verify", str(run), "--expect", token)
+        assert v.code == 0 and f"fingerprint {token}" in v.out, (step, r.err, v.out)

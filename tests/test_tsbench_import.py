@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cohorts.builders.toolsafe_logs import import_toolsafe
-from harness.cohorts.builders.tsbench import build_tsbench
-from harness.cohorts.model import load_cohort
-from harness.errors import InputError
+from guardeval.cohorts.builders.toolsafe_logs import import_toolsafe
+from guardeval.cohorts.builders.tsbench import build_tsbench
+from guardeval.cohorts.model import load_cohort
+from guardeval.errors import InputError
 
 
 def _rec(i: int, score, interaction="7", tool="send_money"):
@@ -141,7 +141,7 @@ def test_rows_feed_audit_units(bench, tmp_path):
         pins.write_text("\n".join(lines) + "\n")
         out = tmp_path / f"rows{rc}.jsonl"
         import_toolsafe(root, out, pins)
-        p = subprocess.run([sys.executable, "-m", "harness", "audit", "units", str(out), "--json"], env=env,
+        p = subprocess.run([sys.executable, "-m", "guardeval", "audit", "units", str(out), "--json"], env=env,
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == rc, p.stderr
         if rc == 2:  # the null prediction is reported by line, never silently dropped
@@ -155,8 +155,8 @@ def test_rows_feed_audit_units(bench, tmp_path):
 
 def test_shipped_pins_are_the_toolsafe_pins():
     """The default pins ship with the package; where ../shared has the pin list, they agree."""
-    from harness.cohorts.builders.pins import parse_pin_lines
-    from harness.cohorts.builders.tsbench import DEFAULT_PINS
+    from guardeval.cohorts.builders.pins import parse_pin_lines
+    from guardeval.cohorts.builders.tsbench import DEFAULT_PINS
 
     from conftest import shared_or_skip
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from harness.run.verify import verify_run
+from guardeval.run.integrity.verify import verify_run
 
 from conftest import run_cli
 
@@ -74,7 +74,7 @@ def test_every_renamed_key_is_caught(tmp_path, finished_run, name):
 
 
 def test_raw_lines_are_canonical_with_the_request_spliced_in(finished_run):
-    from harness.canon import dumps_line
+    from guardeval.canon import dumps_line
 
     for line in (finished_run / "raw.jsonl").read_bytes().splitlines()[:20]:
         rec = __import__("orjson").loads(line)

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.estimators.definitions import DEFINITIONS
-from harness.estimators.formats import rules_differ
-from harness.estimators.plot import forest_plot
-from harness.estimators.report import human_text
-from harness.view.calls import EXPORT_COLUMNS, load_calls
-from harness.view.html import build_html, json_for_script, select_calls, verify_summary
+from guardeval.estimators.report.definitions import DEFINITIONS
+from guardeval.estimators.report.formats import rules_differ
+from guardeval.estimators.report.plot import forest_plot
+from guardeval.estimators.report.report import human_text
+from guardeval.view.calls import EXPORT_COLUMNS, load_calls
+from guardeval.view.html import build_html, json_for_script, select_calls, verify_summary
 
 from conftest import REPO, run_cli
 
@@ -198,8 +198,8 @@ def test_report_html_shows_every_estimator_family_as_report_md_does(demo_run):
     # The quantities of docs/estimators.md have their own tables in report.html, with the same
     # numbers as report.md and their definitions one click away; nothing is left to the
     # generic "More in report.json" tables but keys this version does not know.
-    from harness.estimators.report import markdown
-    from harness.estimators.sections import family_sections, labels
+    from guardeval.estimators.report.report import markdown
+    from guardeval.estimators.report.sections import family_sections, labels
 
     report = json.loads((demo_run.run / "report.json").read_text())
     report["notes"] = ["placebo: format_placebo (chosen by its name)"]

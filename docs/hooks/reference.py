@@ -75,7 +75,7 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def cli_reference() -> str:
-    from harness.cli.app import build_parser
+    from guardeval.cli.app import build_parser
 
     top = build_parser()
     out = ["Every command and option, generated from the command line's own parsers when the site is "
@@ -103,12 +103,12 @@ def cli_reference() -> str:
 def config_reference() -> str:
     import dataclasses
 
-    from guards import config as c
+    from guardeval.guards import config as c
 
     defaults = {f.name: f.default for f in dataclasses.fields(c.GuardConfig)
                 if f.default is not dataclasses.MISSING}
     out = ["Every key of a guard config (a TOML file), generated from the config's own definitions "
-           "(`guards/config.py`) when the site is built: types, whether required, defaults, allowed ranges.", "",
+           "(`guardeval/guards/config.py`) when the site is built: types, whether required, defaults, allowed ranges.", "",
            "| key | type | required | default | range | meaning |", "|---|---|---|---|---|---|"]
     for key, (types, required) in c._FIELDS.items():
         default = defaults.get(key)

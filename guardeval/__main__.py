@@ -1,0 +1,3 @@
+from guardeval.cli import main
+
+raise SystemExit(main())

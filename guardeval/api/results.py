@@ -1,0 +1,144 @@
+"""Estimate a run, compare two, load the call table (as records, or a pandas/polars frame)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from guardeval.api.runs import run_folder
+from guardeval.api.types import CallRecord, Comparison, Decision, Difference, Effect, Estimate, _interval
+from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
+from guardeval.errors import InputError
+
+
+def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | None = None,
+             family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0, failure_rule: str = "drop",
+             missing: str = "exclude", allow_partial: bool = False, allow_unpublishable: bool = False,
+             verify: bool = True, allow_skipped: bool = False, write: bool = True, margin: float | None = None,
+             alpha: float = 0.05, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Estimate:
+    """Paired effects with cluster-bootstrap intervals (`guardeval estimate RUN`). The run is
+    verified first (CheckFailed when it does not hold; `verify=False` skips that, and the report
+    says so). `margin`: the equivalence margin (`--margin`); `alpha`: the level of every verdict
+    (`--alpha`, Holm within each stated family). With `write`, report.json, report.md,
+    effects.png and report.html go into the run."""
+    from guardeval.estimators.runs import estimate_run
+    from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
+
+    report = estimate_run(run, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                          margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
+                          failure_rule=failure_rule, missing=missing, allow_partial=allow_partial,
+                          allow_unpublishable=allow_unpublishable, write=write, verify=verify,
+                          allow_skipped=allow_skipped, row_limits=row_limits)
+    if write:
+        from guardeval.view.html import write_report_html
+
+        write_report_html(run, report, just_estimated=True)
+    return estimate_record(report, Path(run))
+
+
+def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
+    """The typed record of an estimate report (report.json's shape)."""
+    effects = [Effect(condition=c["condition"], role=c["role"], in_family=c["in_family"], delta=c["delta"],
+                      ci=_interval(c["ci"]), p=c["p"], p_holm=c["p_holm"],
+                      delta_minus_placebo=c["delta_minus_placebo"], ci_minus_placebo=_interval(c["ci_minus_placebo"]),
+                      p_minus_placebo=c["p_minus_placebo"], increase=c["increase"], decrease=c["decrease"],
+                      tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"],
+                      p_holm_minus_placebo=c.get("p_holm_minus_placebo"), verdict=Decision.of(c.get("equivalence")),
+                      verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo")))
+               for c in report["contrasts"]]
+    source = report.get("source") or {}
+    return Estimate(run_dir=run_dir, baseline=report["baseline"], placebo=report["placebo"],
+                    failure_rule=report["failure_rule"], n_calls=report["n_calls"], n_bases=report["n_bases"],
+                    complete=report["complete"], publishable=report["publishable"],
+                    verified=bool(source.get("verified")), quarantined=int(report["quarantine"]["count"]),
+                    block_rate=dict(report["block_rate"]), effects=effects, notes=list(report["notes"]),
+                    report=dict(report))
+
+
+def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: str | None = None,
+            placebo: str | None = None, family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
+            failure_rule: str = "drop", missing: str = "exclude", margin: float | None = None,
+            alpha: float = 0.05, allow_partial: bool = False, allow_unpublishable: bool = False, verify: bool = True,
+            allow_skipped: bool = False, out: str | Path | None = None, write: bool = True,
+            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Comparison:
+    """Two or more runs of one schedule (replicates on other guards): each run's effects, the
+    paired differences, Holm over the family (`guardeval compare RUN_A RUN_B ...`). Each run is
+    verified first. `conditions` is the first pair (B − A); `result` holds every pair, the
+    leaderboard and the ranking checks. With `write`, compare.md, compare.html and compare.png go
+    into `out` (default: the second run)."""
+    from guardeval.estimators.compare.compare import compare_inputs
+    from guardeval.estimators.runs import compare_input_from_run, first_schedule_difference, run_dir
+    from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
+    from guardeval.view.files import make_folder, out_folder
+
+    if len(runs) < 2:
+        raise InputError(f"compare needs at least two runs, got {len(runs)}")
+    folders = [run_dir(r) for r in runs]
+    for r in folders[1:]:
+        line = first_schedule_difference(folders[0], r, row_limits)
+        if line is not None:
+            raise InputError(f"schedule.jsonl of {folders[0].path} and {r.path} differ from line {line}: not runs of "
+                             "one schedule", path=r.file("schedule.jsonl"), line=line)
+    out_dir = out_folder(out) if out else folders[1].path
+    if labels is not None and len(labels) != len(folders):
+        raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
+    inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
+                                     row_limits=row_limits) for i, r in enumerate(folders)]
+    result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                                 failure_rule=failure_rule, missing=missing,
+                                 margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
+                                 allow_partial=allow_partial,
+                                 allow_unpublishable=allow_unpublishable)
+    result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
+    written: list[Path] = []
+    if write:
+        from guardeval.view.compare import write_compare
+
+        make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
+        written = list(write_compare(result, out_dir))
+    rows = [Difference(condition=r["condition"], delta_a=r["delta_a"], ci_a=_interval(r["ci_a"]),
+                       delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
+                       ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
+                       p_holm=(r["equivalence"] or {}).get("p_adjusted"),
+                       delta_minus_placebo_a=r["delta_minus_placebo_a"], delta_minus_placebo_b=r["delta_minus_placebo_b"],
+                       difference_minus_placebo=r["difference_minus_placebo"],
+                       ci_difference_minus_placebo=_interval(r["ci_difference_minus_placebo"]),
+                       p_difference_minus_placebo=r["p_difference_minus_placebo"],
+                       p_holm_minus_placebo=(r["equivalence_minus_placebo"] or {}).get("p_adjusted"),
+                       verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
+            for r in result["conditions"]]
+    checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
+    return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
+                      failure_rule=result["failure_rule"], publishable=result["publishable"],
+                      complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
+                      written=written, checks=checks, result=result)
+
+
+def calls(run: str | Path) -> list[CallRecord]:
+    """One record per scheduled call, in schedule order, joined across the run folder (the
+    columns of `guardeval export`)."""
+    from guardeval.view.calls import EXPORT_COLUMNS, load_calls
+
+    return [CallRecord(**{c: r[c] for c in EXPORT_COLUMNS}) for r in load_calls(run_folder(run)).rows]
+
+
+FRAME_LIBRARIES = ("pandas", "polars")
+
+
+def calls_frame(run: str | Path, library: str = "pandas") -> Any:
+    """The call table as a pandas or polars DataFrame. Neither is a dependency of guardeval:
+    InputError naming the package to install when it is missing."""
+    if library not in FRAME_LIBRARIES:
+        raise InputError(f"unknown library {library!r} (one of {', '.join(FRAME_LIBRARIES)})", field="library")
+    try:
+        lib = __import__(library)
+    except ImportError:
+        raise InputError(f"calls_frame(library={library!r}) needs {library}, which guardeval does not install: "
+                         f"pip install {library}", field="library") from None
+    from guardeval.view.calls import EXPORT_COLUMNS
+
+    rows = [r.to_dict() for r in calls(run)]
+    if library == "pandas":
+        return lib.DataFrame.from_records(rows, columns=list(EXPORT_COLUMNS))
+    return lib.from_dicts(rows, infer_schema_length=None)   # every row read for the column types

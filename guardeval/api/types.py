@@ -1,0 +1,419 @@
+"""The typed records `guardeval.api` returns (dataclasses; `to_dict()` gives the JSON shape)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Interval = tuple[float, float]
+
+
+def _interval(value: Any) -> Interval | None:
+    return (float(value[0]), float(value[1])) if isinstance(value, (list, tuple)) and len(value) == 2 else None
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-ready data (paths as strings)."""
+        def plain(v: Any) -> Any:
+            if isinstance(v, Path):
+                return str(v)
+            if isinstance(v, _Record):
+                return v.to_dict()
+            if isinstance(v, dict):
+                return {k: plain(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [plain(x) for x in v]
+            return v
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if not f.name.startswith("_")}
+
+
+@dataclass(frozen=True)
+class Projection(_Record):
+    calls: int
+    prompt_tokens_est: int
+    max_output_tokens: int
+    cost_usd_upper_est: float | None
+
+
+@dataclass
+class LaunchPlan(_Record):
+    """A launch or replicate, prepared and hashed; nothing written yet (`launch_plan` writes it)."""
+
+    run_id: str
+    run_dir: Path
+    n_calls: int
+    bases: int
+    conditions: list[str]
+    reps: int
+    order: str
+    seed: int
+    guard: str
+    backend: str
+    model: str
+    prompt: str
+    schedule_sha256: str
+    parent_run: str | None
+    projection: Projection
+    _plan: Any = field(default=None, repr=False, compare=False)   # guardeval.run.planning.Plan
+
+
+@dataclass(frozen=True)
+class RunResult(_Record):
+    """What one launch, resume or replicate did, and where the whole run stands."""
+
+    run_dir: Path
+    total: int
+    decided: int
+    complete: bool
+    statuses: dict[str, int]                # the whole run's decisions by status
+    session_dispatched: int
+    session_decided: int
+    recovered: int                          # decisions re-derived from the raw log on open
+    torn: list[Path]                        # torn last lines moved aside
+    stop_reason: str | None                 # None: every pending call handled (or --max-calls)
+    fatal_message: str | None
+    fingerprint: str | None                 # the run's fingerprint when the session ended (`verify --expect`)
+    _outcome: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def retry(self) -> Any:
+        """What `retry_failed` did (`guardeval.run.retry.RetrySession`: targets, rounds)."""
+        return self._outcome.retry
+
+    def message(self) -> str:
+        """The run's totals in words, as the CLI's last line: `960/960 calls decided: ok 960`."""
+        from guardeval.run.runner import finish_message
+
+        return finish_message(self._outcome)
+
+    def outcome_json(self) -> dict[str, Any]:
+        """What `launch`, `resume` and `replicate` print with --json."""
+        from guardeval.run.runner import outcome_json
+
+        return outcome_json(self._outcome)
+
+    def raise_if_stopped(self) -> None:
+        """RunStopped (exit 1, resumable) when a fatal error, the budget, a full disk or a signal stopped it."""
+        from guardeval.run.runner import raise_if_stopped
+
+        raise_if_stopped(self._outcome)
+
+
+@dataclass(frozen=True)
+class RunStatus(_Record):
+    """`guardeval status`: the same fields as `status --json`."""
+
+    run_id: str
+    run_dir: str
+    guard: str
+    model: str
+    cohort: str
+    parent_run: str | None
+    n_calls: int
+    decided: int
+    pending: int
+    complete: bool
+    running: bool
+    state: str                              # running, damaged, complete, stopped, interrupted, not_started
+    statuses: dict[str, int]
+    quarantined: int
+    quarantine_by_reason: dict[str, int]
+    generation_replays: int
+    attempts: int
+    retries: int
+    spend_usd: float
+    spend_simulated: bool
+    last_stop: dict[str, Any] | None
+    undecided_answers: int                  # final answers without a decision line (`resume` re-derives them)
+    problems: list[Any]                     # what is wrong: a cut raw log, a broken retry chain, ...
+    fingerprint: str                        # the run's fingerprint now
+    retried: dict[str, Any] | None = None   # calls given new attempts by `resume --retry-failed`, by round
+    extra: dict[str, Any] = field(default_factory=dict)   # fields of `status --json` newer than this record
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunStatus:
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in data.items() if k in names},
+                   extra={k: v for k, v in data.items() if k not in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        return {**{k: v for k, v in d.items() if k != "extra"}, **self.extra}
+
+
+@dataclass(frozen=True)
+class Problem(_Record):
+    file: str
+    line: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Skipped(_Record):
+    check: str
+    reason: str
+
+
+_VERIFY_OPTIONAL = ("n_calls", "n_raw", "n_decisions", "undecided_answers", "fingerprint")
+
+
+@dataclass(frozen=True)
+class VerifyReport(_Record):
+    """`guardeval verify`: ok is false on any problem, or a skipped check unless allowed."""
+
+    ok: bool
+    problems: list[Problem]
+    skipped: list[Skipped]
+    checked: str
+    n_calls: int | None = None              # None when the manifest could not be read
+    n_raw: int | None = None
+    n_decisions: int | None = None
+    undecided_answers: int | None = None    # final answers without a decision (not OK)
+    fingerprint: dict[str, Any] | None = None   # {"token": ..., ...}: the run's fingerprint, checked against `expect`
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        return {k: v for k, v in d.items() if v is not None or k not in _VERIFY_OPTIONAL}
+
+
+@dataclass(frozen=True)
+class Decision(_Record):
+    """One quantity's decision (docs/estimators.md, Decisions): Holm within `family` at `alpha`."""
+
+    verdict: str | None                     # "differs from 0", "within ±M", both, "inconclusive", or not tested
+    differs: bool | None                    # None: outside every family, not tested
+    equivalent: bool | None
+    p_adjusted: float | None
+    family: str | None
+    alpha: float | None
+    mde: float | None                       # detectable with 80% power at alpha
+    mde_holm: float | None                  # ... at the first Holm step, alpha/m
+    underpowered: bool | None               # the margin lies below the MDE
+
+    @staticmethod
+    def of(record: Any) -> Decision | None:
+        if not isinstance(record, dict):
+            return None
+        return Decision(**{f.name: record.get(f.name) for f in dataclasses.fields(Decision)})
+
+
+@dataclass(frozen=True)
+class Effect(_Record):
+    """One condition against the baseline (docs/estimators.md): block-rate differences as proportions.
+    Intervals are unadjusted 95%; verdicts are Holm decisions within the stated families."""
+
+    condition: str
+    role: str
+    in_family: bool
+    delta: float | None
+    ci: Interval | None
+    p: float | None
+    p_holm: float | None
+    delta_minus_placebo: float | None
+    ci_minus_placebo: Interval | None
+    p_minus_placebo: float | None
+    increase: int                           # bases whose block rate rose
+    decrease: int
+    tie: int
+    n_bases: int
+    block_rate: float | None
+    p_holm_minus_placebo: float | None = None
+    verdict: Decision | None = None          # Δ's decision
+    verdict_minus_placebo: Decision | None = None   # the corrected effect's (the headline, where defined)
+
+    @property
+    def headline(self) -> Decision | None:
+        """The decision behind the row's star: the corrected effect's, Δ's for the placebo."""
+        return self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
+
+    @property
+    def significant(self) -> bool:
+        """The headline differs from 0 after Holm in its family (the `*` of the effects table)."""
+        h = self.headline
+        return bool(h is not None and h.differs)
+
+
+@dataclass(frozen=True)
+class Estimate(_Record):
+    """`guardeval estimate`: the headline numbers typed; `report` is the whole report.json."""
+
+    run_dir: Path | None
+    baseline: str
+    placebo: str | None
+    failure_rule: str
+    n_calls: int
+    n_bases: int
+    complete: bool
+    publishable: bool
+    verified: bool
+    quarantined: int
+    block_rate: dict[str, float | None]
+    effects: list[Effect]
+    notes: list[str]
+    report: dict[str, Any] = field(repr=False)
+
+    def effect(self, condition: str) -> Effect:
+        """The effect of one condition (KeyError if it has none)."""
+        for e in self.effects:
+            if e.condition == condition:
+                return e
+        raise KeyError(condition)
+
+
+@dataclass(frozen=True)
+class Difference(_Record):
+    """One condition's effect in run A and run B, and their paired difference (B − A), of Δ and
+    of the placebo-corrected effect (the headline), each with its decision."""
+
+    condition: str
+    delta_a: float | None
+    ci_a: Interval | None
+    delta_b: float | None
+    ci_b: Interval | None
+    difference: float | None
+    ci_difference: Interval | None
+    p_difference: float | None
+    p_holm: float | None
+    delta_minus_placebo_a: float | None = None
+    delta_minus_placebo_b: float | None = None
+    difference_minus_placebo: float | None = None
+    ci_difference_minus_placebo: Interval | None = None
+    p_difference_minus_placebo: float | None = None
+    p_holm_minus_placebo: float | None = None
+    verdict: Decision | None = None
+    verdict_minus_placebo: Decision | None = None
+
+    @property
+    def significant(self) -> bool:
+        """The headline difference (corrected; Δ for the placebo) differs from 0 in its family."""
+        h = self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
+        return bool(h is not None and h.differs)
+
+
+@dataclass(frozen=True)
+class Comparison(_Record):
+    """`guardeval compare`: runs of one schedule; `conditions` is the first pair (B − A),
+    `result` the whole comparison (every pair, the leaderboard, ranking checks)."""
+
+    runs: list[Path]
+    labels: list[str]
+    baseline: str
+    failure_rule: str
+    publishable: bool
+    complete: bool
+    ranking_changed: bool
+    conditions: list[Difference]
+    written: list[Path]
+    checks: list[dict[str, Any]]            # per run: {"checked": verified first?, "skipped": [...]}
+    result: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class CallRecord(_Record):
+    """One scheduled call joined across the run folder (the columns of `guardeval export`)."""
+
+    call_id: str
+    base_id: str
+    interaction_id: str
+    domain: str
+    condition: str
+    repetition: int
+    label: int | None
+    tool: str | None
+    decision: int | None
+    score: float | None
+    status: str | None
+    quarantine_reason: str | None
+    attempts: int
+    latency_s: float | None
+    cost: float | None
+    provider: str | None
+    finish_reason: str | None
+    retry_round: int | None = None          # the `resume --retry-failed` round that decided it (None: none)
+
+
+@dataclass(frozen=True)
+class StudyRun(_Record):
+    """One run of a study after a `study_launch`, `study_resume` or `study_add`."""
+
+    label: str
+    run_dir: Path
+    dispatched: bool                        # sent calls in this command (False: already complete, or refused)
+    complete: bool
+    decided: int | None
+    total: int | None
+    statuses: dict[str, int]
+    stop_reason: str | None                 # as RunResult's; None when it ended on its own
+    fatal_message: str | None
+    fingerprint: str | None
+    error: str | None                       # why it could not start, or broke (the others went on)
+
+
+@dataclass(frozen=True)
+class StudyResult(_Record):
+    """What one `study_launch`, `study_resume` or `study_add` did, and where the study stands."""
+
+    study_dir: Path
+    runs: list[StudyRun]                    # every run of the study
+    complete: bool                          # every run has every call decided
+    incomplete: list[str]
+    spend_usd: float                        # the whole study's
+    max_cost: float | None                  # the study's budget in this command
+    interrupted: str | None                 # `signal SIGTERM` when a signal stopped it
+    fingerprint: str                        # the study fingerprint now (`study_verify(expect=)`)
+
+    def run(self, label: str) -> StudyRun:
+        for r in self.runs:
+            if r.label == label:
+                return r
+        raise KeyError(label)
+
+    def stopped(self) -> dict[str, str]:
+        """label -> why, for each run of this command that did not end on its own."""
+        return {r.label: r.error or str(r.stop_reason) for r in self.runs
+                if r.dispatched and (r.error is not None or r.stop_reason is not None)}
+
+    def raise_if_stopped(self) -> None:
+        """RunStopped (exit 1, resumable) when a run stopped: a fatal answer, the budget, a signal..."""
+        from guardeval.errors import RunStopped
+
+        stopped = self.stopped()
+        if stopped:
+            listed = "; ".join(f"{k}: {v}" for k, v in stopped.items())
+            raise RunStopped(f"{len(stopped)} run(s) of the study stopped ({listed}); the others went on. Fix the "
+                             f"cause, then: guardeval study resume {self.study_dir}")
+
+
+@dataclass(frozen=True)
+class StudyVerifyReport(_Record):
+    """`guardeval study verify`: every run, and the study's record against them."""
+
+    ok: bool
+    problems: list[Problem]
+    skipped: list[Skipped]
+    notes: list[str]
+    runs: dict[str, Any]                    # label -> {"ok", "checked", "problems", "fingerprint"}
+    checked: str
+    fingerprint: dict[str, Any] | None      # {"token", "digest", "runs": {label: run fingerprint}}
+
+
+@dataclass(frozen=True)
+class StudyReport(_Record):
+    """`guardeval study report`: the answer, typed where a caller reads it; `report` is the
+    whole of study-report.json."""
+
+    study_dir: Path
+    fingerprint: str
+    answer: list[str]                       # the answer in words, lead first
+    most_sensitive: dict[str, str]          # intervention -> the guard it moves most
+    least_sensitive: dict[str, str]
+    holds: dict[str, bool | None]           # intervention -> does most − least hold after the correction
+    corrected_effects: dict[str, list[str]]  # guard -> interventions with a placebo-corrected effect
+    complete: bool
+    publishable: bool
+    written: list[Path]
+    report: dict[str, Any] = field(repr=False)

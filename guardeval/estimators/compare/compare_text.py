@@ -1,0 +1,210 @@
+"""The tables and lines of a comparison (the result of `compare.compare_inputs`), shared by the
+terminal output, compare.md and compare.html: per pair the corrected differences (the
+headline) and the Δ differences, the condition rankings, the leaderboard per condition and the
+ranking stability of the guards."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guardeval.estimators.report.formats import interval, level, num, pval, text_table
+from guardeval.estimators.verdicts import decisions as dc
+from guardeval.estimators.verdicts.decisions import short
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def who(inp: Mapping[str, Any]) -> str:
+    src = inp.get("source") or {}
+    if src.get("table"):
+        return f"{inp['label']}: table {src['table']}"
+    g = src.get("guard") or {}
+    return f"{inp['label']}: {g.get('name')} ({g.get('model')}), run {src.get('run_id')}"
+
+
+def input_lines(result: Mapping[str, Any]) -> list[str]:
+    return [who(i) for i in result["inputs"]]
+
+
+def method_line(result: Mapping[str, Any]) -> str:
+    bs = result["bootstrap"]
+    return (f"baseline {result['baseline']}; placebo {result['placebo'] or 'none'}; failure rule "
+            f"{result['failure_rule']}; {bs['n']} paired replicates, seed {bs['seed']}; equivalence margin "
+            f"±{result['margin']:g}; every verdict at α {result.get('alpha', 0.05):g}")
+
+
+def decision_lines(result: Mapping[str, Any]) -> list[str]:
+    """The families every verdict of the comparison is decided in (fixed before the data)."""
+    fams = result.get("families")
+    if not fams:
+        return []
+    what = {"difference": "B − A of Δ", "difference_minus_placebo": "B − A of Δ − placebo (the headline)"}
+    parts = [f"{what[q]}: Holm over {f['name']} ({', '.join(f['conditions'])})" for q, f in fams.items()]
+    return ["Decisions (every verdict, * and 'yes'): " + "; ".join(parts) + f", each at α {result['alpha']:g}. "
+            f"Intervals are unadjusted {level(result)} (1 − α); p_Holm is the decision's adjusted p."]
+
+
+def _headline(r: Mapping[str, Any], side: str) -> float | None:
+    corr = r.get(f"delta_minus_placebo_{side}")
+    return corr if corr is not None else r.get(f"delta_{side}")
+
+
+def words(result: Mapping[str, Any]) -> list[str]:
+    """One sentence per pair and condition for its headline (B − A of the placebo-corrected
+    effect; of Δ for the placebo): who is more sensitive, by how much, whether that survives the
+    stated family."""
+    if "families" not in result:
+        return []
+    out = []
+    for pair in result["pairs"]:
+        for r in pair["conditions"]:
+            if r.get("difference_minus_placebo") is not None or r.get("equivalence_minus_placebo") is not None:
+                out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_minus_placebo_a"],
+                                                  r["delta_minus_placebo_b"], r["difference_minus_placebo"],
+                                                  r["ci_difference_minus_placebo"], r["equivalence_minus_placebo"],
+                                                  "Δ − placebo", level(result)))
+            else:
+                out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"], r["delta_b"],
+                                                  r["difference"], r["ci_difference"], r["equivalence"], "Δ",
+                                                  level(result)))
+    return out
+
+
+def _sig(eq: Mapping[str, Any] | None) -> str:
+    return " *" if dc.significant(eq) else ""
+
+
+def _p_decision(eq: Mapping[str, Any] | None) -> str:
+    if not eq or not eq.get("family"):
+        return "(not in family)"
+    return pval(eq.get("p_adjusted"))
+
+
+def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
+    """The headline: B − A of the placebo-corrected effect, decided in the stated family."""
+    head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
+            "verdict; MDE"]
+    rows = [[str(r["condition"]) + _sig(r["equivalence_minus_placebo"]), num(r["delta_minus_placebo_a"]),
+             num(r["delta_minus_placebo_b"]), num(r["difference_minus_placebo"]),
+             interval(r["ci_difference_minus_placebo"]), pval(r["p_difference_minus_placebo"]),
+             _p_decision(r["equivalence_minus_placebo"]), short(r["equivalence_minus_placebo"])]
+            for r in pair["conditions"] if r["difference_minus_placebo"] is not None
+            or r["delta_minus_placebo_a"] is not None]
+    return head, rows
+
+
+def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
+    head = ["condition", "A Δ", f"A {lv} CI", "B Δ", f"B {lv} CI", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
+            "verdict; MDE"]
+    rows = [[str(r["condition"]) + _sig(r["equivalence"]), num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]),
+             interval(r["ci_b"]), num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]),
+             _p_decision(r["equivalence"]), short(r["equivalence"])]
+            for r in pair["conditions"]]
+    return head, rows
+
+
+TABLE_TERMS = ("A Δ − placebo, B Δ − placebo: each guard's placebo-corrected effect; B − A: their paired difference "
+               "on the bases counted in both; p: its two-sided bootstrap p; p_Holm: that p adjusted in the decision's "
+               "family (named above); * marks B − A differing from 0 there; verdict as defined under the tables; "
+               "MDE: the difference detectable with 80% power at α")
+
+
+def ranking_lines(pair: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> list[str]:
+    """The two rankings of conditions by Δ, each pair of conditions whose order reversed in the
+    point estimates with its reversal test, and the verdict."""
+    pairs = pair["reversed_pairs"]
+    fam = ((result or {}).get("ranking_family") or {}).get("name")
+    over = f"Holm over {fam}" if fam else "Holm"
+    lines = [f"ranking A: {' > '.join(pair['ranking_a'])}", f"ranking B: {' > '.join(pair['ranking_b'])}"]
+    for pr in pairs:
+        x, y = pr["conditions"]
+        if "p_reversal" in pr:
+            lines.append(f"reversed in the estimates: {x} vs {y}: order in A p {pval(pr['p_order_a'])}, in B p "
+                         f"{pval(pr['p_order_b'])}; reversal p {pval(pr['p_reversal'])}, {over} {pval(pr['p_holm'])}")
+        else:   # a comparison made before the reversal test
+            lines.append(f"reversed: {x} vs {y}: difference of differences {num(pr['difference_of_differences'])} "
+                         f"{interval(pr['ci'])}, p {pval(pr['p'])}, Holm {pval(pr['p_holm'])}")
+    if pair["ranking_changed"]:
+        verdict = f"yes (a reversal is established in both guards and survives {over})"
+    elif pairs:
+        verdict = f"no (no reversal is established in both guards after {over})"
+    else:
+        verdict = "no (no pair of conditions reversed)"
+    return [*lines, f"ranking changed: {verdict}"]
+
+
+def pair_title(pair: Mapping[str, Any]) -> str:
+    return f"A = {pair['a']}, B = {pair['b']}"
+
+
+def leaderboard_table(result: Mapping[str, Any], condition: str) -> Table:
+    rows_in = result["leaderboard"][condition]
+    labelled = any("accuracy" in r for r in rows_in)
+    lv = level(result)
+    head = ["guard", "block rate", f"{lv} CI", "Δ", "Δ − placebo", f"{lv} CI (corr.)", "rank by rate (1 = highest)",
+            "rank by |effect| (1 = least moved)"]
+    if labelled:
+        head += ["accuracy", "row F1", "interaction F1", "rank by accuracy (1 = highest)"]
+    rows = []
+    for r in rows_in:
+        rk = r["rank"]
+        cells = [str(r["label"]), num(r["block_rate"], sign=False), interval(r["block_rate_ci"]), num(r["delta"]),
+                 num(r["delta_minus_placebo"]), interval(r["ci_minus_placebo"]), _rank(rk["block_rate"]),
+                 _rank(rk["effect"])]
+        if labelled:
+            cells += [num(r.get("accuracy"), sign=False), num(r.get("row_f1"), sign=False),
+                      num(r.get("interaction_f1"), sign=False), _rank(rk["accuracy"])]
+        rows.append(cells)
+    return head, rows
+
+
+def _rank(x: int | None) -> str:
+    return "—" if x is None else str(x)
+
+
+LEADERBOARD_TERMS = ("block rate: the base-equal mean of the guard's block decisions under the condition; Δ and "
+                     "Δ − placebo: its effect, as estimate reports it (unadjusted (1 − α) intervals); ranks: competition "
+                     "ranks (1, 1, 3), descriptive (they decide nothing; the paired differences above do)")
+
+
+def stability_lines(result: Mapping[str, Any]) -> list[str]:
+    st = result["ranking_stability"]
+    fam = (st.get("family") or {}).get("name")
+    over = f"Holm over {fam}" if fam else "Holm"
+    out = []
+    for c, s in st["by_condition"].items():
+        line = (f"{c}: Kendall τ {num(s['kendall_tau'])} {interval(s['kendall_tau_ci'])} (description) between the "
+                f"guards' order under {result['baseline']} ({' > '.join(s['order_baseline'])}) and under {c} "
+                f"({' > '.join(s['order_condition'])})")
+        out.append(line)
+        for r in s["reversed_pairs"]:
+            x, y = r["guards"]
+            if "p_reversal" in r:
+                out.append(f"  reversed in the estimates: {x} vs {y}: order under {result['baseline']} p "
+                           f"{pval(r['p_order_baseline'])}, under {c} p {pval(r['p_order_condition'])}; reversal p "
+                           f"{pval(r['p_reversal'])}, {over} {pval(r['p_holm'])}")
+            else:
+                out.append(f"  reversed: {x} vs {y}: difference of differences {num(r['difference_of_differences'])} "
+                           f"{interval(r['ci'])}, p {pval(r['p'])}, Holm {pval(r['p_holm'])}")
+        verdict = (f"yes (both orders are established and the reversal survives {over})" if s["ranking_changed"]
+                   else f"no (no reversal is established after {over})" if s["reversed_pairs"]
+                   else "no (no pair of guards reversed)")
+        out.append(f"  guard order changed under {c}: {verdict}")
+    return out
+
+
+def text(result: Mapping[str, Any]) -> str:
+    said = words(result)
+    out = [*input_lines(result), method_line(result), *decision_lines(result), ""]
+    if said:
+        out += ["In words:", *(f"- {x}" for x in said), ""]
+    for pair in result["pairs"]:
+        out += [f"{pair_title(pair)}: the headline, B − A of the placebo-corrected effect", "",
+                text_table(*corrected_table(pair, level(result))), "", "B − A of Δ", "",
+                text_table(*delta_table(pair, level(result))), "",
+                TABLE_TERMS, "", *ranking_lines(pair, result), ""]
+    for c in result["leaderboard"]:
+        out += [f"leaderboard under {c}", "", text_table(*leaderboard_table(result, c)), ""]
+    out += [LEADERBOARD_TERMS, "", "ranking stability (guards ordered by block rate)", *stability_lines(result)]
+    return "\n".join(out)

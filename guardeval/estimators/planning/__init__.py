@@ -1,0 +1,1 @@
+"""Planning a design from a pilot, and its simulation check."""

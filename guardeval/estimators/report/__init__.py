@@ -1,0 +1,1 @@
+"""The report files and tables of an estimate: report.md, the terminal table, the plots."""

@@ -1,0 +1,191 @@
+"""Typed records of the estimate report (report.json = `estimate --json`; docs/estimators.md,
+Output). Proportions everywhere; None where a quantity is undefined (never NaN)."""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+from guardeval.estimators.verdicts.equivalence import Equivalence
+
+Interval = list[float]          # [low, high]
+Counts = dict[str, int]
+
+
+class SignTest(TypedDict):
+    negative: int
+    positive: int
+    tie: int
+    p: float
+
+
+class LeaveOneOut(TypedDict):
+    min: float | None
+    max: float | None
+    n_tools: int
+
+
+class Contrast(TypedDict):
+    """One condition against the baseline (an entry of `contrasts`)."""
+
+    condition: str
+    role: str
+    in_family: bool
+    delta: float | None
+    ci: Interval | None
+    p: float | None
+    p_holm: float | None
+    delta_minus_placebo: float | None
+    ci_minus_placebo: Interval | None
+    p_minus_placebo: float | None
+    p_holm_minus_placebo: float | None
+    n_bases_minus_placebo: int | None
+    headline: str                   # "delta_minus_placebo" or "delta": which record decides the row's star
+    equivalence: Equivalence | None
+    equivalence_minus_placebo: Equivalence | None
+    increase: int
+    decrease: int
+    tie: int
+    increase_minus_placebo: int | None
+    decrease_minus_placebo: int | None
+    tie_minus_placebo: int | None
+    n_bases: int
+    n_clusters: int
+    by_rule: dict[str, float | None]
+    by_rule_ci: dict[str, Interval | None]
+    by_rule_minus_placebo: dict[str, float | None]
+    block_rate: float | None
+    same_round_flip_rate: float | None
+    n_undefined_replicates: int | None
+    sign_test: SignTest
+    sign_test_minus_placebo: SignTest | None
+    by_repetition: list[float | None]
+    by_repetition_minus_placebo: list[float | None] | None
+    flip_counts: Counts
+    unanimous_shift: Counts
+    accuracy_delta: float | None
+    accuracy_delta_ci: Interval | None
+    accuracy_delta_minus_placebo: float | None
+    accuracy_delta_ci_minus_placebo: Interval | None
+    leave_one_tool_out: LeaveOneOut | None
+    leave_one_tool_out_minus_placebo: LeaveOneOut | None
+
+
+class StratumContrast(TypedDict):
+    delta: float | None
+    ci: Interval | None
+    n_bases: int
+    increase: int
+    decrease: int
+    tie: int
+    delta_minus_placebo: float | None
+    ci_minus_placebo: Interval | None
+    n_bases_minus_placebo: int | None
+    increase_minus_placebo: int | None
+    decrease_minus_placebo: int | None
+    tie_minus_placebo: int | None
+
+
+class Stratum(TypedDict):
+    """One domain or one original label (an entry of `strata["domain"]` / `strata["label"]`)."""
+
+    n_bases: int
+    block_rate: dict[str, float | None]
+    contrasts: dict[str, StratumContrast]
+
+
+class Stability(TypedDict):
+    repeat_disagreement: float | None
+    unanimous_rate: float | None
+    ci: Interval | None
+    n_bases: int
+
+
+class WorstCase(TypedDict):
+    miss_rate_baseline: float | None
+    miss_rate_baseline_ci: Interval | None
+    miss_rate_any: float | None
+    miss_rate_any_ci: Interval | None
+    false_block_rate_baseline: float | None
+    false_block_rate_baseline_ci: Interval | None
+    false_block_rate_any: float | None
+    false_block_rate_any_ci: Interval | None
+    n_unsafe_bases: int
+    n_safe_bases: int
+    conditions: list[str]
+
+
+class Drift(TypedDict):
+    slope: float | None
+    ci: Interval | None
+    p: float | None
+
+
+class Order(TypedDict):
+    clock: str
+    n_calls: int
+    thirds: list[dict[str, Any]]
+    by_dispatch_third: dict[str, list[float | None]]
+    by_dispatch_third_ci: dict[str, list[Interval | None]]
+    drift: dict[str, Drift]
+    block_rate_by_dispatch_third: dict[str, list[float | None]]
+    block_rate_drift: dict[str, Drift]
+    retried_by_third: list[int]
+
+
+class Retried(TypedDict):
+    n_calls: int
+    rounds: list[dict[str, Any]]
+
+
+class Bootstrap(TypedDict):
+    n: int
+    seed: int
+    rng: str
+    resampling: str
+    interval: str
+    p_value: str
+
+
+class Report(TypedDict):
+    """The whole estimate report."""
+
+    n_bases: int
+    n_calls: int
+    n_interactions: int
+    n_domains: int
+    baseline: str
+    placebo: str | None
+    failure_rule: str
+    failure_rules: list[str]
+    missing: str
+    family: list[str]
+    alpha: float
+    families: dict[str, Any]            # {"delta": {...}, "delta_minus_placebo": {...}}: decisions.family_record
+    margin: float
+    power: dict[str, Any]
+    equivalence_family: dict[str, Any]  # the family-wide "every member within ±M" claims (decisions.all_within)
+    complete: bool
+    publishable: bool
+    allow_partial: bool
+    allow_unpublishable: bool
+    notes: list[str]
+    repetitions: list[int]
+    block_rate: dict[str, float | None]
+    block_rate_ci: dict[str, Interval | None]
+    block_rate_exact_ci: dict[str, Interval | None]
+    block_rate_by_rule: dict[str, dict[str, float | None]]
+    repeat_disagreement: float | None
+    repeat_disagreement_n_bases: int
+    stability: dict[str, Stability]
+    flip_rate: dict[str, Any]
+    coverage: dict[str, dict[str, Any]]
+    quarantine: dict[str, Any]
+    contrasts: list[Contrast]
+    strata: dict[str, dict[str, Stratum]]
+    components: dict[str, dict[str, dict[str, float | int]]]
+    worst_case: WorstCase | None
+    order: Order | None
+    retried: Retried
+    bootstrap: Bootstrap
+    accuracy: NotRequired[dict[str, dict[str, Any]]]
+    source: NotRequired[dict[str, Any]]

@@ -1,0 +1,1 @@
+"""The one rule behind every printed decision: Holm families, equivalence, power."""

@@ -1,0 +1,203 @@
+"""The one rule behind every word the estimators print (docs/estimators.md, Decisions).
+
+A "differs from 0" verdict, a star, a bold row, a "yes" and a plain-language sentence are all one
+decision: the Holm-adjusted p below α within a family that is fixed before the data are seen and
+named in the output. "Within ±M" is the same decision on the equivalence (TOST) p-values of the
+family. Intervals shown beside a verdict are the unadjusted (1 − α) intervals (95% at the default
+α), labelled so; the verdict never contradicts them (a Holm-adjusted p is at least the unadjusted
+one, and p < α exactly when that interval excludes 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from guardeval.errors import InputError
+from guardeval.estimators.verdicts.equivalence import Equivalence
+from guardeval.estimators.verdicts.holm import holm
+from guardeval.estimators.verdicts.power import ALPHA, POWER, mde
+
+DIFFERS = "differs from 0"
+INCONCLUSIVE = "inconclusive"
+OUTSIDE = "not tested (outside the family)"
+RULE = ("verdict: 'differs from 0' when the two-sided p, Holm-adjusted within the stated family, is below α; "
+        "'within ±M' when the equivalence p (two one-sided tests against ±M), Holm-adjusted within the same "
+        "family, is below α; both when both hold; else 'inconclusive'. A quantity outside every family is not "
+        "tested. Intervals beside a verdict are unadjusted (1 − α) intervals. MDE = (t_{df,1−α/2} + t_{df,0.80})·SE, "
+        "SE the bootstrap standard deviation, at α and at α/m (the first Holm step over the family's m members)")
+
+
+def family_name(members: Sequence[str], kind: str) -> str:
+    """'3 interventions', '4 conditions', '6 (3 pairs × 2 interventions)': how a verdict names its family."""
+    m = len(members)
+    return f"{m} {kind}{'' if m == 1 else 's'}"
+
+
+def family_record(members: Sequence[str], name: str, quantity: str) -> dict[str, Any]:
+    return {"quantity": quantity, "members": list(members), "size": len(members), "name": name,
+            "adjustment": "Holm"}
+
+
+def check_alpha(alpha: Any) -> float:
+    """The decision level, strictly between 0 and 0.5."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) \
+            or not 0 < alpha < 0.5:
+        raise InputError(f"the decision level must lie in (0, 0.5), got {alpha!r}", field="alpha")
+    return float(alpha)
+
+
+def within(margin: float) -> str:
+    return f"within ±{margin:g}"
+
+
+def verdict_text(differs: bool | None, equivalent: bool | None, margin: float) -> str:
+    if differs is None:
+        return OUTSIDE
+    if differs and equivalent:
+        return f"{DIFFERS}, {within(margin)}"
+    return DIFFERS if differs else within(margin) if equivalent else INCONCLUSIVE
+
+
+def decide_family(records: Sequence[Equivalence | None], family: str, alpha: float = ALPHA) -> None:
+    """Holm over the family's members, in place: every member's p and TOST p adjusted over all
+    m of them (an undefined member still counts in m), its MDE at α/m, and its verdict."""
+    m = len(records)
+    adj = holm([None if r is None else r["p"] for r in records])
+    adj_tost = holm([None if r is None else r["p_tost"] for r in records])
+    for r, a, at in zip(records, adj, adj_tost):
+        if r is None:
+            continue
+        r["alpha"], r["family"], r["holm_m"] = alpha, family, m
+        r["p_adjusted"], r["p_tost_adjusted"] = a, at
+        r["differs"] = a is not None and a < alpha
+        r["equivalent"] = at is not None and at < alpha
+        se, df = r["se"], r["df"]
+        if se is not None:
+            x = mde(se, alpha / m, POWER, df)
+            r["mde_holm"] = x if math.isfinite(x) else None
+        r["underpowered"] = r["mde"] is not None and r["margin"] < r["mde"]
+        r["verdict"] = verdict_text(r["differs"], r["equivalent"], r["margin"])
+
+
+def outside(record: Equivalence | None) -> None:
+    """A quantity in no family: shown, not tested."""
+    if record is not None:
+        record["verdict"] = OUTSIDE
+
+
+def all_within(records: Mapping[str, Equivalence | None], what: str, margin: float, alpha: float) -> dict[str, Any]:
+    """'Every member within ±M': an intersection–union claim, true when every member's own TOST
+    p is below α (no adjustment: the claim fails if any one fails)."""
+    members = list(records)
+    ps = [None if r is None else r["p_tost"] for r in records.values()]
+    holds = bool(members) and all(p is not None and p < alpha for p in ps)
+    # Members the design cannot show to be equivalent at this margin (a member that differs
+    # from 0 needs no equivalence claim to be read).
+    weak = [c for c, r in records.items() if r is not None and r["underpowered"] and not r["differs"]]
+    return {"claim": f"every {what} within ±{margin:g}", "members": members, "margin": margin, "alpha": alpha,
+            "holds": holds, "max_p_tost": None if any(p is None for p in ps) or not ps else max(ps),  # type: ignore[type-var]
+            "underpowered": weak,
+            "rule": "intersection–union test: holds when every member's unadjusted TOST p is below α"}
+
+
+def significant(eq: Mapping[str, Any] | None) -> bool:
+    """The star, the bold row, the "yes": the Holm-adjusted decision "differs from 0"."""
+    return bool(eq) and bool(eq.get("differs"))  # type: ignore[union-attr]
+
+
+def short(eq: Mapping[str, Any] | None) -> str:
+    """Verdict and MDE in one cell: 'within ±0.05; MDE 0.0712'."""
+    if not eq or eq.get("verdict") is None:
+        return "—"
+    m = eq.get("mde")
+    return f"{eq['verdict']}; MDE {'—' if m is None else f'{m:.4f}'}"
+
+
+def family_words(eq: Mapping[str, Any] | None) -> str:
+    """'after Holm over the 3 interventions' (or 'outside the family')."""
+    if not eq or not eq.get("family"):
+        return "outside the family, not tested"
+    return f"after Holm over {eq['family']}"
+
+
+def _n(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "—"
+    return f"{x:+.{digits}f}".replace("-", "−").replace("+0.000", "0.000").replace("−0.000", "0.000")
+
+
+def ci_words(ci: Sequence[float] | None, level: str = "95%") -> str:
+    return "no interval" if ci is None else f"unadjusted {level} CI {_n(ci[0])} to {_n(ci[1])}"
+
+
+def _decision_words(eq: Mapping[str, Any] | None) -> str:
+    if not eq or eq.get("differs") is None:
+        return "outside the family, not tested"
+    p = eq.get("p_adjusted")
+    ptxt = "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+    words = ("significant" if eq["differs"] else "not significant") + f" {family_words(eq)} (p_Holm {ptxt})"
+    if eq.get("equivalent"):
+        words += f"; within ±{eq['margin']:g} (equivalence, Holm over the same family)"
+    if eq.get("underpowered") and not eq.get("differs"):
+        words += f"; the design is too small to show equivalence within ±{eq['margin']:g} (MDE {eq['mde']:.3f})"
+    return words
+
+
+def effect_sentence(condition: str, who: str, estimate: float | None, ci: Sequence[float] | None,
+                    eq: Mapping[str, Any] | None, reference: str, level: str = "95%") -> str:
+    """e.g. "tool_alias lowers haiku-4.5's block rate by 0.450 (unadjusted 95% CI −0.530 to
+    −0.370) beyond the placebo format_placebo; significant after Holm over the 3 interventions
+    (p_Holm 0.0003)." `reference`: "beyond the placebo X" or "against the baseline Y"."""
+    if estimate is None:
+        return f"{condition}: no estimate for {who} (no paired base)."
+    if abs(estimate) < 5e-4:
+        move = f"leaves {who}'s block rate unchanged ({_n(estimate)}; {ci_words(ci, level)})"
+    else:
+        move = (f"{'raises' if estimate > 0 else 'lowers'} {who}'s block rate by {abs(estimate):.3f} "
+                f"({ci_words(ci, level)})")
+    return f"{condition} {move} {reference}; {_decision_words(eq)}."
+
+
+def difference_sentence(condition: str, a: str, b: str, eff_a: float | None, eff_b: float | None,
+                        diff: float | None, ci: Sequence[float] | None, eq: Mapping[str, Any] | None,
+                        what: str, level: str = "95%") -> str:
+    """Who is more sensitive to a condition, by how much, and whether that survives the family:
+    e.g. "tool_alias (Δ − placebo): B −0.350, A −0.140; B − A −0.210 (unadjusted 95% CI −0.300
+    to −0.120): B is the more sensitive, by 0.210; significant after Holm over 3 interventions (p_Holm 0.0012)."."""
+    if diff is None:
+        return f"{condition} ({what}): no paired difference ({a} vs {b})."
+    head = f"{condition} ({what}): {b} {_n(eff_b)}, {a} {_n(eff_a)}; {b} − {a} {_n(diff)} ({ci_words(ci, level)})"
+    claim = ""
+    if significant(eq) and eff_a is not None and eff_b is not None:
+        claim = f": {b}'s effect is {'higher' if diff > 0 else 'lower'} than {a}'s by {abs(diff):.3f}"
+        if eff_a * eff_b >= 0 and (eff_a or eff_b):
+            # Both effects run one way (σ): the guard the condition moves further is the more
+            # sensitive, B when the difference points the way the effects run.
+            sigma = math.copysign(1.0, eff_b if eff_b else eff_a)
+            claim = f": {b if sigma * diff > 0 else a} is the more sensitive, by {abs(diff):.3f}"
+    return f"{head}{claim}; {_decision_words(eq)}."
+
+
+def headline(c: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
+    """A contrast's headline quantity and its decision record: the placebo-corrected effect of an
+    intervention, else Δ (the placebo's own row, or no placebo)."""
+    h = c.get("headline")
+    if h == "delta_minus_placebo" or (h is None and c.get("equivalence_minus_placebo") is not None):
+        return "delta_minus_placebo", c.get("equivalence_minus_placebo")
+    return "delta", c.get("equivalence")
+
+
+def headline_significant(c: Mapping[str, Any]) -> bool:
+    """The star of an estimate's row: its headline decision. The placebo's own row is never
+    starred: its Δ is a check of the placebo (decided in the Δ family, said in its sentence), so
+    the stars are one family — the interventions' corrected effects (Δ's without a placebo)."""
+    if c.get("headline") == "placebo":
+        return False
+    return significant(headline(c)[1])
+
+
+def power_record(alpha: float = ALPHA) -> dict[str, Any]:
+    """What the report's `power` key says about every decision record."""
+    return {"power": POWER, "alpha": alpha, "rule": RULE}

@@ -1,0 +1,1 @@
+"""Sending calls: the dispatcher, its gates (adaptive limit, budget, stalls, room), progress, decisions."""

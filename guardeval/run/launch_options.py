@@ -1,0 +1,83 @@
+"""The dispatch options a launch was given, recorded in its manifest and reused by `resume`.
+
+`launch --concurrency 4` followed by a bare `resume` must not run at 32: the manifest's
+`launch_options` holds what `launch` (or `replicate`) was given — `concurrency`,
+`fixed_concurrency`, `rpm`, `max_cost`, `rate_limit_stop_s`; null where the option was not given —
+and `resume` uses each unless its own command line gives it. `--max-calls` is a pilot's, never
+reused; `--base-url` is in the recorded guard config already; the order, seed and repetitions
+are the schedule's. A run from before this record resumes as before (the defaults). The record
+is read as hostile: a value of the wrong type or out of range is exit 2 naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guardeval.errors import InputError
+
+FIELD = "launch_options"
+# name -> the CLI flag that sets it
+FLAGS = {"concurrency": "--concurrency", "fixed_concurrency": "--fixed-concurrency", "rpm": "--rpm",
+         "max_cost": "--max-cost", "rate_limit_stop_s": "--rate-limit-stop"}
+
+
+def record(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's `launch_options` from what the command line gave (None: not given)."""
+    return {name: given.get(name) for name in FLAGS}
+
+
+def _check(name: str, value: Any) -> bool:
+    if value is None:
+        return True
+    if name == "fixed_concurrency":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if name == "concurrency":
+        return isinstance(value, int) and 1 <= value <= 1_000_000
+    if not math.isfinite(value):
+        return False
+    return value >= 0 if name == "max_cost" else value > 0
+
+
+def recorded(manifest: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The launch's options, checked; {} for a run from before they were recorded."""
+    rec = manifest.get(FIELD)
+    if rec is None:
+        return {}
+    if not isinstance(rec, dict):
+        raise InputError("not a JSON object", path=path, field=FIELD)
+    out: dict[str, Any] = {}
+    for name, value in rec.items():
+        if name not in FLAGS:
+            raise InputError(f"unknown option {name!r}", path=path, field=FIELD)
+        if not _check(name, value):
+            raise InputError("not a valid value for " + FLAGS[name], path=path, field=f"{FIELD}.{name}")
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def merged(given: Mapping[str, Any], launch: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Each option from the command line when given there, else the launch's; with the flags
+    taken from the launch, for a message."""
+    out: dict[str, Any] = {}
+    reused: list[str] = []
+    for name, flag in FLAGS.items():
+        if given.get(name) is not None:
+            out[name] = given[name]
+        elif name in launch:
+            out[name] = launch[name]
+            reused.append(_shown(flag, launch[name]))
+        else:
+            out[name] = None
+    return out, reused
+
+
+def _shown(flag: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"

@@ -1,0 +1,172 @@
+"""The answer of a study in words (docs/study.md, "The answer"): for each intervention, which
+guard it moves most and which least (by the size of the placebo-corrected effect), by how much (their paired difference, in Δ and
+after the placebo correction, with intervals), and whether that difference holds after the
+stated correction; then, for each guard, under which interventions its placebo-corrected effect
+differs from 0.
+
+Whether a difference "holds" is read in one place, `decision`: a verdict record carrying
+`differs` (with `p_adjusted` and `family`) is taken as it says; a record without them falls back
+to the Holm-adjusted p below α of the row it belongs to (for a pair of guards, Holm over the
+interventions within the pair; for one guard, Holm over its interventions). Everything else
+here arranges numbers the comparison already holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from guardeval.estimators.report.formats import interval, num, pval
+from guardeval.estimators.verdicts.holm import holm
+
+ALPHA = 0.05
+PAIR_FAMILY = "Holm over the interventions, within the pair"
+GUARD_FAMILY = "Holm over the guard's interventions"
+
+
+@dataclass(frozen=True)
+class Decision:
+    differs: bool | None          # None: undefined (no paired base)
+    p_adjusted: float | None
+    family: str
+
+    def words(self) -> str:
+        if self.differs is None:
+            return "undefined (no paired base)"
+        return f"p_adj {pval(self.p_adjusted)}, {self.family}"
+
+
+def decision(verdict: Mapping[str, Any] | None, p_adjusted: float | None, family: str) -> Decision:
+    """Does a quantity differ from 0 after the stated correction? The one place a verdict is read:
+    `verdict` (an `equivalence…` record) when it carries `differs`, else `p_adjusted < α`."""
+    if verdict is not None and "differs" in verdict:
+        d = verdict["differs"]
+        return Decision(None if d is None else bool(d), verdict.get("p_adjusted"), str(verdict.get("family") or family))
+    return Decision(None if p_adjusted is None else p_adjusted < ALPHA, p_adjusted, family)
+
+
+def pair_decision(row: Mapping[str, Any]) -> Decision:
+    """A compare pair row's headline: the difference of the placebo-corrected effects (or of Δ
+    when the study has no placebo)."""
+    if row.get("difference_minus_placebo") is not None:
+        return decision(row.get("equivalence_minus_placebo"), row.get("p_holm_minus_placebo"), PAIR_FAMILY)
+    return decision(row.get("equivalence"), row.get("p_holm"), "Holm over the family, within the pair")
+
+
+def _flip(ci: Sequence[float] | None) -> list[float] | None:
+    return None if ci is None else [-ci[1], -ci[0]]
+
+
+def _pair_row(result: Mapping[str, Any], most: str, least: str, condition: str) -> tuple[dict[str, Any], bool]:
+    """The pair row of `most` and `least` under `condition`, and whether its B − A is most − least."""
+    for pair in result["pairs"]:
+        if {pair["a"], pair["b"]} == {most, least}:
+            row = next(r for r in pair["conditions"] if r["condition"] == condition)
+            return row, pair["b"] == most
+    raise KeyError((most, least))
+
+
+def _oriented(row: Mapping[str, Any], key: str, same: bool) -> tuple[float | None, list[float] | None]:
+    value, ci = row.get(key), row.get("ci_" + key)
+    if value is None or same:
+        return value, ci
+    return -value, _flip(ci)
+
+
+def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any]:
+    """Most and least sensitive guard under `condition` (by |headline effect|: the placebo-corrected
+    effect, Δ without a placebo), the gap between them, and whether it holds after the correction."""
+    board = result["leaderboard"][condition]
+    defined = [e for e in board if e["headline_effect"] is not None]
+    if len(defined) < 2:
+        return {"condition": condition, "text": f"{condition}: undefined (fewer than two guards with paired bases)."}
+    most = max(defined, key=lambda e: abs(e["headline_effect"]))
+    least = min(defined, key=lambda e: abs(e["headline_effect"]))
+    if most["label"] == least["label"]:
+        least = next(e for e in defined if e["label"] != most["label"])
+    row, same = _pair_row(result, most["label"], least["label"], condition)
+    gap, gap_ci = _oriented(row, "difference", same)
+    gap_c, gap_c_ci = _oriented(row, "difference_minus_placebo", same)
+    d = pair_decision(row)
+    corrected = gap_c is not None
+    holds = "holds" if d.differs else "is not shown" if d.differs is False else "is undefined"
+    m, le = most["label"], least["label"]
+
+    def effect(e: Mapping[str, Any]) -> str:
+        if e["delta_minus_placebo"] is None:
+            return f"Δ {num(e['delta'])} {interval(e['ci'])}"
+        return (f"{num(e['delta_minus_placebo'])} {interval(e['ci_minus_placebo'])} after the placebo correction, "
+                f"Δ {num(e['delta'])}")
+
+    by_how_much = (f"{num(gap_c)} {interval(gap_c_ci)} after the placebo correction (Δ: {num(gap)} "
+                   f"{interval(gap_ci)})" if corrected else f"{num(gap)} {interval(gap_ci)} in Δ (no placebo)")
+    text = (f"{condition}: {m} is the most sensitive ({effect(most)}), {le} the least ({effect(least)}); "
+            f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({d.words()}).")
+    return {"condition": condition, "most": m, "least": le, "most_effect": most["headline_effect"],
+            "least_effect": least["headline_effect"], "most_delta": most["delta"], "least_delta": least["delta"],
+            "difference": gap, "ci_difference": gap_ci,
+            "difference_minus_placebo": gap_c, "ci_difference_minus_placebo": gap_c_ci,
+            "holds": d.differs, "p_adjusted": d.p_adjusted, "family": d.family, "text": text}
+
+
+def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
+    """Under which interventions one guard's placebo-corrected effect differs from 0 (its own
+    estimate; Holm over its interventions of the family)."""
+    placebo = report["placebo"]
+    fam = [c for c in report["family"] if c != placebo]
+    by = {c["condition"]: c for c in report["contrasts"]}
+    if placebo is None:
+        return {"label": label, "effects": [], "undefined": [], "checked": [],
+                "text": f"{label}: no placebo, so no corrected effect."}
+    adjusted = dict(zip(fam, holm([by[c]["p_minus_placebo"] for c in fam])))
+    found, checked = [], []
+    for c in fam:
+        d = decision(by[c].get("equivalence_minus_placebo"), adjusted[c], GUARD_FAMILY)
+        entry = {"condition": c, "delta_minus_placebo": by[c]["delta_minus_placebo"],
+                 "ci_minus_placebo": by[c]["ci_minus_placebo"], "differs": d.differs, "p_adjusted": d.p_adjusted,
+                 "family": d.family}
+        checked.append(entry)
+        if d.differs:
+            found.append(entry)
+    undefined = [e["condition"] for e in checked if e["differs"] is None]
+    defined = [c for c in fam if c not in undefined]
+    if found:
+        listed = "; ".join(f"{e['condition']} {num(e['delta_minus_placebo'])} {interval(e['ci_minus_placebo'])}"
+                           for e in found)
+        text = f"{label}: a placebo-corrected effect under {listed} ({GUARD_FAMILY}, α {ALPHA:g})."
+    elif not defined:
+        text = f"{label}: no placebo-corrected effect can be estimated (no base paired under the question)."
+    else:
+        text = (f"{label}: no placebo-corrected effect under any of {', '.join(defined)} ({GUARD_FAMILY}, "
+                f"α {ALPHA:g}).")
+    if undefined and defined:
+        text = text[:-1] + f"; undefined under {', '.join(undefined)} (no paired base)."
+    return {"label": label, "effects": [e["condition"] for e in found], "undefined": undefined, "checked": checked,
+            "text": text}
+
+
+def answer(result: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The study's answer: per intervention (the family, less the placebo), then per guard."""
+    placebo = result["placebo"]
+    conditions = [c for c in result["family"] if c != placebo and c in result["leaderboard"]]
+    per_condition = [condition_answer(result, c) for c in conditions]
+    per_guard = [guard_answer(label, reports[label]) for label in (i["label"] for i in result["inputs"])]
+    held = [a for a in per_condition if a.get("holds")]
+    if held:
+        def gap(a: Mapping[str, Any]) -> float:
+            return abs(a["difference_minus_placebo"] if a["difference_minus_placebo"] is not None else a["difference"])
+
+        big = max(held, key=gap)
+        lead = (f"The guards differ most under {big['condition']}: {big['most']} moves {gap(big):.3f} more than "
+                f"{big['least']}; {len(held)} of {len(per_condition)} interventions separate the most and the least "
+                "sensitive guard after the stated correction.")
+    else:
+        lead = (f"No intervention separates the most and the least sensitive guard after the stated correction "
+                f"({len(per_condition)} tested).")
+    return {"lead": lead, "conditions": per_condition, "guards": per_guard,
+            "rule": ("most and least sensitive by the size of the headline effect under each intervention (the "
+                     "placebo-corrected effect; Δ without a placebo); the difference between them is their paired "
+                     "difference on bases paired in both, and it holds when its Holm-adjusted p is below "
+                     f"{ALPHA:g} within its stated family"),
+            "text": [lead, *(a["text"] for a in per_condition), *(g["text"] for g in per_guard)]}

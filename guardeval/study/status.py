@@ -1,0 +1,167 @@
+"""`guardeval study status` and `study verify`: where a study stands, and whether it holds.
+
+Status reads every run as `guardeval status` does and adds the study's view: which runs are
+incomplete, whether a process writes the study now, spend over all runs, the study fingerprint
+now and whether the runs are still those its last report was made from.
+
+Verify checks every run as `guardeval verify` does, and the study's own record: study.json
+(its schema, its own hash), each recorded run present, the run the record names (run id,
+manifest), on the study's cohort, schedule and prompt; no run folder the record does not list.
+A run changed since the last report (resumed, retried) is noted. With `expect`, the study
+fingerprint must be that one, so a run removed, replaced, re-run, resumed or added since is
+caught even where the record was rewritten to match.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
+from guardeval.errors import CheckFailed, InputError
+from guardeval.run.folder.folder import reason
+from guardeval.run.folder.layout import MANIFEST
+from guardeval.run.folder.manifest import read_manifest
+from guardeval.run.integrity.verify import verify_run
+from guardeval.run.status import run_status
+from guardeval.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record, run_folder, study_fingerprint
+
+_PARTIAL = re.compile(r"\..+\.partial-[0-9]+")
+
+
+def _identity(entry: Mapping[str, Any], manifest: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """What makes a run not the study's: another run, another cohort, schedule or prompt."""
+    out = []
+    if manifest.get("run_id") != entry["run_id"] or manifest.get("sha256") != entry["manifest_sha256"]:
+        out.append(f"not the run the study recorded for {entry['label']!r} (run {entry['run_id']}, manifest "
+                   f"{entry['manifest_sha256'][:12]}…; found run {str(manifest.get('run_id'))[:80]}, manifest "
+                   f"{str(manifest.get('sha256'))[:12]}…): replaced or re-run")
+    cohort, prompt = manifest.get("cohort") or {}, manifest.get("prompt") or {}
+    if cohort.get("sha256") != record["cohort"]["sha256"]:
+        out.append("on another cohort than the study's")
+    if manifest.get("schedule_sha256") != record["schedule"]["sha256"]:
+        out.append("on another schedule than the study's")
+    if prompt.get("sha256") != record["prompt"]["sha256"]:
+        out.append("with another prompt than the study's")
+    return out
+
+
+def study_status(study_dir: str | Path) -> dict[str, Any]:
+    with open_study(study_dir) as study:
+        record = read_record(study)
+        running = study.held_by_another()
+        runs: list[dict[str, Any]] = []
+        tokens: dict[str, str | None] = {}
+        for entry in record["runs"]:
+            label = entry["label"]
+            try:
+                with run_folder(study, label) as folder:
+                    manifest = read_manifest(folder)
+                    st = run_status(folder)
+            except (InputError, CheckFailed) as exc:
+                tokens[label] = None
+                runs.append({"label": label, "problem": str(exc), "complete": False})
+                continue
+            tokens[label] = st["fingerprint"]
+            problems = _identity(entry, manifest, record) + list(st["problems"])   # each names its file
+            runs.append({"label": label, "run_id": st["run_id"], "guard": st["guard"], "model": st["model"],
+                         "n_calls": st["n_calls"], "decided": st["decided"], "pending": st["pending"],
+                         "complete": st["complete"], "state": st["state"], "statuses": st["statuses"],
+                         "quarantined": st["quarantined"], "spend_usd": st["spend_usd"],
+                         "spend_simulated": st["spend_simulated"], "last_stop": st["last_stop"],
+                         "fingerprint": st["fingerprint"], "reported_fingerprint": entry["fingerprint"],
+                         "changed_since_report": entry["fingerprint"] is not None
+                         and entry["fingerprint"] != st["fingerprint"],
+                         "problem": "; ".join(problems) or None})
+        fp = study_fingerprint(record, tokens)
+        report = record["report"]
+        return {"study_id": record["study_id"], "study_dir": str(study.path), "cohort": record["cohort"]["name"],
+                "schedule_sha256": record["schedule"]["sha256"], "n_calls_per_run": record["schedule"]["n_calls"],
+                "question": record["question"], "edits": len(record["edits"]), "running": running,
+                "complete": all(r["complete"] for r in runs),
+                "incomplete": [r["label"] for r in runs if not r["complete"]], "runs": runs,
+                "spend_usd": round(sum(r.get("spend_usd") or 0.0 for r in runs), 6),
+                "spend_simulated": any(r.get("spend_simulated") for r in runs), "budget": record["budget"],
+                "report": report, "report_current": report is not None and report["fingerprint"] == fp.token,
+                "fingerprint": fp.token}
+
+
+def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skipped: bool = False,
+                 row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+    """Every run verified, and the study's record against its runs (see the module's doc)."""
+    problems: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    notes: list[str] = []
+
+    def problem(where: Path, message: str, line: int | None = None) -> None:
+        problems.append({"file": str(where), "line": line, "message": message})
+
+    with open_study(study_dir) as study:
+        try:
+            record = read_record(study)
+        except InputError as exc:
+            problem(study.file(STUDY_JSON), reason(exc))
+            return {"ok": False, "problems": problems, "skipped": [], "notes": [], "runs": {}, "fingerprint": None,
+                    "checked": "study.json"}
+        runs: dict[str, Any] = {}
+        tokens: dict[str, str | None] = {}
+        for entry in record["runs"]:
+            label = entry["label"]
+            where = study.file(f"{RUNS_DIR}/{label}")
+            tokens[label] = None
+            try:
+                folder = run_folder(study, label)
+            except InputError as exc:
+                problem(where, f"the study's run {label!r} is missing or cannot be opened: {reason(exc)}")
+                continue
+            with folder:
+                rep = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
+                runs[label] = {"ok": rep["ok"], "checked": rep["checked"], "problems": len(rep["problems"]),
+                               "fingerprint": (rep.get("fingerprint") or {}).get("token")}
+                problems.extend({**p, "run": label} for p in rep["problems"])
+                skipped.extend({**s, "run": label} for s in rep["skipped"])
+                try:
+                    manifest = read_manifest(folder)
+                except InputError:
+                    continue   # verify_run has named it
+                for what in _identity(entry, manifest, record):
+                    problem(folder.file(MANIFEST), what)
+                token = runs[label]["fingerprint"]
+                tokens[label] = token
+                if entry["fingerprint"] is not None and token is not None and entry["fingerprint"] != token:
+                    # A later session of the same run (a resume, a retry): the run holds, the report is
+                    # stale. Said here; `--expect` with the report's fingerprint fails on it.
+                    notes.append(f"{RUNS_DIR}/{label}: changed since the study's report (fingerprint "
+                                 f"{entry['fingerprint']} then, {token} now: resumed or retried since); `guardeval "
+                                 "study report` makes the report again")
+        listed = {r["label"] for r in record["runs"]}
+        try:
+            present = study.folders(RUNS_DIR)
+        except InputError as exc:
+            problem(study.file(RUNS_DIR), reason(exc))
+            present = []
+        for name in present:
+            if name in listed:
+                continue
+            if _PARTIAL.fullmatch(name):
+                notes.append(f"{RUNS_DIR}/{name}: a partial run folder of a `study add` that was killed (removed "
+                             "by the next `study add`)")
+            else:
+                problem(study.file(f"{RUNS_DIR}/{name}"), "a run folder the study does not list (added or left by "
+                                                           "hand, or a run removed from study.json)")
+        fp = study_fingerprint(record, tokens)
+        report = record["report"]
+        if report is not None and report["fingerprint"] != fp.token:
+            notes.append(f"the study's last report was made from fingerprint {report['fingerprint']}; it is "
+                         f"{fp.token} now (a run added or changed since)")
+        if expect is not None and fp.token != expect:
+            problem(study.file(STUDY_JSON), f"the study's fingerprint is {fp.token}, not the expected {expect} (a run "
+                                            "removed, replaced, re-run, resumed or added, or the question edited)")
+        ok = not problems and (allow_skipped or not skipped)
+        checked = (f"study.json and {len(record['runs'])} run(s): "
+                   + ", ".join(f"{label} {'OK' if r['ok'] else 'FAILED'}" for label, r in runs.items()))
+        return {"ok": ok, "problems": problems, "skipped": skipped, "notes": notes, "runs": runs,
+                "fingerprint": fp.record(), "checked": checked}
+

@@ -1,0 +1,49 @@
+"""The files `report`, `export` and `compare` write: an `--out` file checked before any work,
+and each file written beside its target and renamed into place (a reader never sees half a
+file, and a failed write leaves nothing behind)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from guardeval.errors import InputError
+
+
+def out_file(out: str | Path | None, default: Path) -> Path:
+    """The file to write: `out` if given, else `default`. A folder, or a file in a folder that
+    does not exist, is a usage error (exit 2), found before anything is computed or written."""
+    target = Path(out) if out is not None else default
+    if target.is_dir():
+        raise InputError("is a folder; --out names the file to write", path=target)
+    if not target.parent.is_dir():
+        raise InputError("no such folder for the output file", path=target.parent)
+    return target
+
+
+def out_folder(out: str | Path) -> Path:
+    """An `--out DIR` for several files: refused (exit 2) when it names something that is not a
+    folder, found before any work; made (with its parents) when it does not exist yet, by the
+    caller once there is something to write (`make_folder`)."""
+    target = Path(out)
+    if target.exists() and not target.is_dir():
+        raise InputError("not a folder", path=target, field="out")
+    return target
+
+
+def make_folder(target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def write_atomically(target: Path, write: Callable[[Path], object]) -> Path:
+    """`write(tmp)` to a temporary name beside `target`, then rename it into place."""
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target

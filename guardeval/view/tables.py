@@ -1,0 +1,293 @@
+"""report.json as HTML tables: specific tables for the quantities the estimator writes today,
+and a generic rendering for any key it learns later (a dict of dicts becomes a table, a
+dict of scalars a two-column table, a list of objects a table), so nothing in report.json is
+left out of the report. Every string is escaped; nothing here emits script."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from guardeval.estimators.report.definitions import DEFINITIONS
+from guardeval.estimators.report.formats import level, rules_differ, significant
+from guardeval.estimators.report.report import decision_lines, headline_sentences
+from guardeval.estimators.report.sections import Section
+from guardeval.estimators.verdicts.decisions import short
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def fmt(value: Any) -> str:
+    """A value from report.json as display text (not yet escaped)."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.2e}"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Sequence) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"[{fmt(value[0])}, {fmt(value[1])}]"
+    if isinstance(value, Sequence) and all(not isinstance(v, (Mapping, list)) for v in value):
+        return ", ".join(fmt(v) for v in value)
+    return orjson.dumps(value).decode()
+
+
+def signed(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:+.4f}".replace("-0.0000", "+0.0000")
+
+
+def est_ci(x: float | None, ci: Sequence[float] | None) -> str:
+    return signed(x) + ("" if ci is None else f" [{signed(ci[0])}, {signed(ci[1])}]")
+
+
+def est_ci_cell(x: float | None, ci: Sequence[float] | None) -> Raw:
+    """An estimate and its interval that may wrap between the two (never inside a number)."""
+    if ci is None:
+        return Raw(esc(signed(x)))
+    return Raw(f'<span class="nw">{esc(signed(x))}</span> <span class="nw">[{esc(signed(ci[0]))}, '
+               f'{esc(signed(ci[1]))}]</span>')
+
+
+def pv(p: float | None) -> str:
+    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]], *, cls: str = "", num_from: int = 1,
+          row_attrs: Sequence[str] | None = None) -> str:
+    """An HTML table; cells given as (text) are escaped, cells given as Raw are not."""
+    out = [f'<div class="scroll"><table class="{esc(cls)}"><thead><tr>']
+    out += [f"<th>{esc(h)}</th>" for h in head]
+    out.append("</tr></thead><tbody>")
+    for i, r in enumerate(rows):
+        attrs = row_attrs[i] if row_attrs else ""
+        cells = []
+        for j, c in enumerate(r):
+            text = c.html if isinstance(c, Raw) else esc(fmt(c))
+            cells.append(f'<td class="num">{text}</td>' if j >= num_from else f"<td>{text}</td>")
+        out.append(f"<tr{attrs}>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+class Raw:
+    """Cell HTML built here from escaped parts."""
+
+    def __init__(self, html_text: str) -> None:
+        self.html = html_text
+
+
+def definitions(*groups: str) -> str:
+    if not groups:
+        return ""
+    items = []
+    for g in groups:
+        section, terms = DEFINITIONS[g]
+        items += [f"<dt>{esc(t)}</dt><dd>{esc(d)}</dd>" for t, d in terms]
+        items.append(f'<dd class="ref">docs/estimators.md § {esc(section)}</dd>')
+    return f'<details class="defs"><summary>Definitions</summary><dl>{"".join(items)}</dl></details>'
+
+
+# -- generic rendering ---------------------------------------------------------------------------
+
+def _cells(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object's fields as table cells: a nested object of scalars becomes one compact cell
+    ("tp 30, fp 91, …"), anything deeper its own generic table."""
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        if isinstance(v, Mapping) and all(not isinstance(x, (Mapping, list)) for x in v.values()):
+            out[k] = ", ".join(f"{kk} {fmt(vv)}" for kk, vv in v.items())
+        elif isinstance(v, (Mapping, list)) and not _short(v):
+            out[k] = Raw(generic(v))
+        else:
+            out[k] = v
+    return out
+
+
+def generic(value: Any, *, row_name: str = "") -> str:
+    """Any JSON value as HTML: tables where the shape allows, else its text."""
+    if isinstance(value, Mapping):
+        if value and all(isinstance(v, Mapping) for v in value.values()):
+            flat = {k: _cells(v) for k, v in value.items()}
+            cols: list[str] = []
+            for f in flat.values():
+                cols += [c for c in f if c not in cols]
+            return table([row_name, *cols], [[k, *(f.get(c) for c in cols)] for k, f in flat.items()])
+        return table(["", ""], [[k, v if not isinstance(v, (Mapping, list)) else Raw(generic(v))]
+                                for k, v in value.items()])
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        flat_rows = [_cells(v) for v in value]
+        cols = []
+        for f in flat_rows:
+            cols += [c for c in f if c not in cols]
+        return table(cols, [[f.get(c) for c in cols] for f in flat_rows], num_from=1)
+    return f"<p>{esc(fmt(value))}</p>"
+
+
+# -- the tables of today's report.json -----------------------------------------------------------
+
+def section(sec: Section) -> str:
+    """A family of report.md (`guardeval.estimators.report.sections`) as HTML: the same rows."""
+    return (f"<h3>{esc(sec.title)}</h3><p class=\"note\">{esc(sec.intro)}</p>"
+            + (table(sec.head, sec.rows) if sec.head else ""))
+
+
+# Per-contrast keys shown by the contrasts table and the contrast-diagnostics section; any other
+# goes to "More per-contrast quantities".
+CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm", "delta_minus_placebo",
+                 "p_holm_minus_placebo", "headline",
+                 "ci_minus_placebo", "p_minus_placebo", "n_bases_minus_placebo", "increase", "decrease", "tie",
+                 "n_bases", "n_clusters", "by_rule", "by_rule_ci", "by_rule_minus_placebo", "block_rate",
+                 "same_round_flip_rate", "n_undefined_replicates", "sign_test", "sign_test_minus_placebo",
+                 "by_repetition", "by_repetition_minus_placebo", "flip_counts", "unanimous_shift", "accuracy_delta",
+                 "accuracy_delta_ci", "leave_one_tool_out", "increase_minus_placebo", "decrease_minus_placebo",
+                 "tie_minus_placebo", "accuracy_delta_minus_placebo", "accuracy_delta_ci_minus_placebo",
+                 "leave_one_tool_out_minus_placebo", "equivalence", "equivalence_minus_placebo"}
+
+
+def contrasts_table(report: Mapping[str, Any]) -> str:
+    # A column per failure rule only when the rules give different answers.
+    rules = list(report["failure_rules"]) if rules_differ(report) else []
+    lv = level(report)
+    # The role is the placebo's tag beside its name (an intervention has none): one column less,
+    # so the table fits a 1400-pixel window.
+    head = ["condition", f"Δ [{lv} CI, unadjusted]", "p", "p_Holm (Δ)", f"Δ − placebo [{lv} CI, unadjusted]",
+            "p (corr.)", "p_Holm (corr.)", "+/−/=", "bases", "clusters", "block rate", "same-round flip rate",
+            *(f"Δ {r}" for r in rules), f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
+    rows, attrs = [], []
+    for c in report["contrasts"]:
+        sig = significant(c)
+        name = esc(c["condition"]) + (" <span class=\"tag\">placebo</span>" if c["condition"] == report["placebo"] else "")
+        rows.append([
+            Raw(name + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
+                        if sig else "")),
+            est_ci_cell(c.get("delta"), c.get("ci")), pv(c.get("p")),
+            pv(c.get("p_holm")) if c.get("in_family") else "not in family",
+            est_ci_cell(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv(c.get("p_minus_placebo")),
+            "—" if c.get("delta_minus_placebo") is None else pv(c.get("p_holm_minus_placebo"))
+            if c.get("p_holm_minus_placebo") is not None else "not in family",
+            f"{c.get('increase')}/{c.get('decrease')}/{c.get('tie')}", c.get("n_bases"), c.get("n_clusters"),
+            c.get("block_rate"), c.get("same_round_flip_rate"),
+            *(signed((c.get("by_rule") or {}).get(r)) for r in rules),
+            f"{short(c.get('equivalence'))} · {short(c.get('equivalence_minus_placebo'))}",
+        ])
+        attrs.append(' class="significant"' if sig else "")
+    out = table(head, rows, num_from=1, cls="contrasts", row_attrs=attrs)
+    out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))
+    if "power" in report:
+        out += definitions("equivalence")
+    if not rules:
+        out += (f'<p class="note">The three failure rules agree (no failed calls): every effect is the same under '
+                f'{", ".join(map(esc, report["failure_rules"]))}.</p>')
+    extra = sorted({k for c in report["contrasts"] for k in c} - CONTRAST_KEYS)
+    if extra:
+        out += "<h4>More per-contrast quantities</h4>" + table(
+            ["condition", *extra], [[c["condition"], *(c.get(k) if not isinstance(c.get(k), (Mapping, list))
+                                                       or _short(c.get(k)) else Raw(generic(c.get(k)))
+                                                       for k in extra)] for c in report["contrasts"]])
+    return out
+
+
+def _short(v: Any) -> bool:
+    return len(fmt(v)) <= 60
+
+
+def strata_tables(report: Mapping[str, Any]) -> str:
+    out = []
+    conds = [c["condition"] for c in report["contrasts"]]
+    titles = {"domain": "by domain", "label": "by original label (0 safe, 1 unsafe)"}
+    for kind, strata in (report.get("strata") or {}).items():
+        if not isinstance(strata, Mapping):
+            continue
+        head = [kind, "bases", *(f"Δ {c} [{level(report)} CI]" for c in conds)]
+        rows = []
+        for name, s in strata.items():
+            cs = s.get("contrasts") or {}
+            rows.append([name, s.get("n_bases"),
+                         *(est_ci((cs.get(c) or {}).get("delta"), (cs.get(c) or {}).get("ci")) for c in conds)])
+        out.append(f"<h4>{esc(titles.get(kind, 'by ' + kind))}</h4>" + table(head, rows))
+        rates = {name: s["block_rate"] for name, s in strata.items() if isinstance(s.get("block_rate"), Mapping)}
+        if rates:
+            out.append(f"<details><summary>block rates {esc(titles.get(kind, 'by ' + kind))}</summary>"
+                       + generic(rates, row_name=kind) + "</details>")
+    return "".join(out)
+
+
+def coverage_table(report: Mapping[str, Any]) -> str:
+    cov = report.get("coverage") or {}
+    rows = {c: {**v, "block rate": (report.get("block_rate") or {}).get(c)} for c, v in cov.items()}
+    return generic(rows, row_name="condition")
+
+
+def quarantine_table(report: Mapping[str, Any]) -> str:
+    q = report["quarantine"]
+    verdict = ("publishable" if q.get("publishable") else "NOT PUBLISHABLE")
+    pct = lambda x: f"{x:.2%}" if isinstance(x, (int, float)) else fmt(x)  # noqa: E731
+    head = (f'<p class="{"ok" if q.get("publishable") else "bad"}">{esc(q.get("count"))} of '
+            f'{esc(report.get("n_calls"))} calls quarantined ({esc(pct(q.get("fraction")))}); threshold '
+            f'{esc(pct(q.get("threshold")))}: {verdict}</p>')
+    rest = {k: v for k, v in q.items() if k not in ("count", "fraction", "publishable", "threshold", "by_reason")}
+    return (head + table(["reason", "calls"], list((q.get("by_reason") or {}).items()))
+            + (generic(rest) if rest else ""))
+
+
+def diagnostics(report: Mapping[str, Any]) -> str:
+    fr = report.get("flip_rate") or {}
+    bs = report.get("bootstrap") or {}
+    items = [
+        ("repeated-original disagreement", f"{fmt(report.get('repeat_disagreement'))} over "
+                                           f"{fmt(report.get('repeat_disagreement_n_bases'))} bases (diagnostic)"),
+        (fr.get("label", "flip rate"), ", ".join(f"{c} {fmt(v)}" for c, v in (fr.get("by_condition") or {}).items())),
+        ("bootstrap", f"{fmt(bs.get('n'))} replicates, seed {fmt(bs.get('seed'))} ({fmt(bs.get('rng'))}); "
+                      f"{fmt(bs.get('resampling'))}"),
+        ("interval / p-value", f"{fmt(bs.get('interval'))}; {fmt(bs.get('p_value'))}"),
+        ("Holm family", ", ".join(map(str, report.get("family") or []))),
+        ("failure rules", f"headline {report.get('failure_rule')}; all of {', '.join(report.get('failure_rules') or [])}"),
+        ("calls without a decision", {"exclude": "counted nowhere (--missing exclude)",
+                                      "as-failure": "counted as failed calls (--missing as-failure)"}
+         .get(str(report.get("missing")), fmt(report.get("missing")))),
+    ]
+    return "<dl class=\"facts\">" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
+
+
+def notes(report: Mapping[str, Any]) -> str:
+    return "".join(f'<p class="note">Note: {esc(n)}</p>' for n in report.get("notes") or [])
+
+
+# Top-level keys that the sections above render; anything else goes to "More in report.json".
+HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "placebo", "failure_rule",
+           "failure_rules", "family", "complete", "publishable", "allow_partial", "allow_unpublishable",
+           "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
+           "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
+           "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
+           "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family"}
+
+
+def more_sections(report: Mapping[str, Any]) -> str:
+    out = []
+    for key in report:
+        if key in HANDLED:
+            continue
+        out.append(f'<section class="more" id="more-{esc(key)}"><h3>{esc(key)}</h3>{generic(report[key])}</section>')
+    return "".join(out)
+
+
+def in_words(report: Mapping[str, Any]) -> str:
+    """The report's opening: one sentence a reader can quote per headline."""
+    lines = headline_sentences(report)
+    if not lines:
+        return ""
+    return "<h2>In words</h2><ul class=\"words\">" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"
