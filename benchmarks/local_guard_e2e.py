@@ -114,7 +114,7 @@ def main() -> int:
         for name, n in parents.items():
             if not (work / name).exists():
                 cohort = write_short_cohort(work / f"cohort-{name}", n)
-                must(cli("launch", "--cohort", str(cohort), "--guard", str(REPO / "guards" / "presets" / "sim.toml"),
+                must(cli("launch", "--cohort", str(cohort), "--guard", str(REPO / "guardeval" / "guards" / "presets" / "sim.toml"),
                          "--base-url", sim.base_url, "--reps", "1", "--seed", "42", "--run-dir", str(work / name),
                          "--no-progress", env=env), f"launch {name} (sim)")
 

@@ -26,7 +26,7 @@ HOW_TO_GET = {
     "data/asb": f"copy agent_task.jsonl, all_attack_tools.jsonl and all_normal_tools.jsonl from {TOOLSAFE} "
                 "(benchmark/asb/data/) into it, with a MANIFEST.txt of 'BYTES SHA256 NAME' lines (docs/cohorts.md)",
     "reference/ts-guard-prompt-v2.txt": f"save instruction_ashellguardian_template_v2 of {TOOLSAFE} "
-                                        "(src/agent/agent_prompts.py) byte-exact there (README, Local guards)",
+                                        "(src/agent/agent_prompts.py) byte-exact there (docs/local-guards.md)",
     "reference/toolsafe-lfs-pins.txt": f"the pin lines of the Git LFS pointers of {TOOLSAFE}",
     "reference/openrouter-openapi.yaml": "save openapi/openapi.yaml of github.com/OpenRouterTeam/docs (commit "
                                          "c26125a5fa92cb52ac67f0c75b717229567db716) byte-exact there, its sha256 "

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# The extra and its build flags (README, "Local guards"): llama.cpp's default native build
+# The extra and its build flags (docs/local-guards.md): llama.cpp's default native build
 # crashes on VMs that advertise CPU features they do not run.
 CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 INSTALL = f"CMAKE_ARGS=\"{CMAKE_ARGS}\" pip install -e '.[llamacpp]'"

@@ -73,7 +73,7 @@ def chat_schema(spec: dict[str, Any], status: int, body: Any) -> str:
 # ------------------------------------------------------------------------------ the request
 
 def test_the_rendered_request_matches_chat_request(spec: dict[str, Any]) -> None:
-    config = load_guard_config(REPO / "guards" / "presets" / "haiku-4.5.toml")
+    config = load_guard_config(REPO / "guardeval" / "guards" / "presets" / "haiku-4.5.toml")
     prompt = load_prompt(config.prompt)
     row = json.loads((DEMO_COHORT / "instances.jsonl").read_text("utf-8").splitlines()[0])
     body = OpenRouterGuard(config, prompt).render(row)

@@ -12,7 +12,7 @@ from conftest import REPO
 
 def _readme_commands() -> list[str]:
     text = (REPO / "README.md").read_text()
-    section = text.split("## Set up a fresh machine", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```sh\n(.+?)\n```", section)
 
 

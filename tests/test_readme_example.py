@@ -1,5 +1,5 @@
-"""The README's "Your own guard" example runs as written: its guard module and its notebook
-code, extracted from README.md, in a fresh folder and a fresh interpreter."""
+"""The "Your own Python guard" how-to runs as written: its guard module and its notebook code,
+extracted from docs/how-to/python-guard.md, in a fresh folder and a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ BLOCK = re.compile(r"<!-- readme-example: (?P<name>[\w.]+) -->\n```python\n(?P<c
 
 
 def blocks() -> dict[str, str]:
-    found = {m["name"]: m["code"] + "\n" for m in BLOCK.finditer((REPO / "README.md").read_text("utf-8"))}
+    found = {m["name"]: m["code"] + "\n" for m in BLOCK.finditer((REPO / "docs" / "how-to" / "python-guard.md").read_text("utf-8"))}
     assert set(found) == {"my_guard.py", "notebook"}, sorted(found)
     return found
 

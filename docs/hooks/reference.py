@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def on_config(config: Any) -> Any:
     # argparse wraps usage lines to the terminal's width: the same page on every machine.
-    os.environ["COLUMNS"] = "100"
+    os.environ["COLUMNS"] = "80"
     return config
 
 
@@ -36,7 +37,9 @@ def _generated(kind: str) -> str:
     # BENCHMARKS.md stays at the repository's root (where the benchmarks' own docstrings name it);
     # the site shows it as it is, without its own first heading.
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    return text.split("\n", 1)[1] if text.startswith("# ") else text
+    text = text.split("\n", 1)[1] if text.startswith("# ") else text
+    # Its links are written from the repository's root: on the site, docs/ is the root.
+    return re.sub(r"\]\(docs/", "](", text)
 
 
 # ----------------------------------------------------------------------------- commands

@@ -18,7 +18,7 @@ A study (N guards on one schedule, one folder, one report: docs/study.md): `stud
 `study_resume`, `study_add`, `study_report`, `study_verify`, `study_status`, `study_edit`.
 
 A guard that is a Python function: `python_guard(name, "package.module:function")`, whose
-function takes a `GuardInput` and returns text or a `Verdict` (README, "Your own guard").
+function takes a `GuardInput` and returns text or a `Verdict` (docs/how-to/python-guard.md).
 """
 
 from guardeval.api.guards import load_guard, python_guard

@@ -33,6 +33,9 @@ class _Record:
 
 @dataclass(frozen=True)
 class Projection(_Record):
+    """What a launch would cost, projected before anything is sent (`launch --dry-run`): an upper
+    estimate, prompt characters / 4 and every call's full `max_tokens`."""
+
     calls: int
     prompt_tokens_est: int
     max_output_tokens: int
@@ -147,6 +150,8 @@ class RunStatus(_Record):
 
 @dataclass(frozen=True)
 class Problem(_Record):
+    """One thing `verify` or `status` found wrong: the file, the line when there is one, and what."""
+
     file: str
     line: int | None
     message: str
@@ -154,6 +159,8 @@ class Problem(_Record):
 
 @dataclass(frozen=True)
 class Skipped(_Record):
+    """A check `verify` could not make here, and why (`--allow-skipped` accepts it)."""
+
     check: str
     reason: str
 

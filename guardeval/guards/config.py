@@ -237,7 +237,7 @@ def _line_of(text: str, key: str) -> int | None:
 NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 MAX_CONFIG_BYTES = 1 << 20
 MAX_URL_CHARS = 2048
-# Documented ranges of the numeric fields (README, "Guards"): finite values, inclusive bounds.
+# Documented ranges of the numeric fields (docs/reference/guard-config.md): finite values, inclusive bounds.
 RANGES: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 2.0),
     "max_tokens": (1, 1 << 20),

@@ -26,7 +26,7 @@ from guardeval.run.folder.lines import iter_jsonl, iter_lines, parse_line, raw_h
 from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
 
-# The export frame (docs: README "Export"); `cost` is the call's spend over all its attempts,
+# The export frame (docs/how-to/export.md); `cost` is the call's spend over all its attempts,
 # `latency_s`, `provider` and `finish_reason` are those of its final attempt; `retry_round` is 0,
 # or the retry (`resume --retry-failed`) whose decision the row carries.
 EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition", "repetition", "label", "tool",

@@ -1,4 +1,4 @@
-"""What a `python` guard function receives and returns (README, "Your own guard").
+"""What a `python` guard function receives and returns (docs/how-to/python-guard.md).
 
     def guard(inp: GuardInput) -> str | Verdict | dict | <a dataclass>: ...
     async def guard(inp: GuardInput) -> ...                      # runs on the event loop

@@ -1,4 +1,4 @@
-"""The records of a run's two logs, as typed dictionaries (docs/design.md §6; README, "The run folder").
+"""The records of a run's two logs, as typed dictionaries (docs/design.md §6; docs/reference/run-folder.md).
 
 `Attempt` is what the dispatcher records for one attempt; `RunWriter.append_raw` adds `seq`,
 `prev_sha256` and the canonical `request` body, giving a `RawLine` of raw.jsonl. `Decision` is one
