@@ -122,3 +122,23 @@ def test_the_fingerprint_a_launch_prints_is_the_one_verify_expects(tmp_path, sma
         token = re.search(r"fingerprint (\S+) \(keep it", r.err)[1]
         v = run_cli("verify", str(run), "--expect", token)
         assert v.code == 0 and f"fingerprint {token}" in v.out, (step, r.err, v.out)
+
+
+def test_the_typed_records_carry_the_corrected_difference_verdicts_and_mdes():
+    from guardeval.api.results import difference_record, estimate_record
+    from guardeval.estimators import estimate
+    from guardeval.estimators.compare.compare import CompareInput, compare_inputs
+
+    rng = np.random.default_rng(4)
+    pop = sy.population(sy.design(32), rng)
+    a, b = sy.guards(pop, [sy.EFFECTS, sy.EFFECTS], rng)
+    est = estimate_record(estimate(a, roles=sy.ROLES, n_boot=300))
+    e = est.effect("tool_alias")
+    assert e.verdict is not None and e.verdict.mde is not None and e.verdict.family == "4 conditions"
+    assert e.verdict_minus_placebo is not None and e.headline is e.verdict_minus_placebo
+    assert e.significant == bool(e.verdict_minus_placebo.differs)
+    out = compare_inputs([CompareInput("A", a, sy.ROLES), CompareInput("B", b, sy.ROLES)], n_boot=300)
+    d = difference_record(next(r for r in out["conditions"] if r["condition"] == "tool_alias"))
+    assert d.difference_minus_placebo is not None and d.ci_difference_minus_placebo is not None
+    assert d.verdict_minus_placebo is not None and d.verdict_minus_placebo.mde is not None
+    assert d.p_holm_minus_placebo == d.verdict_minus_placebo.p_adjusted

@@ -97,22 +97,27 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
 
         make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
         written = list(write_compare(result, out_dir))
-    rows = [Difference(condition=r["condition"], delta_a=r["delta_a"], ci_a=_interval(r["ci_a"]),
-                       delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
-                       ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
-                       p_holm=(r["equivalence"] or {}).get("p_adjusted"),
-                       delta_minus_placebo_a=r["delta_minus_placebo_a"], delta_minus_placebo_b=r["delta_minus_placebo_b"],
-                       difference_minus_placebo=r["difference_minus_placebo"],
-                       ci_difference_minus_placebo=_interval(r["ci_difference_minus_placebo"]),
-                       p_difference_minus_placebo=r["p_difference_minus_placebo"],
-                       p_holm_minus_placebo=(r["equivalence_minus_placebo"] or {}).get("p_adjusted"),
-                       verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
-            for r in result["conditions"]]
+    rows = [difference_record(r) for r in result["conditions"]]
     checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
     return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
                       failure_rule=result["failure_rule"], publishable=result["publishable"],
                       complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
                       written=written, checks=checks, result=result)
+
+
+def difference_record(r: Any) -> Difference:
+    """The typed record of one pair row of a comparison (compare.json's `conditions`): B − A of Δ
+    and of the placebo-corrected effect, each with its decision."""
+    return Difference(condition=r["condition"], delta_a=r["delta_a"], ci_a=_interval(r["ci_a"]),
+                      delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
+                      ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
+                      p_holm=(r["equivalence"] or {}).get("p_adjusted"),
+                      delta_minus_placebo_a=r["delta_minus_placebo_a"], delta_minus_placebo_b=r["delta_minus_placebo_b"],
+                      difference_minus_placebo=r["difference_minus_placebo"],
+                      ci_difference_minus_placebo=_interval(r["ci_difference_minus_placebo"]),
+                      p_difference_minus_placebo=r["p_difference_minus_placebo"],
+                      p_holm_minus_placebo=(r["equivalence_minus_placebo"] or {}).get("p_adjusted"),
+                      verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
 
 
 def calls(run: str | Path) -> list[CallRecord]:
