@@ -147,17 +147,18 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     est_w = 23 if one_line else 16
     names = [safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "") + " *"
              for c in report["contrasts"]]
+    # p_w fits pval's longest form ("1.0e-100"): a p cut to "1.5e-…" cannot be read.
+    p_w, count_w, bases_w = 8, 8, 5
     # each of the 5 gaps: padding on both sides and the (blank) column rule
-    name_w = max(9, min(max(map(len, names), default=9), width - (2 * est_w + 8 + 8 + 5) - 5 * 3))
+    name_w = max(9, min(max(map(len, names), default=9), width - (2 * est_w + p_w + count_w + bases_w) - 5 * 3))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
     table.add_column("condition", overflow="fold", width=name_w)
     gap = " " if one_line else "\n"
     table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[{level(report)} CI]", overflow="fold", width=est_w)
     table.add_column(f"Δ − placebo{gap}[{level(report)} CI]", overflow="fold", width=est_w)
-    # 8 fits pval's longest form ("1.0e-100"): a p cut to "1.5e-…" cannot be read.
-    table.add_column("p_Holm", justify="right", width=8)
-    table.add_column("+/−/=", justify="right", overflow="fold", width=8)
-    table.add_column("bases", justify="right", overflow="fold", width=5)
+    table.add_column("p_Holm", justify="right", width=p_w)
+    table.add_column("+/−/=", justify="right", overflow="fold", width=count_w)
+    table.add_column("bases", justify="right", overflow="fold", width=bases_w)
     # An estimate and its interval on one line when they fit, else the interval under it.
     sep = " " if one_line else "\n"
     for c in report["contrasts"]:
