@@ -34,6 +34,24 @@ HOW_TO_GET = {
 }
 
 
+# Every test file declares its tier at module level (`pytestmark = pytest.mark.fast` or
+# `pytest.mark.slow`; a slow test inside a fast file marks itself). `-m "not slow"` is the
+# development tier; .ci/run runs both. A file without a tier stops collection, so none is forgotten.
+TIERS = ("fast", "slow")
+# Tests that use the fixed ports of the shipped `sim` preset (127.0.0.1:8089, and 8090 in the
+# tour) carry `pytest.mark.xdist_group(SIM_PRESET_PORTS)`: `--dist loadgroup` runs them all in one
+# worker, one at a time. Every other test binds port 0 and works in its own tmp_path.
+SIM_PRESET_PORTS = "sim-preset-ports"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    untiered = sorted({item.path.name for item in items
+                       if not any(item.get_closest_marker(t) is not None for t in TIERS)})
+    if untiered:
+        raise pytest.UsageError("test files without a tier (add `pytestmark = pytest.mark.fast` or "
+                                "`pytest.mark.slow` after the imports): " + ", ".join(untiered))
+
+
 def shared_or_skip(rel: str) -> Path:
     """`../shared/<rel>` where the development machines have it; otherwise skip, naming the
     missing file and how a user obtains it."""

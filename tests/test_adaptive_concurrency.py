@@ -26,6 +26,8 @@ from guardeval.run.dispatch.adaptive import RateController, Tally, WireGate, bes
 
 from conftest import run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]

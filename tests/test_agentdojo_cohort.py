@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 pytest.importorskip("agentdojo")
 
 from guardeval.cohorts.builders.agentdojo import SuiteReplay, SuiteStats, build_agentdojo  # noqa: E402

@@ -15,6 +15,8 @@ from guardeval.view.calls import EXPORT_COLUMNS
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:

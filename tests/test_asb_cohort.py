@@ -20,6 +20,8 @@ from guardeval.errors import InputError
 
 from conftest import DATA, run_cli, shared_or_skip
 
+pytestmark = pytest.mark.fast
+
 SHAPED = DATA / "asb-shaped"
 
 

@@ -11,6 +11,8 @@ from guardeval.estimators.audits import fit_lookup, lookup_audit_file, predict_l
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 # D1: g1 (x 1, y 0), g2 (x 0, z 1); D2: g3 (x 1, y 1), g4 (w 0, y 0)
 LOOKUP_ROWS = [
     ("g1", "D1", "x", 1), ("g1", "D1", "y", 0), ("g2", "D1", "x", 0), ("g2", "D1", "z", 1),

@@ -12,6 +12,8 @@ from guardeval.canon import sha256_hex
 
 from conftest import REPO, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _copy_cohort(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)

@@ -14,6 +14,8 @@ from guardeval.run.folder.manifest import MAX_MANIFEST_BYTES
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 
 def test_read_bounded(tmp_path):
     p = tmp_path / "f"

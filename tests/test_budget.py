@@ -9,6 +9,8 @@ import pytest
 from guardeval.guards.base import valid_cost
 from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
 
+pytestmark = pytest.mark.fast
+
 PRICES = Prices(in_per_mtok=1.0, out_per_mtok=5.0, per_call=0.005)
 TOKENS = {"prompt_tokens": 1000, "completion_tokens": 20}     # $0.0011 at PRICES
 

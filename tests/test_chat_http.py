@@ -12,6 +12,8 @@ from guardeval.guards.prompts import load_prompt
 
 from app_server import start
 
+pytestmark = pytest.mark.fast
+
 
 async def _serve(status: int, body: str, headers: dict[str, str] | None = None) -> tuple[web.AppRunner, str]:
     async def handler(request: web.Request) -> web.Response:

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import REPO, run_cli
 
+pytestmark = pytest.mark.fast
+
 
 def _pin(root: Path, rel: str, data: object) -> str:
     p = root / rel

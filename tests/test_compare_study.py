@@ -18,6 +18,8 @@ from guardeval.estimators.compare.ranking import kendall_tau_b
 from guardeval.estimators.verdicts.decisions import verdict_text
 from guardeval.estimators.verdicts.power import mde
 
+pytestmark = pytest.mark.fast
+
 CONDITIONS = ("original", "alias", "marker", "format_placebo")
 
 

@@ -15,6 +15,8 @@ from guardeval.guards.constrained import AnswerTrie, TrieLogitsProcessor, answer
 from guardeval.guards.parsers import get_parser
 from guardeval.guards.prompts import load_prompt
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 
 

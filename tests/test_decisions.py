@@ -21,6 +21,8 @@ from guardeval.estimators.verdicts.holm import holm
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def tables():

@@ -8,7 +8,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli
+
+pytestmark = pytest.mark.fast
 
 
 def test_the_installed_package_is_the_wheel(installed) -> None:

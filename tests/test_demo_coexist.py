@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 SETUP = """from setuptools import setup
 setup(name={name!r}, version="9.9.9", packages=[{name!r}])
 """

@@ -15,6 +15,8 @@ from guardeval.cohorts.builders.demo_data import ALIASES
 from guardeval.cohorts.model import load_cohort
 from guardeval.cohorts.transforms import apply_checked, count_markers, has_threat_word, validate_table, visible_names
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "cohorts" / "demo"
 

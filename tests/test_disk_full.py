@@ -16,6 +16,8 @@ import pytest
 
 from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _run_limited(fsize: int, *args: str) -> CliResult:
     """The CLI in a child whose files may not grow past `fsize` bytes (writes past it: EFBIG)."""

@@ -7,9 +7,13 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from guardeval.guards.config import load_guard_config
 
 from conftest import run_cli, write_guard
+
+pytestmark = pytest.mark.fast
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -20,9 +20,10 @@ import pytest
 from chromium import Chromium, find_chromium
 from conftest import REPO
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or
-                                importlib.util.find_spec("mkdocstrings") is None,
-                                reason="the docs extra is not installed (pip install -e '.[docs]')")
+_REQUIRES = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or
+                               importlib.util.find_spec("mkdocstrings") is None,
+                               reason="the docs extra is not installed (pip install -e '.[docs]')")
+pytestmark = [pytest.mark.slow, _REQUIRES]
 
 
 @pytest.fixture(scope="module")

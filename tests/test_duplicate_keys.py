@@ -20,6 +20,8 @@ from guardeval.estimators.table import load_table
 
 from conftest import run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _repin(cohort: Path) -> None:
     data = (cohort / "instances.jsonl").read_bytes()

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def run(copy_run) -> Path:

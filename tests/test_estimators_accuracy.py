@@ -6,6 +6,8 @@ import pytest
 
 from guardeval.estimators.accuracy import evaluation_units, interaction_weights
 
+pytestmark = pytest.mark.fast
+
 
 def test_equal_interaction_units_by_hand():
     # g1: (y0,p0) (y1,p1) (y1,p0) (y0,p1); g2: (y1,p1)

@@ -8,6 +8,8 @@ import pytest
 from guardeval.estimators import bootstrap as bs
 from guardeval.estimators.verdicts.holm import holm
 
+pytestmark = pytest.mark.fast
+
 
 def test_rescaled_weights_keep_each_domain_size():
     cluster_domain = np.array([0, 0, 0, 1, 1, 2])

@@ -14,6 +14,8 @@ from guardeval.guards.sim import SimServerProcess
 
 from conftest import cli_env, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 CONTRAST_KEYS = {"condition", "delta", "ci", "p", "p_holm", "delta_minus_placebo", "ci_minus_placebo",
                  "increase", "decrease", "tie", "n_bases", "n_clusters", "by_rule"}
 TOP_KEYS = {"n_bases", "n_calls", "baseline", "placebo", "failure_rule", "block_rate", "repeat_disagreement",

@@ -9,6 +9,8 @@ import pytest
 
 from guardeval.estimators.compare.compare import compare
 
+pytestmark = pytest.mark.fast
+
 
 def table(blocks: dict[str, set[int]], conditions: tuple[str, ...] = ("x", "y"), n: int = 20) -> list[dict]:
     """n single-base interactions, one call each; `blocks[c]`: the bases condition c blocks

@@ -23,6 +23,8 @@ from test_estimators_effects import hand_rows
 from guardeval.errors import CheckFailed, InputError
 from guardeval.estimators import estimate
 
+pytestmark = pytest.mark.fast
+
 TOOLS = {"a": "t1", "b": "t1", "c": "t2", "d": "t3"}
 
 

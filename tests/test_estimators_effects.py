@@ -23,6 +23,8 @@ from guardeval.estimators import effects as fx
 from guardeval.estimators import estimate, exit_status
 from guardeval.estimators.table import validate_rows
 
+pytestmark = pytest.mark.fast
+
 F = "F"
 Q = "Q"
 GRID = {

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from guardeval.estimators import estimate
 from guardeval.estimators.accuracy import evaluation_units, interaction_weights
 
+pytestmark = pytest.mark.fast
+
 OUTCOMES = ["1", "0", "1", "0", "unparseable", "exhausted"]
 
 

@@ -12,6 +12,8 @@ from guardeval.run import runtable
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.runtable import _tail_fields, final_attempt_starts
 
+pytestmark = pytest.mark.fast
+
 
 def raw_line(seq: int, started: str, usage: object, *, request: object = None, response: str | None = "{}") -> bytes:
     return dumps_line({"call_id": "c" * 32, "attempt": 1, "seq": seq, "started": started, "finished": started,

@@ -9,6 +9,8 @@ import pytest
 from guardeval.errors import InputError
 from guardeval.estimators.table import load_table, validate_rows
 
+pytestmark = pytest.mark.fast
+
 GOOD = {"base_id": "b1", "interaction_id": "g1", "domain": "D", "condition": "original", "repetition": 0,
         "decision": 1, "status": "ok"}
 

@@ -17,6 +17,8 @@ from guardeval.cli.app import build_parser
 
 from conftest import run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 REMOTE = "https://guard.example.invalid/api/v1"   # never contacted: the refusal comes first
 
 

@@ -35,6 +35,8 @@ from tests.llama_reference import forward
 
 from conftest import REPO, run_cli
 
+pytestmark = pytest.mark.fast
+
 IDS = [1, 77, 260, 5, 102, 260, 0, 33, 2, 200, 150, 41, 260, 265, 9, 88]
 
 

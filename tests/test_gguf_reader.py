@@ -36,6 +36,8 @@ from tests.gguf_files import (
     gguf_bytes,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def write(path: Path, metadata: dict, tensors: list, **kw: object) -> Path:
     path.write_bytes(gguf_bytes(metadata, tensors, **kw))

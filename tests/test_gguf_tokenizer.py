@@ -12,6 +12,8 @@ from guardeval.guards.gguf.reader import GgufFile
 from guardeval.guards.gguf.tokenizer import build_tokenizer, read_vocabulary, tokenizer_config
 from tests import gguf_files as gf
 
+pytestmark = pytest.mark.fast
+
 
 def vocabulary(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped-def]
     path = tmp_path / "t.gguf"

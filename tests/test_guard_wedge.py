@@ -19,10 +19,15 @@ import pytest
 
 from conftest import REPO, CliResult, cli_env, run_cli
 
+pytestmark = pytest.mark.fast
+
 GOOD = '''
 def guard(inp):
     return '{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0}'
 '''
+
+
+ENTERED = "GUARDEVAL_TEST_ENTERED"   # the file a guard below creates once a call is inside it
 
 
 def _guard(tmp_path: Path, name: str, source: str, fn: str = "guard", **extra: object) -> tuple[Path, dict[str, str]]:
@@ -34,7 +39,7 @@ def _guard(tmp_path: Path, name: str, source: str, fn: str = "guard", **extra: o
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text(f'name = "{name}"\nbackend = "python"\ncallable = "{name}:{fn}"\nmodel = "rules"\n'
                    'prompt = "guardeval-json-v1"\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()))
-    return cfg, {"PYTHONPATH": f"{REPO}:{lib}"}
+    return cfg, {"PYTHONPATH": f"{REPO}:{lib}", ENTERED: str(tmp_path / "entered")}
 
 
 def _launch(run: Path, guard: tuple[Path, dict[str, str]], *extra: str, timeout: float = 120) -> CliResult:
@@ -51,7 +56,7 @@ def _signalled_launch(run: Path, guard: tuple[Path, dict[str, str]], signum: int
                              "--reps", "1", "--run-dir", str(run), "--no-progress"], env=cli_env(env), cwd=REPO,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _started(run, proc)
+        _entered(Path(guard[1][ENTERED]), proc)
         t0 = time.monotonic()
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
@@ -62,17 +67,16 @@ def _signalled_launch(run: Path, guard: tuple[Path, dict[str, str]], signum: int
             proc.communicate()
 
 
-def _started(run: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
-    """Wait for the session's start event (the guard is imported and its calls are going)."""
+def _entered(marker: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until a call is inside the guard: the guard itself creates `marker` on entry (an
+    observable event, not a guess at how long the launch takes to get there)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        events = run / "events.jsonl"
-        if events.exists() and b'"start"' in events.read_bytes():
-            time.sleep(0.5)   # the first call is in the guard by now
+        if marker.exists():
             return
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise AssertionError("the launch never started")
+        time.sleep(0.02)
+    raise AssertionError("no call reached the guard")
 
 
 def _raw(run: Path) -> list[dict]:
@@ -91,9 +95,11 @@ def _resumes_with_a_good_guard(tmp_path: Path, run: Path, name: str, env: dict[s
 
 
 BLOCKING = '''
+import os
 import time
 
 async def guard(inp):
+    open(os.environ["GUARDEVAL_TEST_ENTERED"], "a").close()
     time.sleep(3600)   # a blocking call inside an async function
 '''
 
@@ -106,7 +112,7 @@ def test_an_async_guard_that_blocks_the_loop_is_stopped_naming_it(tmp_path):
     r = _launch(run, guard, timeout=60)
     took = time.monotonic() - t0
     assert r.code == 1 and "Traceback" not in r.err, r.err
-    assert "blocker:guard blocked the event loop" in r.err and "(in guard at blocker.py:5)" in r.err, r.err
+    assert "blocker:guard blocked the event loop" in r.err and "(in guard at blocker.py:7)" in r.err, r.err
     assert "resume with: guardeval resume" in r.err
     assert "stopped by a fatal guard error" in r.err and "provider" not in r.err, r.err   # the guard's, not a provider's
     assert took < 30, took
@@ -131,9 +137,11 @@ def test_a_blocked_loop_answers_a_signal_within_seconds(tmp_path, signum):
 
 
 SWALLOWING = '''
+import os
 import time
 
 async def guard(inp):
+    open(os.environ["GUARDEVAL_TEST_ENTERED"], "a").close()
     while True:
         try:
             time.sleep(3600)
@@ -147,7 +155,7 @@ def test_a_guard_that_swallows_the_interrupt_cannot_keep_the_process_alive(tmp_p
     code, err, took = _signalled_launch(run, env, signal.SIGTERM)
     assert code == 1 and "Traceback" not in err, err
     assert took < 10, took
-    assert "swallower:guard still blocks the event loop (in guard at swallower.py:7)" in err, err
+    assert "swallower:guard still blocks the event loop (in guard at swallower.py:9)" in err, err
     assert json.loads(run_cli("status", str(run), "--json").out)["state"] == "interrupted"
     _resumes_with_a_good_guard(tmp_path, run, "swallower", env[1])
 

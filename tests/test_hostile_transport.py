@@ -17,6 +17,8 @@ from guardeval.run.dispatch.dispatch import _Wait
 
 from hostile_server import Hostile, leaked, serving
 
+pytestmark = pytest.mark.fast
+
 KEY_ENV = "GUARDEVAL_HOSTILE_TEST_KEY"
 CANARY = "sk-or-v1-" + "5f3a9c0d7e21b48a6c93f1e0d2b7a45c8e6f1d09b3a27c4e5d81f6a0b9c3e7d2"
 

@@ -33,6 +33,8 @@ from guardeval.guards.sim import SimServerProcess
 from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 from inspect_env import offline_tiktoken, require_inspect
 
+pytestmark = pytest.mark.fast
+
 REPS = 2
 FAULTS = "400=0.06,length=0.06"   # failed calls and truncated answers, as a real provider has
 
@@ -432,15 +434,20 @@ def test_a_guard_log_without_the_fields_or_with_an_edited_answer_is_refused(guar
 
 def test_cache_replays_changed_stimuli_and_missing_epochs_are_what_a_run_would_call_them(guard_log: Path,
                                                                                           tmp_path: Path) -> None:
+    chosen: list[tuple[Any, int]] = []    # (sample id, epoch) replayed from the cache, then edited
+
     def tamper(log: Any) -> None:
-        for sid, epoch in ((1, 1), (2, 1)):
-            s = next(s for s in log.samples if s.id == sid and s.epoch == epoch)
+        # Two samples the guard answered (the simulator faults some calls; a faulted one has no
+        # decision to quarantine, so a fixed id could leave the checks below with nothing to check).
+        answered = [s for s in log.samples if _verdict_status(s) == "ok" and not (s.id == 5 and s.epoch == 2)]
+        for s, how in zip(answered[:2], ("cache", "edit")):
             model = next(e for e in s.events if e.event == "model")
-            if sid == 1:
+            if how == "cache":
                 model.cache = "read"
             else:
                 model.input[-1].content = "something else"
             s.scores = {}
+            chosen.append((s.id, s.epoch))
         log.samples = [s for s in log.samples if not (s.id == 5 and s.epoch == 2)]
 
     log = _rewrite(guard_log, tmp_path / "t.eval", tamper)
@@ -453,12 +460,18 @@ def test_cache_replays_changed_stimuli_and_missing_epochs_are_what_a_run_would_c
             map(json.loads, (tmp_path / "o" / "inspect-decisions.jsonl").read_text().splitlines())}
     by_id = _metadata_by_sample_id(guard_log)
     key = lambda sid, rep: (by_id[sid]["base_id"], by_id[sid]["condition"], rep)  # noqa: E731
-    if rows[key(1, 0)]["status"] == "ok":
-        assert rows[key(1, 0)]["quarantine_reason"] == "response_cache_hit"
-    if rows[key(2, 0)]["status"] == "ok":
-        assert rows[key(2, 0)]["quarantine_reason"] == "fingerprint_mismatch"
+    (cached_id, cached_epoch), (edited_id, edited_epoch) = chosen
+    cached, edited = rows[key(cached_id, cached_epoch - 1)], rows[key(edited_id, edited_epoch - 1)]
+    assert cached["status"] == "ok" and cached["quarantine_reason"] == "response_cache_hit", cached
+    assert edited["status"] == "ok" and edited["quarantine_reason"] == "fingerprint_mismatch", edited
     assert rows[key(5, 1)]["status"] == "missing" and rows[key(5, 1)]["decision"] is None
     assert not json.loads(r.out)["complete"]
+
+
+def _verdict_status(sample: Any) -> str | None:
+    """The status the exported task's scorer gave a sample (None: not scored, e.g. an error)."""
+    score = (sample.scores or {}).get("guardeval_verdict")
+    return None if score is None else (score.metadata or {}).get("status")
 
 
 def _metadata_by_sample_id(log_path: Path) -> dict[Any, dict[str, Any]]:

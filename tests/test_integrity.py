@@ -9,10 +9,14 @@ import re
 from pathlib import Path
 
 import orjson
+import pytest
 
-from guardeval.canon import dumps_line, sha256_hex
+from guardeval.canon import dumps_line
 
 from conftest import run_cli
+from tamper import rechain_with_zero_costs
+
+pytestmark = pytest.mark.fast
 
 FP = re.compile(r"fingerprint ([0-9]+\.[0-9]+\.[0-9]+\.[0-9a-f]{24})")
 
@@ -23,37 +27,6 @@ def _status(run: Path, code: int = 0) -> dict:
     return json.loads(r.out)
 
 
-def _rechain_with_zero_costs(run: Path) -> None:
-    """Set every logged cost to 0 and recompute every hash that covers it: the raw chain, each
-    decision's raw_line_sha256, the chain head in the stop events. Nothing keyed is left to
-    disagree, so `verify` alone cannot see the change."""
-    shas: dict[int, str] = {}
-    prev = "0" * 64
-    out = []
-    for line in (run / "raw.jsonl").read_bytes().splitlines():
-        rec = orjson.loads(line)
-        if isinstance(rec.get("usage"), dict) and "cost" in rec["usage"]:
-            rec["usage"]["cost"] = 0
-        rec["prev_sha256"] = prev
-        body = dumps_line(rec)
-        prev = shas[rec["seq"]] = sha256_hex(body[:-1])
-        out.append(body)
-    (run / "raw.jsonl").write_bytes(b"".join(out))
-    decs = []
-    for line in (run / "decisions.jsonl").read_bytes().splitlines():
-        d = orjson.loads(line)
-        d["raw_line_sha256"] = shas[d["raw_seq"]]
-        decs.append(dumps_line(d))
-    (run / "decisions.jsonl").write_bytes(b"".join(decs))
-    evs = []
-    for line in (run / "events.jsonl").read_bytes().splitlines():
-        ev = orjson.loads(line)
-        if ev.get("event") == "stop" and ev.get("last_seq") in shas:
-            ev["last_raw_sha256"] = shas[ev["last_seq"]]
-        evs.append(orjson.dumps(ev) + b"\n")
-    (run / "events.jsonl").write_bytes(b"".join(evs))
-
-
 def test_a_rechained_log_passes_verify_but_not_the_fingerprint_taken_before(copy_run):
     run = copy_run("run")
     before = _status(run)
@@ -61,7 +34,7 @@ def test_a_rechained_log_passes_verify_but_not_the_fingerprint_taken_before(copy
     token = before["fingerprint"]
     ok = run_cli("verify", str(run), "--expect", token)
     assert ok.code == 0 and f"fingerprint {token} (as expected)" in ok.out, (ok.code, ok.out)
-    _rechain_with_zero_costs(run)
+    rechain_with_zero_costs(run)
     assert _status(run)["spend_usd"] == 0
     plain = run_cli("verify", str(run))
     assert plain.code == 0, plain.out          # the chain alone is consistent again
@@ -171,3 +144,22 @@ def test_resume_refuses_a_raw_log_cut_short(copy_run):
         assert text.code == 1 and "damaged: raw.jsonl" in text.out and "state: damaged" in text.out
         assert "state: complete" not in text.out
         assert run_cli("verify", str(run)).code == 1
+
+
+def test_a_later_session_grows_the_events_and_a_rewrite_does_not(copy_run):
+    """What `study verify` and `study report` read a run's change by: a resume is a later session,
+    a re-chained log with the same counts is not (nor one cut short)."""
+    from guardeval.run.integrity.fingerprint import not_a_later_session
+
+    run = copy_run("run")
+    token = _status(run)["fingerprint"]
+    assert run_cli("resume", str(run), "--no-progress").code == 0          # sends nothing, appends its session
+    resumed = _status(run)["fingerprint"]
+    assert resumed != token and not_a_later_session(token, resumed) is None
+    rechain_with_zero_costs(run)
+    rewritten = _status(run)["fingerprint"]
+    why = not_a_later_session(resumed, rewritten)
+    assert why is not None and "rewritten in place" in why, why
+    a, d, e, h = token.split(".")
+    assert "shorter" in (not_a_later_session(token, f"{int(a) - 1}.{d}.{int(e) + 2}.{h}") or "")
+    assert not_a_later_session(token, "1.2.3") is None                       # an older token form: no events count

@@ -6,6 +6,8 @@ import pytest
 
 from guardeval.guards.parsers import composite, parse_json_three_field
 
+pytestmark = pytest.mark.fast
+
 OK = [
     ('{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0}', 0, 0.0),
     ('{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0.5}', 0, 0.0),

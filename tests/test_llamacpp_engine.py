@@ -32,7 +32,8 @@ from tests.gguf_files import smollm2_gguf
 from tests.llama_server import ALIAS, LlamaServer, llama_cpp_available, llama_server, skip_reason
 from tests.short_cohort import CONDITIONS, rows
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(), reason=skip_reason())
+_REQUIRES = pytest.mark.skipif(not llama_cpp_available(), reason=skip_reason())
+pytestmark = [pytest.mark.slow, _REQUIRES]
 
 N_CTX = 1024
 

@@ -37,6 +37,8 @@ from tests.tiny_model import tiny_model_dir
 
 from conftest import DATA, DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 REFERENCE = SHARED / "reference" / "ts-guard-prompt-v2.txt"
 # The TS-Guard template the tests install: ToolSafe's where the development machines have it.
 TS_GUARD_TEMPLATE = REFERENCE if REFERENCE.is_file() else DATA / "ts-guard-shaped-template.txt"

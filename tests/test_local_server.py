@@ -24,6 +24,8 @@ from tests.short_cohort import write_short_cohort
 from app_server import in_thread, start
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 # llama-cpp-python's answer to `response_format: {type: json_schema}`: HTTP 500, pydantic's
 # validation error, then a traceback after a blank line.
 LLAMA_500 = json.dumps({"error": {

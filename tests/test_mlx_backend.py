@@ -35,6 +35,8 @@ from guardeval.guards.parsers import get_parser
 from guardeval.guards.prompts import Prompt, load_prompt
 from tests.tiny_model import tiny_model_dir
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -28,6 +28,8 @@ from guardeval.errors import InputError
 
 from conftest import DATA, shared_or_skip
 
+pytestmark = pytest.mark.fast
+
 _component = st.one_of(st.from_regex(r"[A-Z][a-z]{1,8}", fullmatch=True), st.from_regex(r"[A-Z]{2,4}", fullmatch=True))
 _camel = st.lists(_component, min_size=1, max_size=4).map("".join)
 _snake = st.lists(st.from_regex(r"[a-z]{2,8}", fullmatch=True), min_size=1, max_size=4).map("_".join)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, write_guard
+from conftest import REPO, SIM_PRESET_PORTS, run_cli, write_guard
+
+pytestmark = pytest.mark.fast
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -193,6 +195,7 @@ def test_replicate_can_be_piloted_and_dry_run(pilot, tmp_path, sim):
     assert "stopped by --max-calls (a pilot)" in run_cli("status", str(target)).out
 
 
+@pytest.mark.xdist_group(SIM_PRESET_PORTS)
 def test_the_sim_preset_without_its_server_says_to_pass_the_url(tmp_path, small_cohort):
     # The preset points at 127.0.0.1:8089; nothing listens there in this test.
     import socket

@@ -24,6 +24,8 @@ from guardeval.run.dispatch.decide import decide
 
 from app_server import start
 
+pytestmark = pytest.mark.fast
+
 CASES: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "fixtures" / "openrouter" / "conformance.json").read_text("utf-8"))["cases"]
 PROMPT = load_prompt("guardeval-json-v1")

@@ -12,6 +12,8 @@ from guardeval.guards.prompts import load_prompt
 from guardeval.guards.registry import make_renderer
 from guardeval.run.dispatch.budget import reported_cost
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("reported, slugs, allowed", [
     ("Anthropic", ["anthropic"], True),

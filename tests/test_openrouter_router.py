@@ -19,6 +19,8 @@ from guardeval.guards.sim.router import AVAILABILITY
 from app_server import in_thread
 from conftest import run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -28,6 +28,8 @@ from guardeval.guards.sim.config import NAMED_FAULTS
 
 from conftest import DEMO_COHORT, REPO, cli_env, shared_or_skip
 
+pytestmark = pytest.mark.fast
+
 SPEC = "reference/openrouter-openapi.yaml"
 FIXTURE = REPO / "tests" / "fixtures" / "openrouter" / "conformance.json"
 CASES: list[dict[str, Any]] = json.loads(FIXTURE.read_text("utf-8"))["cases"]

@@ -10,7 +10,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from tests.conftest import REPO, cli_env
+
+pytestmark = pytest.mark.fast
 
 SCRIPT = REPO / "benchmarks" / "peers.py"
 

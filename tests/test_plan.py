@@ -18,6 +18,8 @@ from guardeval.estimators.verdicts.power import mde
 
 from conftest import DEMO_COHORT, cli_env, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 MODEL = TwoPoint(q=0.4, theta=0.1, a=0.1, b=0.15)
 WIDE = TwoPoint(q=0.4, theta=0.1, a=0.15, b=0.2)   # between-base variance half the pilot's total
 

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.fast
+
 
 def _readme_commands() -> list[str]:
     text = (REPO / "README.md").read_text()

@@ -16,6 +16,8 @@ from guardeval.run.integrity.verify import verify_run
 
 from conftest import REPO, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _edit_prompt(folder: Path) -> None:
     """Change the template and re-pin it, as a careless hand would."""

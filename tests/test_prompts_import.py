@@ -21,6 +21,8 @@ from guardeval.guards.prompts import load_prompt
 
 from conftest import DATA, shared_or_skip
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(params=["shaped", "toolsafe"])
 def template(request, monkeypatch: pytest.MonkeyPatch) -> Path:

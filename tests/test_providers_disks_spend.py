@@ -16,6 +16,8 @@ import pytest
 from conftest import cli_env, run_cli, write_guard
 from hostile_server import Hostile, serving
 
+pytestmark = pytest.mark.fast
+
 KEY_ENV = "GUARDEVAL_TEST_KEY"     # write_guard's api_key_env
 
 

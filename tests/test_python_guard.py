@@ -14,6 +14,8 @@ import pytest
 
 from conftest import REPO, run_cli
 
+pytestmark = pytest.mark.fast
+
 GOOD = '''
 from guardeval.guards.python_guard import Verdict
 

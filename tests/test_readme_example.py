@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, cli_env
+
+pytestmark = pytest.mark.fast
 
 BLOCK = re.compile(r"<!-- readme-example: (?P<name>[\w.]+) -->\n```python\n(?P<code>.*?)\n```", re.DOTALL)
 

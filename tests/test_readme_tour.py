@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, cli_env
+import pytest
+
+from conftest import REPO, SIM_PRESET_PORTS, cli_env
+
+pytestmark = pytest.mark.fast
 
 SH = re.compile(r"```sh\n(.*?)\n```", re.DOTALL)
 
@@ -36,6 +40,7 @@ def test_the_tutorial_runs_the_same_commands():
     assert _tour(REPO / "docs" / "tutorial.md")[-4:] == _tour(REPO / "README.md")
 
 
+@pytest.mark.xdist_group(SIM_PRESET_PORTS)
 def test_the_quick_tour_runs_as_written(tmp_path):
     script = "set -euo pipefail\n" + "\n".join(_tour(REPO / "README.md")) + "\n"
     env = cli_env()

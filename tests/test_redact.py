@@ -13,6 +13,8 @@ from guardeval.guards.redact import MARK, Redactor
 
 from hostile_server import key_form, leaked
 
+pytestmark = pytest.mark.fast
+
 # Shaped like an OpenRouter key, built here so that no tracked file holds a key-like literal.
 KEY = "sk-or-v1-" + "0123456789abcdef" * 4
 

@@ -16,9 +16,10 @@ import pytest
 from chromium import Chromium, find_chromium, load
 from conftest import HOSTILE_BASE, HOSTILE_HTML, MARKUP
 
-pytestmark = pytest.mark.skipif(
+_REQUIRES = pytest.mark.skipif(
     find_chromium() is None,
     reason="chromium is not installed here (apt-get install -y chromium; .ci/run installs it when missing)")
+pytestmark = [pytest.mark.slow, _REQUIRES]
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -25,6 +25,8 @@ from guardeval.run.integrity.verify import verify_run
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -19,6 +19,8 @@ from guardeval.run.folder.layout import PARTIAL_LOCK
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def guard(tmp_path) -> Path:

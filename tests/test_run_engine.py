@@ -10,7 +10,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from conftest import DEMO_COHORT, REPO, cli_env, run_cli, write_guard
+
+pytestmark = pytest.mark.fast
 
 
 def _jsonl(path: Path) -> list[dict]:

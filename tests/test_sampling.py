@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardeval.cohorts.builders.sampling import stratified_sample
+
+pytestmark = pytest.mark.fast
 
 
 def _bases(sizes: dict[tuple[str, int], int]):

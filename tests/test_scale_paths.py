@@ -16,6 +16,8 @@ import pytest
 
 from conftest import REPO, run_cli
 
+pytestmark = pytest.mark.fast
+
 N_BASES, REPS, DECIDED = 40, 10, 1000      # 40 x 5 conditions x 10 = 2,000 calls
 
 

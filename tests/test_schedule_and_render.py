@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from guardeval.canon import dumps_line
 from guardeval.cohorts.model import build_row, load_cohort
 from guardeval.guards.chat_http import OpenRouterGuard
@@ -12,6 +14,8 @@ from guardeval.guards.prompts import load_prompt
 from guardeval.run.schedule import call_id_for, iter_schedule
 
 from conftest import DEMO_COHORT
+
+pytestmark = pytest.mark.fast
 
 
 def _schedule(cohort, **kw) -> list[dict]:

@@ -24,6 +24,8 @@ from guardeval.guards.sim.truth import expected_block_probabilities, true_effect
 
 from conftest import DEMO_COHORT, cli_env, run_cli
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def demo_rows() -> list[dict]:

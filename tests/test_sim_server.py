@@ -27,6 +27,8 @@ from guardeval.guards.sim import SimServerProcess
 from guardeval.guards.sim import guard as sim_guard
 from guardeval.guards.sim.config import parse_faults, parse_latency
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

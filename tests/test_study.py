@@ -20,6 +20,9 @@ from guardeval.guards.sim import SimServerProcess
 from guardeval.guards.sim.profiles import PROFILES
 
 from conftest import CliResult, cli_env, run_cli, write_guard
+from tamper import rechain_with_zero_costs
+
+pytestmark = pytest.mark.fast
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
 KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}
@@ -146,7 +149,10 @@ def test_one_folder_one_schedule_one_process(study: Path) -> None:
     assert [r["label"] for r in record["runs"]] == list(PROFILE_NAMES)
     schedules = {(study / "runs" / name / "schedule.jsonl").read_bytes() for name in PROFILE_NAMES}
     assert len(schedules) == 1                                   # byte-identical
-    assert canonical_sha256 and record["schedule"]["n_calls"] == 160
+    # The record pins the schedule's bytes and its own body (the hash a rewrite must recompute).
+    assert record["schedule"]["sha256"] == hashlib.sha256(schedules.pop()).hexdigest()
+    assert record["sha256"] == canonical_sha256({k: v for k, v in record.items() if k != "sha256"})
+    assert record["schedule"]["n_calls"] == 160
     pids = set()
     for name in PROFILE_NAMES:
         run = study / "runs" / name
@@ -248,7 +254,9 @@ def test_the_api_gives_records(cli, study: Path, reported: dict, tmp_path: Path)
     assert st == json.loads(cli("study", "status", str(copy), "--json").out)
     v = api.study_verify(copy, expect=rep.fingerprint)
     assert isinstance(v, api.StudyVerifyReport) and v.ok and v.problems == []
-    json.dumps(rep.to_dict()) and json.dumps(v.to_dict())
+    # The records serialise to plain JSON and read back as what they said.
+    assert json.loads(json.dumps(rep.to_dict()))["fingerprint"] == rep.fingerprint
+    assert json.loads(json.dumps(v.to_dict())) == {**v.to_dict(), "problems": []}
     res = api.study_resume(copy)                                  # nothing left to send
     assert isinstance(res, api.StudyResult) and res.complete and not any(r.dispatched for r in res.runs)
     assert res.stopped() == {}
@@ -276,6 +284,27 @@ def test_verify_expect_catches_a_rerun_run(cli, profiles: Profiles, study: Path,
     assert cli("study", "verify", str(copy)).code == 0
     r = cli("study", "verify", str(copy), "--expect", token)
     assert r.code == 1 and f"not the expected {token}" in r.out, r.out
+
+
+def test_a_run_rechained_in_place_with_the_same_ids_is_caught_by_its_fingerprint(cli, study: Path, reported: dict,
+                                                                                tmp_path: Path) -> None:
+    """The run id, its manifest and every call id stay; only the logged answers change, and every
+    hash over them is recomputed. Nothing is left for the ids to betray: the run's fingerprint
+    (its chain head and counts, pinned by the study's) is what catches it."""
+    copy = _copy(study, tmp_path)
+    token = reported["fingerprint"]["token"]
+    run = copy / "runs" / "shortcut"
+    manifest_before = (run / "manifest.json").read_bytes()
+    calls_before = sorted(json.loads(x)["call_id"] for x in (run / "decisions.jsonl").read_text().splitlines())
+    rechain_with_zero_costs(run)
+    assert (run / "manifest.json").read_bytes() == manifest_before
+    assert sorted(json.loads(x)["call_id"] for x in (run / "decisions.jsonl").read_text().splitlines()) == calls_before
+    assert cli("verify", str(run)).code == 0                      # the run's own chain is consistent again
+    r = cli("study", "verify", str(copy), "--expect", token)
+    assert r.code == 1 and f"not the expected {token}" in r.out, r.out + r.err
+    r = cli("study", "report", str(copy), "--bootstrap", "200")
+    assert r.code != 0 and "Traceback" not in r.err, r.out + r.err
+    assert "shortcut" in r.err and "fingerprint" in r.err, r.err
 
 
 def test_verify_catches_a_removed_or_replaced_run(cli, study: Path, reported: dict, tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from guardeval import api
 from guardeval.cohorts.model import load_cohort
 from guardeval.guards.sim import SimServerProcess
@@ -14,6 +16,8 @@ from guardeval.guards.sim.profiles import PROFILES
 from guardeval.guards.sim.truth import true_effects
 
 from conftest import DEMO_COHORT, cli_env, write_guard
+
+pytestmark = pytest.mark.fast
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
 INTERVENTIONS = ("marker_rewrite", "tool_alias", "combined")

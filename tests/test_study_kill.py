@@ -12,9 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from guardeval.guards.sim import SimServerProcess
 
 from conftest import REPO, cli_env, run_cli, write_guard
+
+pytestmark = pytest.mark.fast
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
 KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}

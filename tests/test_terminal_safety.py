@@ -16,6 +16,8 @@ from guardeval.terminal import safe, safe_json
 from app_server import in_thread
 from conftest import run_cli, write_guard
 
+pytestmark = pytest.mark.fast
+
 # Clear screen, set the window title, write the clipboard (OSC 52), return to column 0 and
 # print a fake verdict, an 8-bit CSI, a right-to-left override and a lone surrogate.
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\r\x1b[32mall good\x1b[0m\n\x9b31m\u202etxt.exe\ud800"

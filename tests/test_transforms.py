@@ -28,6 +28,8 @@ from guardeval.cohorts.transforms import (
 )
 from guardeval.errors import InputError
 
+pytestmark = pytest.mark.fast
+
 
 def _base(**over):
     base = {

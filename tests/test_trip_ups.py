@@ -11,10 +11,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from guardeval.estimators import synthetic as sy
 
 from conftest import run_cli, write_guard
+
+pytestmark = pytest.mark.fast
 
 
 def _table(path: Path) -> Path:
@@ -132,13 +135,42 @@ def test_the_typed_records_carry_the_corrected_difference_verdicts_and_mdes():
     rng = np.random.default_rng(4)
     pop = sy.population(sy.design(32), rng)
     a, b = sy.guards(pop, [sy.EFFECTS, sy.EFFECTS], rng)
-    est = estimate_record(estimate(a, roles=sy.ROLES, n_boot=300))
+    report = estimate(a, roles=sy.ROLES, n_boot=300)
+    est = estimate_record(report)
     e = est.effect("tool_alias")
     assert e.verdict is not None and e.verdict.mde is not None and e.verdict.family == "4 conditions"
     assert e.verdict_minus_placebo is not None and e.headline is e.verdict_minus_placebo
-    assert e.significant == bool(e.verdict_minus_placebo.differs)
+    _api_stars_are_the_tables(report, est)
     out = compare_inputs([CompareInput("A", a, sy.ROLES), CompareInput("B", b, sy.ROLES)], n_boot=300)
     d = difference_record(next(r for r in out["conditions"] if r["condition"] == "tool_alias"))
     assert d.difference_minus_placebo is not None and d.ci_difference_minus_placebo is not None
     assert d.verdict_minus_placebo is not None and d.verdict_minus_placebo.mde is not None
-    assert d.p_holm_minus_placebo == d.verdict_minus_placebo.p_adjusted
+    # Two computations that must agree: compare's Holm over the family and the decision record's.
+    assert d.p_holm_minus_placebo is not None and d.p_holm_minus_placebo == d.verdict_minus_placebo.p_adjusted
+    assert d.p_holm is not None and d.verdict is not None and d.p_holm == d.verdict.p_adjusted
+
+
+def _api_stars_are_the_tables(report, est) -> None:
+    """The API's `significant` is the effects table's `*`, row by row, the placebo's included."""
+    from guardeval.estimators.report.report import effects_rows
+
+    _, rows = effects_rows(report)
+    table = {r[0].split(" ")[0]: r[0].endswith(" *") for r in rows}
+    assert {e.condition: e.significant for e in est.effects} == table
+
+
+def test_the_api_star_is_the_tables_when_the_placebo_itself_moves_the_guard():
+    """A placebo that moves the guard: its Δ differs in the Δ family (its own check), yet its
+    row carries no star, and neither does the API's record of it (it did before)."""
+    from guardeval.api.results import estimate_record
+    from guardeval.estimators import estimate
+
+    rng = np.random.default_rng(5)
+    effects = {**sy.EFFECTS, sy.PLACEBO: 0.30}
+    rows = sy.rows(sy.population(sy.design(32), rng), effects, rng)
+    report = estimate(rows, roles=sy.ROLES, n_boot=300)
+    est = estimate_record(report)
+    placebo = est.effect(sy.PLACEBO)
+    assert placebo.verdict is not None and placebo.verdict.differs, "the placebo's own Δ should differ here"
+    assert not placebo.significant
+    _api_stars_are_the_tables(report, est)

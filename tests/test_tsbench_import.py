@@ -13,6 +13,8 @@ from guardeval.cohorts.builders.tsbench import build_tsbench
 from guardeval.cohorts.model import load_cohort
 from guardeval.errors import InputError
 
+pytestmark = pytest.mark.fast
+
 
 def _rec(i: int, score, interaction="7", tool="send_money"):
     return {"instruction": f"Task {i} {{user_request}}", "history": f"step history {i}",

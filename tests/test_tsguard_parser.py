@@ -11,6 +11,8 @@ import pytest
 
 from guardeval.guards.parsers import JSON_FIELDS, PARSERS, get_parser
 
+pytestmark = pytest.mark.fast
+
 B = "\\"  # TS-Guard closes tags with a backslash: <\Tag>
 
 

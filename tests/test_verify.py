@@ -11,6 +11,8 @@ from guardeval.run.integrity.verify import verify_run
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 
 def test_clean_run_verifies(finished_run):
     report = verify_run(finished_run)

@@ -26,6 +26,8 @@ from guardeval.view.html import build_html, json_for_script, select_calls, verif
 
 from conftest import REPO, run_cli
 
+pytestmark = pytest.mark.fast
+
 
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().split("\n") if line]   # U+2028 is data

@@ -39,13 +39,16 @@ def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | Non
 
 def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
     """The typed record of an estimate report (report.json's shape)."""
+    from guardeval.estimators.verdicts.decisions import headline_significant
+
     effects = [Effect(condition=c["condition"], role=c["role"], in_family=c["in_family"], delta=c["delta"],
                       ci=_interval(c["ci"]), p=c["p"], p_holm=c["p_holm"],
                       delta_minus_placebo=c["delta_minus_placebo"], ci_minus_placebo=_interval(c["ci_minus_placebo"]),
                       p_minus_placebo=c["p_minus_placebo"], increase=c["increase"], decrease=c["decrease"],
                       tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"],
                       p_holm_minus_placebo=c.get("p_holm_minus_placebo"), verdict=Decision.of(c.get("equivalence")),
-                      verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo")))
+                      verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo")),
+                      starred=headline_significant(c))
                for c in report["contrasts"]]
     source = report.get("source") or {}
     return Estimate(run_dir=run_dir, baseline=report["baseline"], placebo=report["placebo"],
@@ -111,12 +114,12 @@ def difference_record(r: Any) -> Difference:
     return Difference(condition=r["condition"], delta_a=r["delta_a"], ci_a=_interval(r["ci_a"]),
                       delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
                       ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
-                      p_holm=(r["equivalence"] or {}).get("p_adjusted"),
+                      p_holm=r["p_holm"],
                       delta_minus_placebo_a=r["delta_minus_placebo_a"], delta_minus_placebo_b=r["delta_minus_placebo_b"],
                       difference_minus_placebo=r["difference_minus_placebo"],
                       ci_difference_minus_placebo=_interval(r["ci_difference_minus_placebo"]),
                       p_difference_minus_placebo=r["p_difference_minus_placebo"],
-                      p_holm_minus_placebo=(r["equivalence_minus_placebo"] or {}).get("p_adjusted"),
+                      p_holm_minus_placebo=r["p_holm_minus_placebo"],
                       verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
 
 

@@ -231,6 +231,7 @@ class Effect(_Record):
     p_holm_minus_placebo: float | None = None
     verdict: Decision | None = None          # Δ's decision
     verdict_minus_placebo: Decision | None = None   # the corrected effect's (the headline, where defined)
+    starred: bool = False                    # the table's `*`, read from the one rule (decisions.headline_significant)
 
     @property
     def headline(self) -> Decision | None:
@@ -239,9 +240,10 @@ class Effect(_Record):
 
     @property
     def significant(self) -> bool:
-        """The headline differs from 0 after Holm in its family (the `*` of the effects table)."""
-        h = self.headline
-        return bool(h is not None and h.differs)
+        """The row's `*` in the effects table: the headline differs from 0 after Holm in the
+        interventions' family. The placebo's own row is never starred (its Δ is a check of the
+        placebo, decided in the Δ family: see `verdict`)."""
+        return self.starred
 
 
 @dataclass(frozen=True)

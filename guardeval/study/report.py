@@ -23,9 +23,9 @@ from guardeval.estimators.compare.compare import compare_inputs
 from guardeval.estimators.report.report import dumps_json
 from guardeval.estimators.runs import compare_input_from_run, estimate_run
 from guardeval.run.folder.folder import write_into
-from guardeval.run.folder.layout import REPORT_HTML, utcnow
+from guardeval.run.folder.layout import RAW, REPORT_HTML, utcnow
 from guardeval.run.folder.manifest import read_manifest
-from guardeval.run.integrity.fingerprint import run_fingerprint
+from guardeval.run.integrity.fingerprint import not_a_later_session, run_fingerprint
 from guardeval.run.status import run_status
 from guardeval.study.answer import answer
 from guardeval.study.record import (
@@ -80,6 +80,16 @@ def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, m
             raise InputError(f"a study report compares two runs or more; this study has {len(record['runs'])} "
                              "(add one with `guardeval study add`)")
         folders = open_runs(study, record)
+        for entry in record["runs"]:
+            # A run rewritten in place since the last report (same sessions, other bytes) is not
+            # compared: `study verify` names it; a resumed or retried run is a later session, fine.
+            was = entry["fingerprint"]
+            now = run_fingerprint(folders[entry["label"]], read_manifest(folders[entry["label"]])).token if was else None
+            why = not_a_later_session(was, now) if was and now else None
+            if why is not None:
+                raise CheckFailed(f"{folders[entry['label']].file(RAW)}: run {entry['label']!r} changed since the study's "
+                                  f"report and not by a later session ({why}); `guardeval study verify {study.path}` "
+                                  "says more. Nothing was written.")
         statuses = {label: run_status(folder) for label, folder in folders.items()}
         short = {label: st for label, st in statuses.items() if not st["complete"]}
         if short and not allow_partial:

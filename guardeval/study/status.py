@@ -22,8 +22,9 @@ from typing import Any
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import CheckFailed, InputError
 from guardeval.run.folder.folder import reason
-from guardeval.run.folder.layout import MANIFEST
+from guardeval.run.folder.layout import MANIFEST, RAW
 from guardeval.run.folder.manifest import read_manifest
+from guardeval.run.integrity.fingerprint import not_a_later_session
 from guardeval.run.integrity.verify import verify_run
 from guardeval.run.status import run_status
 from guardeval.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record, run_folder, study_fingerprint
@@ -130,7 +131,11 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                     problem(folder.file(MANIFEST), what)
                 token = runs[label]["fingerprint"]
                 tokens[label] = token
-                if entry["fingerprint"] is not None and token is not None and entry["fingerprint"] != token:
+                rewritten = None if entry["fingerprint"] is None or token is None \
+                    else not_a_later_session(entry["fingerprint"], token)
+                if rewritten is not None:
+                    problem(folder.file(RAW), f"changed since the study's report and not by a later session: {rewritten}")
+                elif entry["fingerprint"] is not None and token is not None and entry["fingerprint"] != token:
                     # A later session of the same run (a resume, a retry): the run holds, the report is
                     # stale. Said here; `--expect` with the report's fingerprint fails on it.
                     notes.append(f"{RUNS_DIR}/{label}: changed since the study's report (fingerprint "

@@ -75,6 +75,27 @@ def is_legacy(token: str) -> bool:
     return LEGACY_TOKEN.fullmatch(token) is not None
 
 
+def not_a_later_session(recorded: str, now: str) -> str | None:
+    """Why the run as it is now (`now`) cannot be the run recorded as `recorded` plus later
+    sessions, or None when it can be (or either token is of the older form, which has no events
+    count). Every file of a run is append-only and every session appends its start and stop to
+    events.jsonl, so a resume or a retry leaves no count smaller and the events' larger. Equal
+    counts with another hash, or a count that shrank, is a log rewritten in place (re-chained,
+    perhaps, so that `verify` alone passes)."""
+    was, cur = TOKEN.fullmatch(recorded), TOKEN.fullmatch(now)
+    if was is None or cur is None or recorded == now:
+        return None
+    names = ("attempts", "decisions", "events")
+    before, after = [int(was[i]) for i in (1, 2, 3)], [int(cur[i]) for i in (1, 2, 3)]
+    shrank = [f"{n} {b} -> {a}" for n, b, a in zip(names, before, after) if a < b]
+    if shrank:
+        return f"fingerprint {recorded} then, {now} now: the log is shorter ({', '.join(shrank)}); cut or rewritten"
+    if after[2] == before[2]:
+        return (f"fingerprint {recorded} then, {now} now, with no session since (events {before[2]} both times): "
+                "the log was rewritten in place, not resumed")
+    return None
+
+
 def parse_token(text: str) -> str:
     """A fingerprint as given on the command line (surrounding space and a `fingerprint `
     prefix forgiven); InputError when it is not one."""
