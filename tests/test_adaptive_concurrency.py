@@ -234,6 +234,7 @@ def _launch(tmp_path: Path, cohort: Path, sim, name: str, *extra: str, progress:
     return run
 
 
+@pytest.mark.slow
 def test_adaptive_limit_finds_the_cap_with_fewer_429s_than_fixed(tmp_path, small_cohort, sim_factory):
     # 40 requests/s at 100 ms latency: 4 in flight suffice, 16 are allowed.
     counts = {}
@@ -257,6 +258,7 @@ def test_adaptive_limit_finds_the_cap_with_fewer_429s_than_fixed(tmp_path, small
     assert adaptive[0] < fixed[0], counts
 
 
+@pytest.mark.slow
 def test_random_429s_do_not_collapse_the_limit(tmp_path, small_cohort, sim_factory):
     """15% of requests refused at random, whatever the load: the one test cut (to half) is
     undone, the background rate is learned, and every call is answered. Read from the run's own
@@ -271,6 +273,7 @@ def test_random_429s_do_not_collapse_the_limit(tmp_path, small_cohort, sim_facto
     assert stop["limit_restores"] >= 1 and 0.05 <= stop["background_429"] <= 0.3, stop
 
 
+@pytest.mark.slow
 def test_limit_settles_near_a_concurrency_cap(tmp_path, small_cohort, sim_factory):
     """A provider that refuses anything beyond 6 requests at once: the limit comes down to
     about 6 and stays load (no background learned); far fewer 429s than a fixed 16."""
@@ -292,6 +295,7 @@ def test_limit_settles_near_a_concurrency_cap(tmp_path, small_cohort, sim_factor
     assert fixed and "c=" not in fixed[-1]
 
 
+@pytest.mark.slow
 def test_retry_after_pauses_every_new_attempt(tmp_path, small_cohort, sim_factory):
     """After a load-driven 429 saying `Retry-After: 0.4` (a concurrency cap), no attempt starts
     until 0.4 s have passed; with --fixed-concurrency other calls go on (so the check can fail)."""

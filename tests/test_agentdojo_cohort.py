@@ -24,6 +24,7 @@ def banking(tmp_path_factory):
     return load_cohort(path), stats
 
 
+@pytest.mark.slow
 def test_counts_and_labels(banking):
     cohort, stats = banking
     s = stats["suites"]["banking"]

@@ -45,6 +45,7 @@ def test_plan_writes_nothing_and_is_typed(tmp_path: Path) -> None:
     assert json.loads(json.dumps(p.to_dict()))["run_dir"] == str(tmp_path / "x")
 
 
+@pytest.mark.slow
 def test_status_and_verify_are_what_the_cli_prints(run: Path) -> None:
     st = api.status(run)
     assert isinstance(st, api.RunStatus) and st.state == "complete" and st.decided == 320
@@ -106,6 +107,7 @@ def test_a_stopped_run_raises_when_asked(tmp_path: Path, monkeypatch: pytest.Mon
     assert api.status(tmp_path / "r").state == "stopped"
 
 
+@pytest.mark.slow
 def test_compare_takes_two_or_more_runs(run: Path, tmp_path: Path) -> None:
     other = api.replicate(run, api.python_guard("other", "guardeval.guards.examples.keyword:guard"), run_dir=tmp_path / "b")
     third = api.replicate(run, "python-example", run_dir=tmp_path / "c")

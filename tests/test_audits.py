@@ -119,6 +119,7 @@ def test_units_missing_score_and_non_finite_and_order(tmp_path):
     assert ei.value.line == 1
 
 
+@pytest.mark.slow
 def test_audit_cli_json_and_exit_codes(lookup_file, units_file, tmp_path):
     r = run_cli("audit", "lookup", str(lookup_file), "--json", "--seeds", "7", "--folds", "4")
     assert r.code == 0, r.err

@@ -12,7 +12,7 @@ from guardeval.canon import sha256_hex
 
 from conftest import REPO, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _copy_cohort(src: Path, dst: Path) -> Path:

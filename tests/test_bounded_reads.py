@@ -14,7 +14,7 @@ from guardeval.run.folder.manifest import MAX_MANIFEST_BYTES
 
 from conftest import run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def test_read_bounded(tmp_path):

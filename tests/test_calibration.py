@@ -17,7 +17,7 @@ from scipy.stats import binom
 from guardeval.estimators import synthetic as sy
 from guardeval.estimators.bootstrap import calibrated_level
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 ALPHA = 0.05
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "calibration.py"

@@ -18,7 +18,7 @@ from guardeval.estimators.compare.ranking import kendall_tau_b
 from guardeval.estimators.verdicts.decisions import verdict_text
 from guardeval.estimators.verdicts.power import mde
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 CONDITIONS = ("original", "alias", "marker", "format_placebo")
 

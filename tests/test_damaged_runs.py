@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 KEY = {"GUARDEVAL_TEST_KEY": "sk-or-v1-test-key-for-the-simulator"}
 # An address nothing listens on: a resume that got as far as sending would record connection errors.

@@ -127,6 +127,7 @@ def test_three_guards_decide_over_every_pair_and_say_who_is_more_sensitive(table
 @pytest.mark.parametrize("flag, value, field", [("--alpha", "0.5", "alpha"), ("--alpha", "0", "alpha"),
                                                 ("--alpha", "nan", "alpha"), ("--margin", "1", "margin"),
                                                 ("--family", "tool_alias,nope", "family")])
+@pytest.mark.slow
 def test_bad_decision_options_are_exit_2_and_write_nothing(tables, tmp_path, flag, value, field):
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in tables[0]))

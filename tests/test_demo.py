@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def test_the_installed_package_is_the_wheel(installed) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 SETUP = """from setuptools import setup
 setup(name={name!r}, version="9.9.9", packages=[{name!r}])

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _run_limited(fsize: int, *args: str) -> CliResult:

@@ -13,7 +13,7 @@ from guardeval.guards.config import load_guard_config
 
 from conftest import run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -37,6 +37,7 @@ _json = st.recursive(
 
 
 @given(_json, st.booleans())
+@pytest.mark.slow
 def test_no_repeat_is_never_reported(value, indent):
     raw = json.dumps(value, indent=2 if indent else None).encode()
     assert not has_duplicate_keys(raw, orjson.loads(raw))
@@ -58,6 +59,7 @@ def test_keys_inside_strings_and_escapes_are_not_keys():
     assert has_duplicate_keys(nested, orjson.loads(nested))
 
 
+@pytest.mark.slow
 def test_launch_and_inspect_refuse_a_cohort_row_that_repeats_a_key(tmp_path, small_cohort):
     c = tmp_path / "c"
     shutil.copytree(small_cohort, c)
@@ -91,6 +93,7 @@ def test_cohort_json_that_repeats_a_key_is_refused(tmp_path, small_cohort):
     assert r.code == 2 and "cohort.json" in r.err and "repeats a key" in r.err, (r.code, r.err)
 
 
+@pytest.mark.slow
 def test_a_decision_table_row_that_repeats_a_key_is_refused(tmp_path):
     good = {"base_id": "b1", "interaction_id": "g1", "domain": "D", "condition": "original", "repetition": 0,
             "decision": 1, "status": "ok"}

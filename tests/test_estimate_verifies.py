@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

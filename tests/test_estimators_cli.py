@@ -42,6 +42,7 @@ def table(tmp_path) -> Path:
     return write_table(tmp_path / "decisions.jsonl", hand_rows())
 
 
+@pytest.mark.slow
 def test_table_json_is_pure_and_complete(table, tmp_path):
     r = run_cli("estimate", "--table", str(table), "--json", "--bootstrap", "300", "--seed", "4",
                 "--allow-unpublishable", cwd=tmp_path)
@@ -144,6 +145,7 @@ def runs(tmp_path_factory, small_cohort) -> dict[str, Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
     r = run_cli("estimate", str(runs["A"]), "--json", "--bootstrap", "500")
     assert r.code == 0, r.err
@@ -159,6 +161,7 @@ def test_estimate_run_writes_reports_into_run_folder(runs, capsys):
     assert code == 2 and "--out" in err  # --out belongs to --table
 
 
+@pytest.mark.slow
 def test_run_carries_start_times_tools_and_scores(runs):
     from guardeval.run.folder.folder import RunFolder
     from guardeval.run.folder.lines import iter_jsonl
@@ -190,6 +193,7 @@ def test_run_carries_start_times_tools_and_scores(runs):
         assert heading in md
 
 
+@pytest.mark.slow
 def test_quarantined_run_is_unpublishable(runs, capsys):
     r = run_cli("estimate", str(runs["B"]), "--json", "--bootstrap", "200")
     out = json.loads(r.out)
@@ -199,6 +203,7 @@ def test_quarantined_run_is_unpublishable(runs, capsys):
     assert cli(capsys, "estimate", str(runs["B"]), "--bootstrap", "200", "--allow-unpublishable")[0] == 0
 
 
+@pytest.mark.slow
 def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     r = run_cli("compare", str(runs["A"]), str(runs["B"]), "--json", "--bootstrap", "500",
                 "--allow-unpublishable")

@@ -39,6 +39,7 @@ def tables(draw: st.DrawFn) -> list[dict]:
 
 @settings(max_examples=40, deadline=None)
 @given(rows=tables(), seed=st.integers(0, 2**32 - 1))
+@pytest.mark.slow
 def test_estimate_does_not_depend_on_row_order(rows, seed):
     shuffled = list(rows)
     random.Random(seed).shuffle(shuffled)
@@ -124,6 +125,7 @@ def rich_tables(draw: st.DrawFn) -> list[dict]:
 
 @settings(max_examples=30, deadline=None)
 @given(rows=rich_tables(), seed=st.integers(0, 2**32 - 1))
+@pytest.mark.slow
 def test_new_families_ignore_row_order_and_tool_names(rows, seed):
     shuffled = list(rows)
     random.Random(seed).shuffle(shuffled)

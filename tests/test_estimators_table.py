@@ -151,6 +151,7 @@ def test_table_lines_are_bounded_before_they_are_parsed(tmp_path):
     assert exc.value.line == 2
 
 
+@pytest.mark.slow
 def test_estimate_table_cli_names_the_long_line(tmp_path):
     from conftest import run_cli
 

@@ -28,6 +28,7 @@ def _jsonl(path: Path) -> list[dict]:
 
 # -- a missing API key ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_missing_key_is_refused_before_anything_is_written(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", REMOTE, api_key_env="GUARDEVAL_UNSET_TEST_KEY")
     run = tmp_path / "run"
@@ -47,6 +48,7 @@ def test_missing_key_is_refused_before_anything_is_written(tmp_path, small_cohor
     assert not run.exists()
 
 
+@pytest.mark.slow
 def test_a_local_server_needs_no_key_and_resume_elsewhere_does(tmp_path, small_cohort, sim):
     guard = write_guard(tmp_path / "g.toml", sim.base_url, api_key_env="GUARDEVAL_UNSET_TEST_KEY")
     run = tmp_path / "run"
@@ -79,6 +81,7 @@ def test_connection_refused_names_the_url(tmp_path, small_cohort):
 
 # -- status, the final line, --json ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_status_resume_and_json_speak_for_the_whole_run(tmp_path, small_cohort, sim):
     guard = write_guard(tmp_path / "g.toml", sim.base_url)
     run = tmp_path / "run"
@@ -108,6 +111,7 @@ def test_status_resume_and_json_speak_for_the_whole_run(tmp_path, small_cohort, 
     assert rep["run_dir"] == str(tmp_path / "rep") and rep["complete"] and rep["session"]["decided"] == 80
 
 
+@pytest.mark.slow
 def test_dry_run_projects_a_pilot(tmp_path, small_cohort):
     guard = write_guard(tmp_path / "g.toml", "http://127.0.0.1:9")
     whole = json.loads(run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--dry-run",

@@ -63,6 +63,7 @@ def reference_logits(path: Path, ids: list[int]) -> np.ndarray:
                        rope_base=10000.0)
 
 
+@pytest.mark.slow
 def test_folder_contents_and_source_record(tiny_gguf: Path, imported: Path) -> None:
     names = {p.name for p in imported.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "gguf-import.json"} <= names
@@ -148,6 +149,7 @@ def test_tokenizer_matches_the_vocabulary(imported: Path) -> None:
     assert (tok.eos_token, tok.bos_token, tok.pad_token) == ("<|im_end|>", "<|im_start|>", "<|endoftext|>")
 
 
+@pytest.mark.slow
 def test_refusals_through_the_cli_exit_2_and_write_nothing(tmp_path: Path, tiny_gguf: Path) -> None:
     out = tmp_path / "models" / "out"
     qwen = tmp_path / "qwen.gguf"
@@ -223,6 +225,7 @@ def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 async def test_constrained_decoding_makes_noise_parse(imported: Path, tmp_path: Path) -> None:
     """The random model's free answers never parse; constrained, every answer is one of the 12."""
     prompt = load_prompt("guardeval-json-v1", REPO / "prompts")

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO, CliResult, cli_env, run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 GOOD = '''
 def guard(inp):

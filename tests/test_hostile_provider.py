@@ -16,7 +16,7 @@ import pytest
 from conftest import cli_env, run_cli, write_guard
 from hostile_server import Hostile, leaked, serving
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 KEY_ENV = "GUARDEVAL_TEST_KEY"     # write_guard's api_key_env
 CANARY = "sk-or-v1-" + "9e4d2c71b0a85f36d1e7c9a4b2f08e5d3c6a1b7f9e0d4c2a8b5f3e1d7c9a0b6e"

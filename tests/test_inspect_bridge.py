@@ -33,7 +33,7 @@ from guardeval.guards.sim import SimServerProcess
 from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 from inspect_env import offline_tiktoken, require_inspect
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 REPS = 2
 FAULTS = "400=0.06,length=0.06"   # failed calls and truncated answers, as a real provider has

@@ -16,7 +16,7 @@ from guardeval.canon import dumps_line
 from conftest import run_cli
 from tamper import rechain_with_zero_costs
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 FP = re.compile(r"fingerprint ([0-9]+\.[0-9]+\.[0-9]+\.[0-9a-f]{24})")
 

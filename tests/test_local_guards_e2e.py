@@ -37,7 +37,7 @@ from tests.tiny_model import tiny_model_dir
 
 from conftest import DATA, DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 REFERENCE = SHARED / "reference" / "ts-guard-prompt-v2.txt"
 # The TS-Guard template the tests install: ToolSafe's where the development machines have it.

@@ -191,6 +191,7 @@ def test_a_recorded_true_means_json_schema(tmp_path: Path) -> None:
 
 # -- the preflight --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_preflight_auto_finds_json_object_and_launch_records_it(fake: tuple[FakeLlama, str], tmp_path: Path,
                                                                 cohort: Path) -> None:
     server, url = fake
@@ -226,6 +227,7 @@ def test_preflight_refuses_what_the_server_rejects(fake: tuple[FakeLlama, str], 
     assert "the server cannot serve local as configured" in r.err
 
 
+@pytest.mark.slow
 def test_preflight_model_context_and_reach(tmp_path: Path, cohort: Path) -> None:
     server = FakeLlama(models=[{"id": "other", "object": "model"}])
     with in_thread(server.app()) as url:

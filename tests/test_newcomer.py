@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, SIM_PRESET_PORTS, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -19,7 +19,7 @@ from guardeval.guards.sim.router import AVAILABILITY
 from app_server import in_thread
 from conftest import run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from guardeval.run.runtable import load_run_table
 from app_server import in_thread
 from conftest import DEMO_COHORT, REPO, cli_env, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 KEY_ENV = {"GUARDEVAL_TEST_KEY": "sk-or-v1-test-key-for-the-simulator"}
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO, cli_env
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "benchmarks" / "peers.py"
 

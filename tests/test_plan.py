@@ -184,6 +184,7 @@ def _listing(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_cli_plans_a_simulated_run_with_the_dry_run_cost(pilot_run: tuple[Path, Path]) -> None:
     run, guard = pilot_run
     before = _listing(run)
@@ -275,6 +276,7 @@ def test_cli_bad_options_exit_2(tmp_path: Path, args: list[str], needle: str,
     assert out == "" and _listing(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_cli_too_few_repetitions_or_interactions_exit_2(tmp_path: Path, finished_run: Path) -> None:
     one_rep = _write_table(tmp_path / "one.jsonl", synthetic_rows(MODEL, _sizes(6), 1, seed=1))
     r = run_cli("plan", "--table", str(one_rep))
@@ -288,6 +290,7 @@ def test_cli_too_few_repetitions_or_interactions_exit_2(tmp_path: Path, finished
     assert "Traceback" not in r.err
 
 
+@pytest.mark.slow
 def test_cli_run_that_does_not_verify_exit_1(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
     import shutil
 
@@ -332,6 +335,7 @@ def test_cli_escapes_names_from_the_table(tmp_path: Path) -> None:
         assert "\x1b" not in r.out + r.err and "\x07" not in r.out + r.err and "pwned" in r.out
 
 
+@pytest.mark.slow
 def test_plan_knows_the_cohort_and_a_pilot_cut_inside_round_one(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 26 §8: a design larger than the cohort is marked as needing a larger cohort, and a
     pilot stopped inside its first round is told to finish, not to launch with more repetitions."""

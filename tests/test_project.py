@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -58,3 +60,20 @@ def test_version_is_the_package_metadata(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out == f"guardeval {guardeval.__version__}\n"
+
+
+def test_a_hung_test_is_stopped_and_named(tmp_path):
+    """The suite's per-test limit (pyproject's `timeout`) ends a hang with the test's name, not
+    CI's clock. Run here with the project's own configuration and a short limit."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert 300 <= int(config["timeout"]) <= 1800                  # room for the slowest test, well inside CI's 90 min
+    (tmp_path / "test_hangs.py").write_text("import time\n\n\ndef test_that_hangs():\n    time.sleep(600)\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
+                           "-p", "no:cacheprovider", "-n", "0", "--timeout", "3", str(tmp_path / "test_hangs.py")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Timeout" in proc.stdout and "test_that_hangs" in proc.stdout, proc.stdout[-2000:]
+    assert time.monotonic() - t0 < 120

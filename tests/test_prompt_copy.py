@@ -77,6 +77,7 @@ def test_a_tampered_prompt_copy_is_refused_and_named(pilot):
     assert r.code == 1 and "prompt/manifest.json" in r.out, r.out   # verify's report is on stdout
 
 
+@pytest.mark.slow
 def test_an_old_run_without_a_copy(pilot):
     run, env = pilot
     _as_old_run(run)

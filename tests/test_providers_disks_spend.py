@@ -16,7 +16,7 @@ import pytest
 from conftest import cli_env, run_cli, write_guard
 from hostile_server import Hostile, serving
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 KEY_ENV = "GUARDEVAL_TEST_KEY"     # write_guard's api_key_env
 

@@ -46,6 +46,7 @@ def _raw(run: Path) -> list[dict]:
     return [orjson.loads(line) for line in (run / "raw.jsonl").read_bytes().splitlines()]
 
 
+@pytest.mark.slow
 def test_demo_with_the_shipped_python_example_from_the_installed_wheel(installed) -> None:
     """The done-when of issue 23: 960 calls answered in-process by the shipped keyword policy,
     offline, from a non-editable install; verify OK; the estimate shows its shortcuts."""
@@ -75,6 +76,7 @@ def test_demo_with_the_shipped_python_example_from_the_installed_wheel(installed
     assert pin["source_sha256"] == hashlib.sha256(installed_src.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_changed_source_is_caught_by_verify_and_refused_by_resume(tmp_path: Path) -> None:
     lib = _module(tmp_path, "pg_changing", GOOD)
     cfg = _config(tmp_path, "pg_changing:guard", concurrency=4)
@@ -110,6 +112,7 @@ def test_changed_source_is_caught_by_verify_and_refused_by_resume(tmp_path: Path
     assert r.code == 2 and "field 'callable': cannot import module 'pg_changing'" in r.err, r.err
 
 
+@pytest.mark.slow
 def test_replicate_onto_a_python_guard_and_compare(tmp_path: Path) -> None:
     run = tmp_path / "a"
     assert run_cli("launch", "--cohort", "demo", "--guard", "python-example", "--reps", "1", "--run-dir", str(run),
@@ -232,6 +235,7 @@ def _launch_one(tmp_path: Path, fn: str, *, reps: int = 1, max_calls: int | None
 
 @pytest.mark.parametrize(("fn", "decision"), [("text", 0), ("mapping", 1), ("own_dataclass", 1),
                                               ("coroutine", 0), ("mutates", 0)])
+@pytest.mark.slow
 def test_what_a_guard_may_return(tmp_path: Path, fn: str, decision: int) -> None:
     r, run, _ = _launch_one(tmp_path, fn, max_calls=10)
     assert r.code == 0, r.err

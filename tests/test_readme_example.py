@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, cli_env
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 BLOCK = re.compile(r"<!-- readme-example: (?P<name>[\w.]+) -->\n```python\n(?P<code>.*?)\n```", re.DOTALL)
 

@@ -41,6 +41,7 @@ def test_the_tutorial_runs_the_same_commands():
 
 
 @pytest.mark.xdist_group(SIM_PRESET_PORTS)
+@pytest.mark.slow
 def test_the_quick_tour_runs_as_written(tmp_path):
     script = "set -euo pipefail\n" + "\n".join(_tour(REPO / "README.md")) + "\n"
     env = cli_env()

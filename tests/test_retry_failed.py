@@ -65,6 +65,7 @@ def _bytes(run: Path) -> dict[str, bytes]:
     return {n: (run / n).read_bytes() for n in ("raw.jsonl", "decisions.jsonl", "events.jsonl")}
 
 
+@pytest.mark.slow
 def test_retry_after_the_provider_recovers_counts_each_call_once(copy_failed, sim_factory):
     run = copy_failed()
     before = _bytes(run)
@@ -143,6 +144,7 @@ def test_retry_after_the_provider_recovers_counts_each_call_once(copy_failed, si
     assert "decisions (2; the last is counted" in show.out and "retry round 1, supersedes" in show.out
 
 
+@pytest.mark.slow
 def test_a_retry_that_fails_again_is_retried_in_a_later_round(copy_failed, sim_factory):
     run = copy_failed()
     failed = {c for c, d in _live(run).items() if d["status"] == "exhausted"}
@@ -205,6 +207,7 @@ def _orphans(run: Path) -> int:
     return sum(1 for rec in _jsonl(run / "raw.jsonl") if rec["final"] and rec["seq"] not in pointed)
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_retry_round_loses_nothing_and_pays_nothing_twice(copy_failed, sim_factory):
     run = copy_failed()
     failed = {c for c, d in _live(run).items() if d["status"] == "exhausted"}

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import DEMO_COHORT, REPO, cli_env, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -173,6 +173,7 @@ def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, mo
     assert {8, 13, 14} <= lines_hit
 
 
+@pytest.mark.slow
 def test_resume_dispatches_exactly_the_undecided_calls(half_run, tmp_path, sim_factory):
     from guardeval.run.integrity.verify import verify_run
 

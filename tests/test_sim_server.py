@@ -145,6 +145,7 @@ def post_many(url: str, bodies_and_ids: list[tuple[dict[str, Any], str]]) -> lis
 
 # ------------------------------------------------------------------------ server basics
 
+@pytest.mark.slow
 def test_first_line_is_the_base_url_and_port_is_real(sim: SimServerProcess) -> None:
     m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)", sim.base_url)
     assert m and 0 < int(m.group(1)) < 65536
@@ -192,6 +193,7 @@ def test_reply_shape_usage_provider_and_call_id(sim: SimServerProcess, client: h
     assert u["is_byok"] is False and choice["native_finish_reason"] == "stop"
 
 
+@pytest.mark.slow
 def test_provider_defaults_to_sim_and_follows_order(sim: SimServerProcess, client: httpx.Client) -> None:
     assert post(client, sim.base_url, body_for(instance(NEUTRAL), pinned=None)).json()["provider"] == "Sim"
     body = body_for(instance(NEUTRAL), pinned=None)

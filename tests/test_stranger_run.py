@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO, cli_env, run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 ZEN = "Beautiful is better than ugly"
 

@@ -22,7 +22,7 @@ from guardeval.guards.sim.profiles import PROFILES
 from conftest import CliResult, cli_env, run_cli, write_guard
 from tamper import rechain_with_zero_costs
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
 KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}

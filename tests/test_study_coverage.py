@@ -17,7 +17,7 @@ from guardeval.guards.sim.truth import true_effects
 
 from conftest import DEMO_COHORT, cli_env, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
 INTERVENTIONS = ("marker_rewrite", "tool_alias", "combined")

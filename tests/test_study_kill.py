@@ -18,7 +18,7 @@ from guardeval.guards.sim import SimServerProcess
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
 KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}

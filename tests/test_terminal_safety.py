@@ -115,6 +115,7 @@ def test_provider_error_with_escape_codes_is_shown_escaped(tmp_path, small_cohor
         _assert_clean(r.out, r.err)
 
 
+@pytest.mark.slow
 def test_cohort_text_with_escape_codes_is_shown_escaped(tmp_path, small_cohort, provider):
     broken = _hostile_cohort(small_cohort, tmp_path / "broken", drop_one=True)
     guard = write_guard(tmp_path / "g.toml", f"{provider.url}/json/v1")
@@ -162,6 +163,7 @@ def test_verify_messages_quoting_a_damaged_line_are_escaped(tmp_path, small_coho
         _assert_clean(r.out, r.err)
 
 
+@pytest.mark.slow
 def test_audit_and_cohort_output_is_escaped(tmp_path, small_cohort):
     # `audit lookup` prints the rows' domains (text and JSON), `cohort inspect --json` the
     # cohort's domains and name: the files' text, hostile, DEL included (README: `--json`

@@ -57,6 +57,7 @@ def test_provider_text_is_cut_at_a_word_not_inside_one():
     assert shown("x" * 100, 40) == "x" * 40 + " …"      # one long word: cut where it must be, and marked
 
 
+@pytest.mark.slow
 def test_out_folders_are_made(tmp_path):
     table = _table(tmp_path / "t.jsonl")
     out = tmp_path / "new" / "estimate"
@@ -67,6 +68,7 @@ def test_out_folders_are_made(tmp_path):
     assert r.code == 0 and (out / "compare.html").is_file(), r.err
 
 
+@pytest.mark.slow
 def test_a_bare_run_id_is_found_under_runs(tmp_path, small_cohort, sim):
     guard = write_guard(tmp_path / "g.toml", sim.base_url)
     r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--no-progress",
@@ -97,6 +99,7 @@ def test_a_pilots_progress_line_counts_down_to_the_pilot(tmp_path, small_cohort,
     assert r.code == 0 and "20/80 calls (pilot to 20)" in r.err, r.err
 
 
+@pytest.mark.slow
 def test_a_plain_resume_of_a_finished_run_with_failed_calls_names_retry_failed(tmp_path, small_cohort, sim_factory):
     sim = sim_factory("--seed", "4", "--faults", "500=0.6")
     guard = write_guard(tmp_path / "g.toml", sim.base_url, max_attempts=2)
@@ -109,6 +112,7 @@ def test_a_plain_resume_of_a_finished_run_with_failed_calls_names_retry_failed(t
     assert "exhausted" in r.err
 
 
+@pytest.mark.slow
 def test_the_fingerprint_a_launch_prints_is_the_one_verify_expects(tmp_path, small_cohort, sim):
     """The token printed at the end of a session pins the run as it was left: events.jsonl, made
     after the folder was opened, included (it read as absent, and the token failed --expect)."""

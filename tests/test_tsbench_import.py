@@ -128,6 +128,7 @@ def test_import_toolsafe_checks_agentharm_order_and_lengths(bench, tmp_path):
         import_toolsafe(root2, tmp_path / "rows.jsonl", pins)
 
 
+@pytest.mark.slow
 def test_rows_feed_audit_units(bench, tmp_path):
     import json
     import os

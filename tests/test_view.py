@@ -26,7 +26,7 @@ from guardeval.view.html import build_html, json_for_script, select_calls, verif
 
 from conftest import REPO, run_cli
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow
 
 
 def _jsonl(path: Path) -> list[dict]:

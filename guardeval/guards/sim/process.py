@@ -25,7 +25,7 @@ class SimServerProcess:
             use(sim.base_url)        # http://127.0.0.1:PORT
     """
 
-    def __init__(self, args: Sequence[str] = (), *, startup_timeout: float = 30.0,
+    def __init__(self, args: Sequence[str] = (), *, startup_timeout: float = 90.0,
                  stderr: Any = None, env: dict[str, str] | None = None) -> None:
         self.args = list(args)
         self.startup_timeout = startup_timeout
