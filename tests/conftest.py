@@ -42,6 +42,9 @@ TIERS = ("fast", "slow")
 # tour) carry `pytest.mark.xdist_group(SIM_PRESET_PORTS)`: `--dist loadgroup` runs them all in one
 # worker, one at a time. Every other test binds port 0 and works in its own tmp_path.
 SIM_PRESET_PORTS = "sim-preset-ports"
+# Tests that use the session's installed wheel and the demo run and study made with it (fixtures
+# `installed`, `demo_run`, `demo_study`) share one worker, so each is built once per session.
+INSTALLED_WHEEL = "installed-wheel"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

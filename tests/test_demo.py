@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import INSTALLED_WHEEL, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(INSTALLED_WHEEL)]
 
 
 def test_the_installed_package_is_the_wheel(installed) -> None:

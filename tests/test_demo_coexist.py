@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from conftest import INSTALLED_WHEEL
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(INSTALLED_WHEEL)]
 
 SETUP = """from setuptools import setup
 setup(name={name!r}, version="9.9.9", packages=[{name!r}])

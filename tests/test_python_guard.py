@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import INSTALLED_WHEEL, REPO, run_cli
 
 pytestmark = pytest.mark.fast
 
@@ -47,6 +47,7 @@ def _raw(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(INSTALLED_WHEEL)
 def test_demo_with_the_shipped_python_example_from_the_installed_wheel(installed) -> None:
     """The done-when of issue 23: 960 calls answered in-process by the shipped keyword policy,
     offline, from a non-editable install; verify OK; the estimate shows its shortcuts."""

@@ -14,12 +14,12 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from chromium import Chromium, find_chromium, load
-from conftest import HOSTILE_BASE, HOSTILE_HTML, MARKUP
+from conftest import HOSTILE_BASE, HOSTILE_HTML, INSTALLED_WHEEL, MARKUP
 
 _REQUIRES = pytest.mark.skipif(
     find_chromium() is None,
     reason="chromium is not installed here (apt-get install -y chromium; .ci/run installs it when missing)")
-pytestmark = [pytest.mark.slow, _REQUIRES]
+pytestmark = [pytest.mark.slow, _REQUIRES, pytest.mark.xdist_group(INSTALLED_WHEEL)]
 
 
 def _jsonl(path: Path) -> list[dict]:

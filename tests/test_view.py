@@ -24,9 +24,9 @@ from guardeval.estimators.report.report import human_text
 from guardeval.view.calls import EXPORT_COLUMNS, load_calls
 from guardeval.view.html import build_html, json_for_script, select_calls, verify_summary
 
-from conftest import REPO, run_cli
+from conftest import INSTALLED_WHEEL, REPO, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(INSTALLED_WHEEL)]
 
 
 def _jsonl(path: Path) -> list[dict]:
