@@ -22,7 +22,7 @@ from guardeval.guards.sim.profiles import PROFILES
 from conftest import CliResult, cli_env, run_cli, write_guard
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
-KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}
+KEY = {"GUARDEVAL_TEST_KEY": "sk-test-key-0123"}
 
 
 @dataclass
@@ -444,11 +444,11 @@ def test_one_writer_of_a_study(cli, study: Path, tmp_path: Path) -> None:
 def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with SimServerProcess(["--seed", "4", "--profile", "robust", "--expect-key-env", "STUDY_SIM_KEY"],
-                          env=cli_env({"STUDY_SIM_KEY": "sk-right"})) as keyed:
+                          env=cli_env({"STUDY_SIM_KEY": "sk-right-key-0123"})) as keyed:
         guards = dict(profiles.guards)
         guards["robust"] = write_guard(tmp_path / "robust.toml", keyed.base_url, name="robust",
                                        model="sim/robust-guard", api_key_env="STUDY_BAD_KEY")
-        monkeypatch.setenv("STUDY_BAD_KEY", "sk-wrong")           # a bad key: 401, fatal
+        monkeypatch.setenv("STUDY_BAD_KEY", "sk-wrong-key-0123")           # a bad key: 401, fatal
         study = tmp_path / "s"
         r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--study-dir", str(study),
                 "--no-preflight", "--no-progress", *_guards_args(guards))
@@ -466,7 +466,7 @@ def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_
         assert partial["complete"] is False
         robust = next(g for g in partial["answer"]["guards"] if g["label"] == "robust")
         assert robust["effects"] == [] and "can be estimated" in robust["text"]   # no decision: nothing to say
-        monkeypatch.setenv("STUDY_BAD_KEY", "sk-right")           # the key fixed: resumable
+        monkeypatch.setenv("STUDY_BAD_KEY", "sk-right-key-0123")           # the key fixed: resumable
         r = cli("study", "resume", str(study), "--no-progress")
         assert r.code == 0, r.err
         assert "shortcut: 80/80 calls decided: ok 80 (nothing to send)" in r.out and "robust: 80/80" in r.out

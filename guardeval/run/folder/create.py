@@ -49,24 +49,40 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
     folder while it is built. A disk that fills up meanwhile: WriteFailed, nothing left behind.
     Partial folders of launches that died are removed on the way.
     """
-    def build(folder: RunFolder) -> dict[str, Any]:
-        folder.make_dir(COHORT_DIR)
-        _copy_cohort(cohort, folder, manifest.get("cohort") or {})
-        if prompt_files:
-            folder.make_dir(PROMPT_DIR)
-            for name, data in prompt_files:
-                if "/" in name or name in ("", ".", ".."):
-                    raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
-                folder.write_new(f"{PROMPT_DIR}/{name}", data)
-        written = {**manifest, **fill(folder)}
-        folder.write_new(RAW, b"")
-        folder.write_new(DECISIONS, b"")
-        written = manifest_with_hash(written)
-        folder.write_new(MANIFEST, orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-                                              | orjson.OPT_APPEND_NEWLINE))
-        return written
+    return build_beside(run_dir, lambda folder: _fill_run(folder, manifest, cohort, fill, prompt_files))
 
-    return build_beside(run_dir, build)
+
+def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], cohort: Cohort,
+                  fill: Callable[[RunFolder], dict[str, Any]],
+                  prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
+    """`create_run_dir`'s run folder as `name` (`runs/<label>`) inside a folder that is itself
+    being built (a partial study folder, renamed into place whole): made and filled through
+    `parent`'s descriptors, each step `O_NOFOLLOW`, never by path, so a link planted in
+    `parent` meanwhile is refused (InputError naming it), never written through."""
+    parent.make_dir(name)
+    with parent.folder(name) as folder:
+        written = _fill_run(folder, manifest, cohort, fill, prompt_files)
+        folder.sync()
+    return written
+
+
+def _fill_run(folder: RunFolder, manifest: dict[str, Any], cohort: Cohort, fill: Callable[[RunFolder], dict[str, Any]],
+              prompt_files: tuple[tuple[str, bytes], ...]) -> dict[str, Any]:
+    folder.make_dir(COHORT_DIR)
+    _copy_cohort(cohort, folder, manifest.get("cohort") or {})
+    if prompt_files:
+        folder.make_dir(PROMPT_DIR)
+        for name, data in prompt_files:
+            if "/" in name or name in ("", ".", ".."):
+                raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
+            folder.write_new(f"{PROMPT_DIR}/{name}", data)
+    written = {**manifest, **fill(folder)}
+    folder.write_new(RAW, b"")
+    folder.write_new(DECISIONS, b"")
+    written = manifest_with_hash(written)
+    folder.write_new(MANIFEST, orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                          | orjson.OPT_APPEND_NEWLINE))
+    return written
 
 
 T = TypeVar("T")

@@ -339,12 +339,32 @@ class RunFolder:
         """Create the folder `name` (`cohort/`, `prompt/`) in a folder being built, and open it
         (never through a link). Refused when anything is there already: something else was put
         in the folder meanwhile."""
+        sub, _, leaf = name.rpartition("/")
+        dfd = self._dir_fd(sub) if sub else self._fd   # `runs/<label>`: made in `runs/` as opened, never by path
         try:
-            os.mkdir(name, 0o755, dir_fd=self._fd)
+            os.mkdir(leaf, 0o755, dir_fd=dfd)
         except FileExistsError:
             raise InputError("already exists: something else was put in the folder while it was being built",
                              path=self.file(name)) from None
+        except FileNotFoundError:
+            self.check_same_dir(sub)   # the folder it goes in was removed (or a link put in its place)
+            raise
         self._dir_fd(name)
+
+    def check_same_dir(self, name: str) -> None:
+        """InputError unless `name` still names the folder this one opened as `name` (a link, or
+        another folder, put in its place since: the link is named)."""
+        if not name or name not in self._dirs:
+            return
+        try:
+            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise InputError("was removed while the folder was being built", path=self.file(name)) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise InputError(_LINK, path=self.file(name))
+        ours = os.fstat(self._dirs[name])
+        if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
+            raise InputError("was replaced while the folder was being built", path=self.file(name))
 
     def sync(self) -> None:
         """fsync the folder and its open subfolders (their entries: the files created in them)."""
@@ -432,7 +452,9 @@ class RunFolder:
 
     def _dir_fd(self, name: str) -> int:
         if name not in self._dirs:
-            self._dirs[name] = _open_dir(self.file(name), self._fd, name, link=_LINK)
+            # `a/b` opened one step at a time, each relative to the one before: no link followed.
+            sub, _, leaf = name.rpartition("/")
+            self._dirs[name] = _open_dir(self.file(name), self._dir_fd(sub) if sub else self._fd, leaf, link=_LINK)
         return self._dirs[name]
 
     def _open(self, name: str, flags: int, *, create: bool = False) -> int:

@@ -1,0 +1,176 @@
+"""Hardening round 3 (issue 36): each finding as it was reproduced, refused or bounded now."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from guardeval import api
+
+from conftest import run_cli, write_guard
+from inspect_env import require_inspect
+
+pytestmark = pytest.mark.fast
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# 6. `guardeval.api.resume()` applies the options the launch recorded (here its budget).
+def test_api_resume_keeps_the_launchs_budget(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--run-dir", str(run),
+                "--max-calls", "2", "--max-cost", "0.02", "--concurrency", "4", "--no-progress")
+    assert r.code == 0, r.err
+    result = api.resume(run)
+    assert result.stop_reason == "budget" and not result.complete, (result.stop_reason, result.decided)
+    spent = sum(rec["usage"].get("cost", 0) for rec in _jsonl(run / "raw.jsonl"))
+    assert 0 < spent <= 0.02
+    # Given to the call, an option wins over the launch's.
+    result = api.resume(run, max_cost=1000.0)
+    assert result.complete and result.stop_reason is None
+
+
+def test_an_api_launch_records_its_options_for_a_later_resume(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    first = api.launch(small_cohort, guard, reps=1, run_dir=run, max_calls=2, max_cost=0.02, concurrency=4)
+    assert first.decided == 2
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["launch_options"]["max_cost"] == 0.02 and manifest["launch_options"]["concurrency"] == 4
+    r = run_cli("resume", str(run), "--no-progress")
+    assert r.code == 1 and "as launched: --concurrency 4 --max-cost 0.02" in r.err, r.err
+
+
+def _swap_for_a_link(parent: Path, name: str, entry: str, target: Path, stop: threading.Event,
+                     swapped: list[Path]) -> None:
+    """Watch `parent` for a partial folder `.<name>.partial-*` holding `entry`; as soon as it
+    appears, put a link to `target` in its place (removed if still empty, else moved away)."""
+    while not stop.is_set():
+        for p in parent.glob(f".{name}.partial-*"):
+            e = p / entry
+            try:
+                if e.is_dir() and not e.is_symlink():
+                    try:
+                        e.rmdir()
+                    except OSError:
+                        e.rename(parent / f"moved-{len(swapped)}")
+                    e.symlink_to(target)
+                    swapped.append(e)
+                    return
+            except OSError:
+                continue
+
+
+# 1. A study launch never writes a run folder through a link put in place of its partial `runs/`.
+def test_a_study_launch_never_writes_through_a_link_planted_in_its_partial_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    study = tmp_path / "s"
+    stop, swapped = threading.Event(), []
+    watcher = threading.Thread(target=_swap_for_a_link, args=(tmp_path, "s", "runs", outside, stop, swapped))
+    watcher.start()
+    try:
+        r = run_cli("study", "launch", "--cohort", "demo", "--reps", "3", "--study-dir", str(study),
+                    "--guard", "python-example", "--guard", "python-example", "--guard", "python-example",
+                    "--label", "a", "--label", "b", "--label", "c", "--no-preflight", "--no-progress")
+    finally:
+        stop.set()
+        watcher.join()
+    assert swapped, "the partial folder's runs/ was never seen: the test did not race"
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert "symbolic link" in r.err and "runs" in r.err, r.err
+    assert list(outside.iterdir()) == [], list(outside.iterdir())
+    assert not study.exists() and not list(tmp_path.glob(".s.partial-*"))
+
+
+# 3. A FIFO or a folder named as an Inspect log is refused at once, naming it (exit 2).
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_fifo_or_folder_named_as_an_inspect_log_is_refused_at_once(tmp_path, kind):
+    require_inspect()
+    log = tmp_path / "f.eval"
+    if kind == "fifo":
+        os.mkfifo(log)
+    else:
+        log.mkdir()
+    for args in (["cohort", "build", "inspect", str(log), "--out", str(tmp_path / "c")],
+                 ["estimate", "--inspect-log", str(log)]):
+        r = run_cli(*args, timeout=60)
+        assert r.code == 2 and f"{log}: is not a regular file" in r.err and "Traceback" not in r.err, r.err
+    assert not (tmp_path / "c").exists()
+
+
+# 4. A key too short to redact safely is refused before anything is sent (launch, resume, preflight).
+def test_a_key_too_short_to_redact_is_refused_before_anything_is_sent(tmp_path, small_cohort, sim):
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    run = tmp_path / "run"
+    common = ["--cohort", str(small_cohort), "--guard", str(guard), "--reps", "1", "--no-progress"]
+    for key in ("a", "ab", "sk-or-v1-ab"):
+        r = run_cli("launch", *common, "--run-dir", str(run), env={"GUARDEVAL_TEST_KEY": key})
+        assert r.code == 2 and "Traceback" not in r.err, r.err
+        assert f"GUARDEVAL_TEST_KEY holds a key of {len(key)} character(s): too short" in r.err, r.err
+        assert not run.exists()
+    r = run_cli("preflight", "--guard", str(guard), env={"GUARDEVAL_TEST_KEY": "a"})
+    assert r.code == 2 and "too short" in r.err, r.out + r.err
+    long_key = {"GUARDEVAL_TEST_KEY": "sk-or-v1-a-test-key-long-enough"}
+    r = run_cli("launch", *common, "--run-dir", str(run), "--max-calls", "3", env=long_key)
+    assert r.code == 0, r.err
+    raw = (run / "raw.jsonl").read_bytes()
+    r = run_cli("resume", str(run), "--no-progress", env={"GUARDEVAL_TEST_KEY": "a"})
+    assert r.code == 2 and "too short" in r.err, r.err
+    assert (run / "raw.jsonl").read_bytes() == raw
+
+
+def _refused(r, *needles: str) -> None:
+    assert r.code == 2 and "Traceback" not in r.err, (r.code, r.err[-2000:])
+    for n in needles:
+        assert n in r.err, r.err
+
+
+# 5. A dry run (or a study's) with absurd repetitions is refused at once, not planned for ever.
+def test_a_dry_run_with_huge_reps_is_refused_at_once(tmp_path):
+    for reps, said in (("10000000", "--reps: must be at most 2000000"),
+                       ("100000", "calls: more than the 2000000 a run may have")):
+        r = run_cli("launch", "--cohort", "demo", "--guard", "python-example", "--dry-run", "--reps", reps,
+                    timeout=60)
+        _refused(r, said)
+        r = run_cli("study", "launch", "--cohort", "demo", "--guard", "python-example", "--guard", "python-example",
+                    "--label", "a", "--label", "b", "--dry-run", "--reps", reps, "--study-dir", str(tmp_path / "s"),
+                    timeout=60)
+        _refused(r, said)
+    from guardeval.api import InputError
+
+    with pytest.raises(InputError, match="more than the 2000000"):
+        api.plan_launch("demo", "python-example", reps=100_000)
+
+
+@pytest.fixture(scope="module")
+def python_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("h3") / "run"
+    assert api.launch("demo", "python-example", reps=1, run_dir=folder).complete
+    return folder
+
+
+# 7. Seeds and bootstrap counts out of range are usage errors (exit 2), not tracebacks.
+def test_seeds_and_bootstrap_counts_out_of_range_are_refused_by_the_parser(python_run, tmp_path):
+    big = str(2**64)
+    _refused(run_cli("launch", "--cohort", "demo", "--guard", "python-example", "--dry-run", "--seed", big),
+             "--seed: must be from 0 to 18446744073709551615")
+    _refused(run_cli("study", "launch", "--cohort", "demo", "--guard", "python-example", "--guard", "python-example",
+                     "--label", "a", "--label", "b", "--dry-run", "--seed", big, "--study-dir", str(tmp_path / "s")),
+             "--seed: must be from 0")
+    for seed in (big, "-1"):
+        _refused(run_cli("estimate", str(python_run), "--seed", seed, "--bootstrap", "200"), "--seed: must be from 0")
+    _refused(run_cli("estimate", str(python_run), "--bootstrap", "10000000000000000000000"),
+             "--bootstrap: must be at most 1000000")
+    # The largest seed is a seed.
+    r = run_cli("launch", "--cohort", "demo", "--guard", "python-example", "--dry-run", "--seed", str(2**64 - 1))
+    assert r.code == 0, r.err
+    r = run_cli("estimate", str(python_run), "--seed", str(2**64 - 1), "--bootstrap", "200")
+    assert r.code == 0, r.err
