@@ -1,13 +1,13 @@
 """Reading Inspect (inspect_ai) evaluation logs: the one door both directions of the bridge use
 (docs/inspect.md).
 
-A log is read through inspect_ai's own log API (`read_eval_log`), never by unpacking its file
-format here. What guardeval adds is the checking an outsider's file needs first: a local
-regular file (no link, no URL: inspect_ai would open `s3://…` too), at most `MAX_LOG_BYTES`,
-hashed as read so the SHA-256 recorded is of the bytes parsed, a bound on what a `.eval` zip
-claims it unpacks to (a zip bomb is refused before inspect_ai inflates it), and inspect_ai's
-exceptions turned into exit-2 messages that say what is wrong with which file. inspect_ai is an
-optional extra, imported only here and only when a log is read.
+A log is parsed by inspect_ai's own log API (`read_eval_log`). What guardeval adds is the
+checking an outsider's file needs first: a local regular file (no link, no URL: inspect_ai
+would open `s3://…` too; a FIFO is never waited on), at most `MAX_LOG_BYTES`, hashed as read so
+the SHA-256 recorded is of the bytes parsed, a `.eval` zip's members inflated here under caps
+(`guardeval.inspect_zip`: a zip bomb is refused in its first MiB, inspect_ai never inflates
+anything), and inspect_ai's exceptions turned into exit-2 messages that say what is wrong with
+which file. inspect_ai is an optional extra, imported only here and only when a log is read.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ EXTRA = "pip install 'guardeval[inspect]'"
 MAX_LOG_BYTES = 256 << 20
 # What a `.eval` zip may unpack to, all members together (its messages compress ~10x): each
 # member is inflated to at most its claimed size (`guardeval.inspect_zip`), so this bounds it.
-MAX_UNPACKED_BYTES = 512 << 20
+MAX_UNPACKED_BYTES = 256 << 20
 # Members of a `.eval` zip (one per sample, plus a few): refused before zipfile reads the directory.
 MAX_MEMBERS = 200_000
 # Log-format versions guardeval reads (inspect_ai's schema version is 2; 1 is the older format
