@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -156,3 +157,43 @@ def test_seeds_and_bootstrap_counts_out_of_range_are_refused_by_the_parser(pytho
     assert r.code == 0, r.err
     r = run_cli("estimate", str(python_run), "--seed", str(2**64 - 1), "--bootstrap", "200")
     assert r.code == 0, r.err
+
+
+def _link_in_once_made(run: Path, name: str, target: Path, stop: threading.Event, done: list[bool]) -> None:
+    """As soon as the run folder is in place (its manifest there), put a link to `target` in
+    place of `name` (renamed over it: atomic)."""
+    link = run.with_name("planted-link")
+    link.symlink_to(target)
+    while not stop.is_set():
+        if (run / "manifest.json").exists():
+            os.replace(link, run / name)
+            done.append(True)
+            return
+
+
+# 9. A launch refused for a link planted in its new run folder removes the folder it built.
+def test_a_launch_refused_for_a_planted_link_leaves_nothing_behind(tmp_path):
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b"")
+    refused = 0
+    for attempt in range(8):
+        run = tmp_path / f"run{attempt}"
+        stop, done = threading.Event(), []
+        watcher = threading.Thread(target=_link_in_once_made, args=(run, "raw.jsonl", outside, stop, done))
+        watcher.start()
+        try:
+            r = run_cli("launch", "--cohort", "demo", "--guard", "python-example", "--reps", "1",
+                        "--run-dir", str(run), "--no-progress")
+        finally:
+            stop.set()
+            watcher.join()
+        assert done, "the run folder never appeared"
+        if r.code == 0:
+            continue   # the session had opened raw.jsonl before the link arrived: not this case
+        assert r.code == 2 and "symbolic link" in r.err and "Traceback" not in r.err, r.err
+        assert "removed" in r.err and not os.path.lexists(run), r.err
+        refused += 1
+        if refused == 2:
+            break
+    assert refused, "no try planted the link before the first session opened the folder"
+    assert outside.read_bytes() == b""

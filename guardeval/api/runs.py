@@ -69,7 +69,7 @@ def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency
     """Write the planned run folder and send its calls. The OpenRouter preflight is the CLI's
     (`guardeval preflight`); refusals (a bad folder, an unset key) raise InputError first."""
     from guardeval.run import launch_options
-    from guardeval.run.folder.create import check_new_run_dir
+    from guardeval.run.folder.create import check_new_run_dir, discard_unstarted
     from guardeval.run.planning import materialise
 
     check_new_run_dir(planned.run_dir)
@@ -78,9 +78,13 @@ def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency
         {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency or None, "rpm": rpm,
          "max_cost": max_cost, "rate_limit_stop_s": None})
     materialise(planned._plan, planned.run_dir)
-    return _execute(planned.run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
-                    max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
-                    row_limits=row_limits)
+    try:
+        return _execute(planned.run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                        max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
+                        row_limits=row_limits)
+    except InputError:
+        discard_unstarted(planned.run_dir)   # refused before anything was sent: nothing left behind
+        raise
 
 
 def launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",

@@ -198,7 +198,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
     _record_options(plan, args)
     materialise(plan, run_dir)
     print(f"run: {safe(run_dir)}", file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    return _first_session(run_dir, args)
+
+
+def _first_session(run_dir: Path, args: argparse.Namespace) -> int:
+    """The new run's first session; refused before sending anything (a link planted in the new
+    folder), the folder this launch built is removed again."""
+    from guardeval.run.folder.create import discard_unstarted
+
+    try:
+        return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    except InputError:
+        if discard_unstarted(run_dir):
+            print(f"guardeval: removed {safe(run_dir)}: the launch was refused before any call was sent",
+                  file=sys.stderr)
+        raise
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
@@ -356,7 +370,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     _record_options(plan, args)
     materialise(plan, run_dir)
     print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    return _first_session(run_dir, args)
 
 
 STATE_TEXT = {

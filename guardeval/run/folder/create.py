@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -159,6 +160,26 @@ def _rename_into_place(parent_fd: int, tmp_name: str, target: Path, ours: tuple[
         raise InputError(f"the partial folder was replaced while the {what} was being created; nothing of it "
                          "is used (launch again)", path=target)
     os.fsync(parent_fd)
+
+
+def discard_unstarted(run_dir: Path) -> bool:
+    """Remove the run folder a launch has just built when its first session was refused (a link
+    planted in it, say) before anything was sent: the refusal leaves nothing behind, not a
+    folder that `status` calls "not started" and `resume` refuses. Kept when it is no longer a
+    folder or its raw log holds anything (an answer is never thrown away). rmtree never follows a
+    link (it removes the link)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(run_dir).st_mode):
+            return False
+        raw = os.lstat(run_dir / RAW)
+        if stat.S_ISREG(raw.st_mode) and raw.st_size > 0:
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return not os.path.lexists(run_dir)
 
 
 def check_new_run_dir(run_dir: Path, what: str = "run folder") -> None:
