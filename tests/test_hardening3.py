@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -197,3 +198,17 @@ def test_a_launch_refused_for_a_planted_link_leaves_nothing_behind(tmp_path):
             break
     assert refused, "no try planted the link before the first session opened the folder"
     assert outside.read_bytes() == b""
+
+
+# 12. A report.json that repeats a key is refused as every other file is: exit 2, saying so.
+def test_a_report_json_that_repeats_a_key_is_refused_as_such(python_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(python_run, run)
+    assert run_cli("estimate", str(run), "--bootstrap", "200").code == 0
+    path = run / "report.json"
+    text = path.read_text().rstrip()
+    assert text.endswith("}")
+    path.write_text(text[:-1] + ', "source": null}\n')
+    r = run_cli("report", str(run))
+    _refused(r, f"{path}: an object repeats a key")
+    assert "older guardeval" not in r.err
