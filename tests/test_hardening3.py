@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
+import struct
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -212,3 +216,54 @@ def test_a_report_json_that_repeats_a_key_is_refused_as_such(python_run, tmp_pat
     r = run_cli("report", str(run))
     _refused(r, f"{path}: an object repeats a key")
     assert "older guardeval" not in r.err
+
+
+@pytest.fixture
+def resetting() -> Iterator[int]:
+    """A server on 127.0.0.1 that accepts, reads the request and resets the connection (RST:
+    SO_LINGER 0); its port."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with contextlib.suppress(OSError):
+                conn.settimeout(2)
+                conn.recv(65536)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        t.join()
+        srv.close()
+
+
+# 13. A server that resets the connection is said to have, not taken for a timeout or a server to start.
+def test_a_connection_reset_is_reported_as_a_reset(tmp_path, resetting):
+    guard = tmp_path / "g.toml"
+    guard.write_text(f'name = "local"\nbackend = "openai-compatible"\nmodel = "m"\nprompt = "guardeval-json-v1"\n'
+                     f'base_url = "http://127.0.0.1:{resetting}/v1"\ntimeout_s = 3\nmax_attempts = 2\n'
+                     'retry_initial_s = 0.01\nretry_max_s = 0.05\n')
+    r = run_cli("preflight", "--guard", str(guard))
+    assert r.code == 2 and "127.0.0.1 reset the connection" in r.out, r.out
+    assert "start the server" not in r.out + r.err, r.out
+    run = tmp_path / "run"
+    r = run_cli("launch", "--cohort", "demo", "--guard", str(guard), "--reps", "1", "--max-calls", "1",
+                "--no-preflight", "--no-progress", "--run-dir", str(run))
+    assert r.code == 0, r.err
+    attempts = _jsonl(run / "raw.jsonl")
+    assert len(attempts) == 2, attempts
+    for a in attempts:
+        assert a["error_class"] == "connection" and "reset the connection" in a["error"], a
