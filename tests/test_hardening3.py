@@ -9,12 +9,13 @@ import shutil
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from guardeval import api
+from guardeval.canon import canonical_sha256
 
 from conftest import run_cli, write_guard
 
@@ -267,3 +268,88 @@ def test_a_connection_reset_is_reported_as_a_reset(tmp_path, resetting):
     assert len(attempts) == 2, attempts
     for a in attempts:
         assert a["error_class"] == "connection" and "reset the connection" in a["error"], a
+
+
+@pytest.fixture(scope="module")
+def py_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reported study of three python guards (no server) on the demo cohort, one repetition."""
+    folder = tmp_path_factory.mktemp("h3-study") / "s"
+    r = run_cli("study", "launch", "--cohort", "demo", "--reps", "1", "--study-dir", str(folder),
+                "--guard", "python-example", "--guard", "python-example", "--guard", "python-example",
+                "--label", "a", "--label", "b", "--label", "c", "--no-preflight", "--no-progress")
+    assert r.code == 0, r.err
+    r = run_cli("study", "report", str(folder), "--bootstrap", "200")
+    assert r.code == 0, r.err
+    return folder
+
+
+def _study_copy(study: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(study, dst, symlinks=True)
+    return dst
+
+
+def _rehashed(study: Path, edit: Callable[[dict], None]) -> None:
+    """study.json edited as someone who knows the format would: its own hash recomputed."""
+    record = json.loads((study / "study.json").read_text())
+    edit(record)
+    body = {k: v for k, v in record.items() if k != "sha256"}
+    (study / "study.json").write_text(json.dumps({**body, "sha256": canonical_sha256(body)}, indent=2))
+
+
+def _question_edited(record: dict) -> None:
+    record["question"]["margin"] = 0.5
+
+
+def _listed_twice(record: dict) -> None:
+    record["runs"][1] = {**record["runs"][0], "label": "b"}
+
+
+def _removed(record: dict) -> None:
+    record["runs"] = [e for e in record["runs"] if e["label"] != "c"]
+
+
+# 10. What the record itself shows inconsistent, plain `study verify` says; `study report` refuses it.
+@pytest.mark.parametrize("tamper, said", [
+    (_question_edited, "the question's margin is 0.5, but the question at launch with its recorded edits gives 0.05"),
+    (_listed_twice, "one run is listed twice, as 'a' and as 'b'"),
+    (_removed, "the study's last report was made from 3 runs; the record lists 2"),
+])
+def test_plain_study_verify_catches_a_rehashed_record_and_report_refuses_it(py_study, tmp_path, tamper, said):
+    copy = _study_copy(py_study, tmp_path)
+    if tamper is _removed:
+        shutil.rmtree(copy / "runs" / "c")
+    if tamper is _listed_twice:   # run a's folder under b's label too, the record saying so
+        shutil.rmtree(copy / "runs" / "b")
+        shutil.copytree(copy / "runs" / "a", copy / "runs" / "b")
+    _rehashed(copy, tamper)
+    r = run_cli("study", "verify", str(copy))
+    assert r.code == 1 and said in r.out and "Traceback" not in r.err, r.out + r.err
+    r = run_cli("study", "report", str(copy), "--bootstrap", "200")
+    assert r.code == 1 and said in r.err and "no report is made" in r.err, r.err
+    assert not (copy / "study-report.json").exists() or \
+        (copy / "study-report.json").read_bytes() == (py_study / "study-report.json").read_bytes()
+
+
+# 11. `study status` on a damaged study says so, exit 1; `study edit` and `study add` refuse it.
+@pytest.mark.parametrize("damage", ["runs-link", "raw-fifo"])
+def test_study_status_says_damaged_and_edit_and_add_refuse(py_study, tmp_path, damage):
+    copy = _study_copy(py_study, tmp_path)
+    if damage == "runs-link":
+        (copy / "runs").rename(tmp_path / "elsewhere")
+        (copy / "runs").symlink_to(tmp_path / "elsewhere")
+    else:
+        (copy / "runs" / "b" / "raw.jsonl").unlink()
+        os.mkfifo(copy / "runs" / "b" / "raw.jsonl")
+    before = (copy / "study.json").read_bytes()
+    r = run_cli("study", "status", str(copy), timeout=60)
+    assert r.code == 1 and "damaged" in r.out and "Traceback" not in r.err, r.out + r.err
+    r = run_cli("study", "status", str(copy), "--json", timeout=60)
+    assert r.code == 1 and json.loads(r.out)["damaged"] is True
+    r = run_cli("study", "edit", str(copy), "--margin", "0.03", "--reason", "x", timeout=60)
+    assert r.code == 1 and "the study is damaged" in r.err, r.err
+    r = run_cli("study", "add", str(copy), "--guard", "python-example", "--label", "d", "--no-preflight",
+                "--no-progress", timeout=60)
+    assert r.code == 1 and "the study is damaged" in r.err, r.err
+    assert (copy / "study.json").read_bytes() == before
+    assert not os.path.lexists(tmp_path / "elsewhere" / "d")

@@ -337,9 +337,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from guardeval import api
 
     st = api.study_status(args.study)
+    code = 1 if st["damaged"] else 0   # as `status` says of a damaged run
     if args.json:
         _print_json(st)
-        return 0
+        return code
     q = st["question"]
     print(safe(f"study {st['study_id']}: {len(st['runs'])} runs on {st['cohort']} ({st['n_calls_per_run']} calls each)"
                + ("; running now (another process holds the study)" if st["running"] else "")))
@@ -367,8 +368,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if rep:
         print(safe(f"  last report {rep['at']}: fingerprint {rep['fingerprint']}"
                    + ("" if st["report_current"] else " (the study has changed since: report again)")))
+    for problem in st["problems"]:
+        print(safe(f"  damaged: {problem} (guardeval study verify {args.study} names every problem)"))
     print(f"  fingerprint {st['fingerprint']}")
-    return 0
+    return code
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
