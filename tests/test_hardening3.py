@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +20,7 @@ import pytest
 from guardeval import api
 from guardeval.canon import canonical_sha256
 
-from conftest import run_cli, write_guard
+from conftest import REPO, cli_env, run_cli, write_guard
 
 pytestmark = pytest.mark.fast
 
@@ -353,3 +356,41 @@ def test_study_status_says_damaged_and_edit_and_add_refuse(py_study, tmp_path, d
     assert r.code == 1 and "the study is damaged" in r.err, r.err
     assert (copy / "study.json").read_bytes() == before
     assert not os.path.lexists(tmp_path / "elsewhere" / "d")
+
+
+def _fsize_limited(fsize: int, *args: str) -> tuple[int, str]:
+    """The CLI in a child whose files may not grow past `fsize` bytes (a write past it: EFBIG)."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    proc = subprocess.run([sys.executable, "-m", "guardeval", *args], capture_output=True, text=True, env=cli_env(),
+                          cwd=REPO, timeout=300, preexec_fn=limit)
+    return proc.returncode, proc.stderr
+
+
+# 8. A full disk while a cohort is built leaves no half-written cohort and names the file; a rerun builds it.
+def test_a_full_disk_while_building_a_cohort_leaves_nothing_half_written(tmp_path):
+    out = tmp_path / "c"
+    code, err = _fsize_limited(50_000, "cohort", "build", "demo", "--out", str(out))
+    assert code == 1 and f"{out / 'instances.jsonl'}: file too large" in err and "Traceback" not in err, err
+    assert not out.exists() and not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+    r = run_cli("cohort", "build", "demo", "--out", str(out))
+    assert r.code == 0, r.err
+    assert run_cli("cohort", "inspect", str(out)).code == 0
+    # Rebuilt into the existing cohort under the limit: the cohort stays as it was, whole.
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, err = _fsize_limited(50_000, "cohort", "build", "demo", "--out", str(out))
+    assert code == 1 and "instances.jsonl: file too large" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+# 8. ... and `study report` on a full disk names the file it could not write.
+def test_a_full_disk_during_study_report_names_the_file(py_study, tmp_path):
+    copy = _study_copy(py_study, tmp_path)
+    before = (copy / "study.json").read_bytes()
+    code, err = _fsize_limited(30_000, "study", "report", str(copy), "--bootstrap", "200")
+    assert code == 1 and "report.json: file too large" in err and "Traceback" not in err, err
+    assert f"{copy}/runs/" in err, err
+    assert (copy / "study.json").read_bytes() == before
+    assert not [p for p in copy.rglob(".*partial*")]

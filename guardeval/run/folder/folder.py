@@ -394,8 +394,11 @@ class RunFolder:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.rename(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
-        except BaseException:
+        except BaseException as exc:
             self.unlink(tmp)
+            if isinstance(exc, OSError) and exc.errno in _FULL:
+                # A write has no file name of its own: the message names the file being replaced.
+                raise WriteFailed(self.file(name), exc, f"{name} was left as it was.") from None
             raise
         cached = self._files.pop(name, None)
         if cached is not None:
@@ -523,10 +526,15 @@ def write_into(where: RunFolder | Path, name: str, write: Callable[[BinaryIO], o
         with open(tmp, "xb") as fh:
             write(fh)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            raise WriteFailed(target, exc, f"{name} was left as it was.") from None
         raise
     return target
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def reason(exc: InputError) -> str:
