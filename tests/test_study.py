@@ -360,12 +360,12 @@ def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path,
     assert [e["label"] for e in record["runs"]] == [*PROFILE_NAMES, "shortcut-2"]
     assert record["commands"][-1]["command"][:3] == ["guardeval", "study", "add"]
     assert cli("study", "verify", str(copy)).code == 0
-    # A study whose first run is on another cohort than its record says: refused.
+    # A study whose runs are on another cohort than its record says: damaged, refused (exit 1, issue 36).
     record["cohort"]["sha256"] = "0" * 64
     _rewrite(copy, record)
     r = cli("study", "add", str(copy), "--guard", str(profiles.guards["robust"]), "--label", "robust-2",
                 "--no-preflight")
-    _refused(r, "another cohort")
+    assert r.code == 1 and "the study is damaged" in r.err and "another cohort" in r.err, r.err
     assert not (copy / "runs" / "robust-2").exists()
 
 
