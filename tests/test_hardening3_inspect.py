@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 from conftest import REPO, cli_env, run_cli
-from inspect_env import require_inspect
+from inspect_env import offline_tiktoken, require_inspect
 
 pytestmark = pytest.mark.slow
 
@@ -115,3 +115,26 @@ def test_an_inspect_log_that_lies_about_its_sizes_is_refused_within_the_memory_b
             assert code == 2 and f"{log}: " in err and why in err and "Traceback" not in err, err[-2000:]
             assert peak < 400 << 20, f"{args[0]}: peak RSS {peak >> 20} MiB"
     assert not (tmp_path / "c").exists()
+
+
+# 8. A full disk during `cohort build inspect` leaves no half-written cohort and names the file.
+def test_a_full_disk_during_cohort_build_inspect_names_the_file_and_leaves_nothing(tmp_path):
+    require_inspect()
+    tiktoken = offline_tiktoken(tmp_path / "tiktoken")
+    env = cli_env({"TIKTOKEN_CACHE_DIR": str(tiktoken), "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+                   "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"), "INSPECT_DISPLAY": "none"})
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "inspect_agent.py"), str(tmp_path / "logs")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (log,) = sorted((tmp_path / "logs").glob("*.eval"))
+    out = tmp_path / "cohorts" / "c"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    proc = subprocess.run([sys.executable, "-m", "guardeval", "cohort", "build", "inspect", str(log), "--out", str(out)],
+                          capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=300, preexec_fn=limit)
+    assert proc.returncode == 1 and f"{out / 'instances.jsonl'}: file too large" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not os.path.lexists(out) and not list((tmp_path / "cohorts").iterdir())
+    r = run_cli("cohort", "build", "inspect", str(log), "--out", str(out))
+    assert r.code == 0 and (out / "cohort.json").exists(), r.err

@@ -20,7 +20,6 @@ import hashlib
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +27,7 @@ from typing import Any, TypeVar
 import orjson
 
 from guardeval.cohorts.model import Cohort
-from guardeval.errors import InputError, WriteFailed
+from guardeval.errors import GuardevalError, InputError, WriteFailed
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, DECISIONS, MANIFEST, PARTIAL_LOCK, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.manifest import manifest_with_hash
@@ -166,17 +165,16 @@ def discard_unstarted(run_dir: Path) -> bool:
     """Remove the run folder a launch has just built when its first session was refused (a link
     planted in it, say) before anything was sent: the refusal leaves nothing behind, not a
     folder that `status` calls "not started" and `resume` refuses. Kept when it is no longer a
-    folder or its raw log holds anything (an answer is never thrown away). rmtree never follows a
-    link (it removes the link)."""
+    folder (a link in its place) or its raw log holds anything (an answer is never thrown away).
+    rmtree never follows a link (it removes the link)."""
     try:
-        if not stat.S_ISDIR(os.lstat(run_dir).st_mode):
-            return False
-        raw = os.lstat(run_dir / RAW)
-        if stat.S_ISREG(raw.st_mode) and raw.st_size > 0:
-            return False
-    except FileNotFoundError:
-        pass
-    except OSError:
+        with RunFolder(run_dir) as folder:
+            try:
+                if folder.has(RAW) and folder.size(RAW) > 0:
+                    return False
+            except InputError:
+                pass   # a link or a FIFO in raw.jsonl's place: nothing was logged through it
+    except (GuardevalError, OSError):
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return not os.path.lexists(run_dir)
