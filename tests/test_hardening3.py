@@ -22,7 +22,7 @@ from guardeval.canon import canonical_sha256
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
-pytestmark = pytest.mark.fast
+pytestmark = pytest.mark.slow   # study launches, launch races, many CLI subprocesses: minutes in all
 
 
 def _jsonl(path: Path) -> list[dict]:
