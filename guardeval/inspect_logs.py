@@ -1,13 +1,13 @@
 """Reading Inspect (inspect_ai) evaluation logs: the one door both directions of the bridge use
 (docs/inspect.md).
 
-A log is read through inspect_ai's own log API (`read_eval_log`), never by unpacking its file
-format here. What guardeval adds is the checking an outsider's file needs first: a local
-regular file (no link, no URL: inspect_ai would open `s3://…` too), at most `MAX_LOG_BYTES`,
-hashed as read so the SHA-256 recorded is of the bytes parsed, a bound on what a `.eval` zip
-claims it unpacks to (a zip bomb is refused before inspect_ai inflates it), and inspect_ai's
-exceptions turned into exit-2 messages that say what is wrong with which file. inspect_ai is an
-optional extra, imported only here and only when a log is read.
+A log is parsed by inspect_ai's own log API (`read_eval_log`). What guardeval adds is the
+checking an outsider's file needs first: a local regular file (no link, no URL: inspect_ai
+would open `s3://…` too; a FIFO is never waited on), at most `MAX_LOG_BYTES`, hashed as read so
+the SHA-256 recorded is of the bytes parsed, a `.eval` zip's members inflated here under caps
+(`guardeval.inspect_zip`: a zip bomb is refused in its first MiB, inspect_ai never inflates
+anything), and inspect_ai's exceptions turned into exit-2 messages that say what is wrong with
+which file. inspect_ai is an optional extra, imported only here and only when a log is read.
 """
 
 from __future__ import annotations
@@ -15,21 +15,25 @@ from __future__ import annotations
 import io
 import os
 import re
-import stat
-import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardeval.bounded import open_regular, read_fd
 from guardeval.canon import canonical_sha256, sha256_hex
 from guardeval.errors import InputError
+from guardeval.inspect_zip import restored
 
 EXTRA = "pip install 'guardeval[inspect]'"
-# An agent run of a few thousand samples is tens of MB; past this it is not a log to load whole.
-MAX_LOG_BYTES = 1 << 30
-# What a `.eval` zip may say it unpacks to, all members together (its messages compress ~10x).
-MAX_UNPACKED_BYTES = 8 << 30
+# The memory a log may take is bounded by these three (docs/inspect.md, "Reading a log": the
+# bound, and what it was measured at). An agent run of a few thousand samples is tens of MB.
+MAX_LOG_BYTES = 256 << 20
+# What a `.eval` zip may unpack to, all members together (its messages compress ~10x): each
+# member is inflated to at most its claimed size (`guardeval.inspect_zip`), so this bounds it.
+MAX_UNPACKED_BYTES = 256 << 20
+# Members of a `.eval` zip (one per sample, plus a few): refused before zipfile reads the directory.
+MAX_MEMBERS = 200_000
 # Log-format versions guardeval reads (inspect_ai's schema version is 2; 1 is the older format
 # inspect_ai still converts). inspect_ai reads a `.eval` of any version from bytes without
 # complaint, so the version is checked here.
@@ -65,32 +69,18 @@ class LogFile:
 
 
 def _read_local(path: Path) -> bytes:
+    # Non-blocking and checked once open (`open_regular`): a FIFO or a folder named as a log is
+    # refused, naming it, never waited on; a link is refused (inspect_ai would follow it).
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_regular(path, path=path, follow=False)
     except FileNotFoundError:
         raise InputError("no such file", path=path) from None
-    except OSError as exc:
-        why = "symbolic links are refused" if path.is_symlink() else f"cannot read ({exc.strerror or exc})"
-        raise InputError(why, path=path) from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise InputError("not a regular file", path=path)
-        data = fh.read(MAX_LOG_BYTES + 1)
-    if len(data) > MAX_LOG_BYTES:
-        raise InputError(f"larger than {MAX_LOG_BYTES} bytes: too large to read as one Inspect log", path=path)
-    return data
-
-
-def _check_zip(path: Path, data: bytes) -> None:
-    """A `.eval` is a zip: its directory must be intact and claim a bounded size."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            claimed = sum(i.file_size for i in zf.infolist())
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
-        raise InputError(f"a truncated or damaged .eval file (its zip directory cannot be read: {exc})",
-                         path=path) from None
-    if claimed > MAX_UNPACKED_BYTES:
-        raise InputError(f"the .eval zip claims {claimed} bytes unpacked, more than {MAX_UNPACKED_BYTES}", path=path)
+        return read_fd(fd, MAX_LOG_BYTES, path=path, what="an Inspect log (too large to read as one)")
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path=path) from None
+    finally:
+        os.close(fd)
 
 
 def read_log(path: str | Path) -> LogFile:
@@ -102,18 +92,23 @@ def read_log(path: str | Path) -> LogFile:
     data = _read_local(p)
     if not data:
         raise InputError("an empty file, not an Inspect log", path=p)
+    sha256, size = sha256_hex(data), len(data)
     is_zip = data[:4] == b"PK\x03\x04"
     if is_zip:
-        _check_zip(p, data)
+        # Inflated here under caps, re-stored: inspect_ai never inflates what the zip claims.
+        parsed = restored(p, data, max_members=MAX_MEMBERS, max_unpacked=MAX_UNPACKED_BYTES)
+        del data   # the compressed bytes are not held while inspect_ai reads
     elif data.lstrip()[:1] != b"{":
         raise InputError("not an Inspect log (neither a .eval zip nor a JSON log)", path=p)
+    else:
+        parsed = data
     try:
-        log = log_api.read_eval_log(io.BytesIO(data), resolve_attachments=True)
+        log = log_api.read_eval_log(io.BytesIO(parsed), resolve_attachments=True)
     except Exception as exc:   # inspect_ai raises what its readers raise: name it, never a traceback
         raise InputError(_read_failure(exc, is_zip), path=p) from None
     if log.version not in SUPPORTED_VERSIONS:
         raise InputError(_unsupported(repr(log.version)), path=p)
-    return LogFile(p, sha256_hex(data), len(data), log)
+    return LogFile(p, sha256, size, log)
 
 
 def _unsupported(version: str) -> str:

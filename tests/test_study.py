@@ -25,7 +25,7 @@ from tamper import rechain_with_zero_costs
 pytestmark = pytest.mark.slow
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
-KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}
+KEY = {"GUARDEVAL_TEST_KEY": "sk-test-key-0123"}
 
 
 @dataclass
@@ -322,7 +322,9 @@ def test_verify_catches_a_removed_or_replaced_run(cli, study: Path, reported: di
     record = _record(copy)
     record["runs"] = [e for e in record["runs"] if e["label"] != "robust"]
     _rewrite(copy, record)
-    assert cli("study", "verify", str(copy)).code == 0
+    # The record itself tells (issue 36): its last report was made from one run more.
+    r = cli("study", "verify", str(copy))
+    assert r.code == 1 and "the study's last report was made from 3 runs; the record lists 2" in r.out, r.out
     r = cli("study", "verify", str(copy), "--expect", token)
     assert r.code == 1 and "not the expected" in r.out
     # A run folder the record does not list.
@@ -387,12 +389,12 @@ def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path,
     assert [e["label"] for e in record["runs"]] == [*PROFILE_NAMES, "shortcut-2"]
     assert record["commands"][-1]["command"][:3] == ["guardeval", "study", "add"]
     assert cli("study", "verify", str(copy)).code == 0
-    # A study whose first run is on another cohort than its record says: refused.
+    # A study whose runs are on another cohort than its record says: damaged, refused (exit 1, issue 36).
     record["cohort"]["sha256"] = "0" * 64
     _rewrite(copy, record)
     r = cli("study", "add", str(copy), "--guard", str(profiles.guards["robust"]), "--label", "robust-2",
                 "--no-preflight")
-    _refused(r, "another cohort")
+    assert r.code == 1 and "the study is damaged" in r.err and "another cohort" in r.err, r.err
     assert not (copy / "runs" / "robust-2").exists()
 
 
@@ -473,11 +475,11 @@ def test_one_writer_of_a_study(cli, study: Path, tmp_path: Path) -> None:
 def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with SimServerProcess(["--seed", "4", "--profile", "robust", "--expect-key-env", "STUDY_SIM_KEY"],
-                          env=cli_env({"STUDY_SIM_KEY": "sk-right"})) as keyed:
+                          env=cli_env({"STUDY_SIM_KEY": "sk-right-key-0123"})) as keyed:
         guards = dict(profiles.guards)
         guards["robust"] = write_guard(tmp_path / "robust.toml", keyed.base_url, name="robust",
                                        model="sim/robust-guard", api_key_env="STUDY_BAD_KEY")
-        monkeypatch.setenv("STUDY_BAD_KEY", "sk-wrong")           # a bad key: 401, fatal
+        monkeypatch.setenv("STUDY_BAD_KEY", "sk-wrong-key-0123")           # a bad key: 401, fatal
         study = tmp_path / "s"
         r = cli("study", "launch", "--cohort", str(small_cohort), "--reps", "1", "--study-dir", str(study),
                 "--no-preflight", "--no-progress", *_guards_args(guards))
@@ -495,7 +497,7 @@ def test_a_guard_that_fails_for_good_stops_alone(cli, profiles: Profiles, small_
         assert partial["complete"] is False
         robust = next(g for g in partial["answer"]["guards"] if g["label"] == "robust")
         assert robust["effects"] == [] and "can be estimated" in robust["text"]   # no decision: nothing to say
-        monkeypatch.setenv("STUDY_BAD_KEY", "sk-right")           # the key fixed: resumable
+        monkeypatch.setenv("STUDY_BAD_KEY", "sk-right-key-0123")           # the key fixed: resumable
         r = cli("study", "resume", str(study), "--no-progress")
         assert r.code == 0, r.err
         assert "shortcut: 80/80 calls decided: ok 80 (nothing to send)" in r.out and "robust: 80/80" in r.out

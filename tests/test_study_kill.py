@@ -21,7 +21,7 @@ from conftest import REPO, cli_env, run_cli, write_guard
 pytestmark = pytest.mark.slow
 
 PROFILE_NAMES = ("shortcut", "robust", "alias-sensitive")
-KEY = {"GUARDEVAL_TEST_KEY": "sk-test"}
+KEY = {"GUARDEVAL_TEST_KEY": "sk-test-key-0123"}
 
 
 def _decided(study: Path, label: str) -> int:

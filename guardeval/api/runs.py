@@ -68,14 +68,23 @@ def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency
                 row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
     """Write the planned run folder and send its calls. The OpenRouter preflight is the CLI's
     (`guardeval preflight`); refusals (a bad folder, an unset key) raise InputError first."""
-    from guardeval.run.folder.create import check_new_run_dir
+    from guardeval.run import launch_options
+    from guardeval.run.folder.create import check_new_run_dir, discard_unstarted
     from guardeval.run.planning import materialise
 
     check_new_run_dir(planned.run_dir)
+    # Recorded as the CLI's launch records them, so a later resume (any caller) reuses them.
+    planned._plan.manifest[launch_options.FIELD] = launch_options.record(
+        {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency or None, "rpm": rpm,
+         "max_cost": max_cost, "rate_limit_stop_s": None})
     materialise(planned._plan, planned.run_dir)
-    return _execute(planned.run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
-                    max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
-                    row_limits=row_limits)
+    try:
+        return _execute(planned.run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                        max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
+                        row_limits=row_limits)
+    except InputError:
+        discard_unstarted(planned.run_dir)   # refused before anything was sent: nothing left behind
+        raise
 
 
 def launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",
@@ -105,13 +114,22 @@ def replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = Non
 
 def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | None = None,
            rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
-           fixed_concurrency: bool = False, progress: bool = False, allow_changed_callable: bool = False,
+           fixed_concurrency: bool | None = None, progress: bool = False, allow_changed_callable: bool = False,
            retry_failed: Sequence[str] | None = None, rate_limit_stop_s: float | None = None,
            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
     """Send a stopped or crashed run's undecided calls; with `retry_failed` (failure statuses,
     e.g. `("exhausted",)`), also the calls whose decision has one of them (`resume --retry-failed`).
+    An option left None (`concurrency`, `fixed_concurrency`, `rpm`, `max_cost`,
+    `rate_limit_stop_s`) is the launch's, as recorded in its manifest: a budget is never forgotten.
     Refuses (InputError) a changed prompt rendering, or a python guard whose code changed since
     launch unless `allow_changed_callable`."""
+    from guardeval.run import launch_options
+    from guardeval.run.folder.folder import opened
+
+    folder = run_folder(run)
+    with opened(folder) as f:
+        o, _ = launch_options.for_resume(f, {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency,
+                                             "rpm": rpm, "max_cost": max_cost, "rate_limit_stop_s": rate_limit_stop_s})
     statuses = None
     if retry_failed is not None:
         from guardeval.run.folder.supersede import parse_statuses
@@ -120,10 +138,10 @@ def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | N
             statuses = parse_statuses(",".join(retry_failed))
         except ValueError as exc:
             raise InputError(str(exc), field="retry_failed") from None
-    return _execute(run_folder(run), base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
-                    max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
+    return _execute(folder, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"], max_cost=o["max_cost"],
+                    max_calls=max_calls, fixed_concurrency=bool(o["fixed_concurrency"]), progress=progress,
                     allow_changed_callable=allow_changed_callable, retry_failed=statuses,
-                    rate_limit_stop_s=rate_limit_stop_s, row_limits=row_limits)
+                    rate_limit_stop_s=o["rate_limit_stop_s"], row_limits=row_limits)
 
 
 def _execute(run_dir: Path | RunFolder, *, base_url: str | None, concurrency: int | None, rpm: float | None,

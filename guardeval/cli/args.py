@@ -22,6 +22,43 @@ def positive_int(text: str) -> int:
     return v
 
 
+# Seeds are recorded in JSON (a manifest, a study, a result) as unsigned 64-bit integers, and
+# numpy's generator takes no negative seed: one range for every command.
+MAX_SEED = 2**64 - 1
+# Bootstrap replicates: (replicates x quantities) floats are held at once; a million is far past
+# the precision any estimate reports.
+MAX_BOOTSTRAP = 1_000_000
+
+
+def seed_value(text: str) -> int:
+    """`--seed`: an integer from 0 to 2**64 - 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED} (2**64 - 1)")
+    return v
+
+
+def bootstrap_n(text: str) -> int:
+    """`--bootstrap`: replicates, 1 to MAX_BOOTSTRAP."""
+    v = positive_int(text)
+    if v > MAX_BOOTSTRAP:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BOOTSTRAP}")
+    return v
+
+
+def bounded_reps(text: str) -> int:
+    """`--reps`: 1 up to the calls a run may have (the cohort then bounds it further)."""
+    from guardeval.run.planning import MAX_CALLS
+
+    v = positive_int(text)
+    if v > MAX_CALLS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CALLS} (the most calls a run may have)")
+    return v
+
+
 def name_list(text: str) -> list[str]:
     """`C1,C2,...`: a comma-separated list of names (`--family`)."""
     items = [t.strip() for t in text.split(",")]

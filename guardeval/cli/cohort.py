@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from guardeval.cli.args import nonneg_float, positive_int, row_limit_options, row_limits
+from guardeval.cli.args import nonneg_float, positive_int, row_limit_options, row_limits, seed_value
 from guardeval.errors import CheckFailed
 from guardeval.terminal import safe, safe_json
 
@@ -141,7 +141,7 @@ def _subset_options(p: argparse.ArgumentParser, which: str) -> None:
                    help=f"comma-separated subset of the {which} (default: all; the baseline is always kept)")
     p.add_argument("--max-bases", type=positive_int, metavar="N",
                    help="sample this many bases, stratified by domain and label (default: all)")
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed")
+    p.add_argument("--seed", type=seed_value, default=0, metavar="N", help="sampling seed")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

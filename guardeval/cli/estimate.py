@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guardeval.cli import inspect_bridge
-from guardeval.cli.args import name_list, positive_int, row_limit_options, row_limits, say_verified
+from guardeval.cli.args import bootstrap_n, name_list, row_limit_options, row_limits, say_verified, seed_value
 from guardeval.errors import InputError
 from guardeval.terminal import safe, safe_json
 
@@ -24,8 +24,8 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
                    help="baseline condition (default: the cohort's baseline, else original)")
     p.add_argument("--family", type=name_list, metavar="C1,C2,...",
                    help="Holm family (default: every non-baseline condition)")
-    p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="bootstrap replicates")
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed, recorded in the result")
+    p.add_argument("--bootstrap", type=bootstrap_n, default=10000, metavar="N", help="bootstrap replicates")
+    p.add_argument("--seed", type=seed_value, default=0, metavar="N", help="bootstrap seed, recorded in the result")
     p.add_argument("--failures", choices=RULES, default="drop", help="headline failure rule (all three are reported)")
     p.add_argument("--missing", choices=MISSING_MODES, default="exclude",
                    help="a scheduled call without a decision counts nowhere (exclude) or as a failed call under "

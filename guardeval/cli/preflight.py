@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from guardeval.cli.args import nonneg_float, positive_int
+from guardeval.cli.args import bounded_reps, nonneg_float, positive_int
 from guardeval.errors import InputError
 from guardeval.terminal import safe, safe_json
 
@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
                                          "shape) can serve a guard config as configured")
     p.add_argument("--guard", required=True, help="guard config (TOML), backend openrouter or openai-compatible")
     p.add_argument("--cohort", help="cohort folder: also check the longest prompt and project the cost")
-    p.add_argument("--reps", type=positive_int, default=3, help="repetitions, for the projection")
+    p.add_argument("--reps", type=bounded_reps, default=3, help="repetitions, for the projection")
     p.add_argument("--base-url", help="override the guard's base URL")
     p.add_argument("--max-calls", type=positive_int, help="project the cost of at most N calls (default: all)")
     p.add_argument("--max-cost", type=nonneg_float, help="USD: the credit needed is at most this (default: no limit)")
@@ -39,7 +39,7 @@ def add_option(p: argparse.ArgumentParser) -> None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from guardeval.guards.openrouter.preflight import EMPTY_INSTANCE, Workload
-    from guardeval.run.planning import load_guard_and_prompt, plan_launch
+    from guardeval.run.planning import load_guard_and_prompt, plan_launch, refuse_short_key
 
     if args.cohort:
         plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=0, order="rounds",
@@ -53,6 +53,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         config, prompt = load_guard_and_prompt(args.guard, args.base_url)
         _require_server(config.backend, args.guard)
         work = Workload(body=make_renderer(config, prompt)(EMPTY_INSTANCE), max_cost=args.max_cost)
+    refuse_short_key(config, config.source)   # the preflight sends the key too
     result = _run(config, prompt, work)
     if args.json:
         import orjson

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 from guardeval.cli import preflight
 from guardeval.cli.args import (
     base_url,
+    bounded_reps,
     nonneg_float,
     positive_float,
     positive_int,
     row_limit_options,
     row_limits,
     say_problems,
+    seed_value,
 )
 from guardeval.errors import InputError
 from guardeval.terminal import safe, safe_json
@@ -51,8 +53,8 @@ def register(sub: Any) -> None:
                        description="Plan a run (schedule, stimuli), write its folder and send its calls.")
     p.add_argument("--cohort", required=True, help="cohort folder (cohort.json + instances.jsonl)")
     p.add_argument("--guard", required=True, help="guard config (TOML)")
-    p.add_argument("--reps", type=positive_int, default=3, help="repetitions of every instance")
-    p.add_argument("--seed", type=int, default=0, help="schedule seed (recorded in the manifest)")
+    p.add_argument("--reps", type=bounded_reps, default=3, help="repetitions of every instance")
+    p.add_argument("--seed", type=seed_value, default=0, help="schedule seed (recorded in the manifest)")
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds",
                    help="rounds: bases shuffled per repetition round, conditions shuffled within a base; "
                         "shuffled: all calls shuffled")
@@ -196,7 +198,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
     _record_options(plan, args)
     materialise(plan, run_dir)
     print(f"run: {safe(run_dir)}", file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    return _first_session(run_dir, args)
+
+
+def _first_session(run_dir: Path, args: argparse.Namespace) -> int:
+    """The new run's first session; refused before sending anything (a link planted in the new
+    folder), the folder this launch built is removed again."""
+    from guardeval.run.folder.create import discard_unstarted
+
+    try:
+        return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    except InputError:
+        if discard_unstarted(run_dir):
+            print(f"guardeval: removed {safe(run_dir)}: the launch was refused before any call was sent",
+                  file=sys.stderr)
+        raise
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,15 +282,14 @@ def _warn_if_plain_http(url: str | None) -> None:
               "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
-def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None,
-         options: dict[str, Any] | None = None) -> int:
+def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
     from guardeval import api
     from guardeval.run.folder.folder import RunFolder
     from guardeval.run.folder.supersede import parse_statuses
 
     run_dir = run.path if isinstance(run, RunFolder) else run
     retry = getattr(args, "retry_failed", None)
-    o = options if options is not None else _given(args)
+    o = _given(args)
     result = api.resume(run_dir, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
                         max_cost=o["max_cost"], max_calls=max_calls, fixed_concurrency=o["fixed_concurrency"],
                         progress=not args.no_progress, row_limits=row_limits(args),
@@ -327,16 +342,16 @@ def _print_json(obj: Any) -> None:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from guardeval.run import launch_options
-    from guardeval.run.folder.layout import MANIFEST
     from guardeval.run.folder.manifest import read_manifest, run_config
 
     folder = _existing_run(args.run)
     manifest = read_manifest(folder)
     _warn_if_plain_http(run_config(folder, manifest).with_base_url(args.base_url).effective_base_url)
-    options, reused = launch_options.merged(_given(args), launch_options.recorded(manifest, folder.file(MANIFEST)))
+    # Only for the message: `api.resume` itself applies the launch's options (the same function).
+    _, reused = launch_options.for_resume(folder, _given(args))
     if reused:
         print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
-    return _run(folder, args, base_url=args.base_url, max_calls=args.max_calls, options=options)
+    return _run(folder, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
@@ -355,7 +370,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     _record_options(plan, args)
     materialise(plan, run_dir)
     print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
-    return _run(run_dir, args, base_url=args.base_url, max_calls=args.max_calls)
+    return _first_session(run_dir, args)
 
 
 STATE_TEXT = {

@@ -9,6 +9,8 @@ from typing import Any
 
 from guardeval.cli import preflight
 from guardeval.cli.args import (
+    bootstrap_n,
+    bounded_reps,
     name_list,
     nonneg_float,
     positive_float,
@@ -16,6 +18,7 @@ from guardeval.cli.args import (
     row_limit_options,
     row_limits,
     say_problems,
+    seed_value,
 )
 from guardeval.cli.estimate import RULES as FAILURE_RULES
 from guardeval.errors import InputError
@@ -72,8 +75,8 @@ def register(sub: Any) -> None:
                    help="a guard config (TOML) or preset name; give two or more")
     p.add_argument("--label", action="append", metavar="NAME",
                    help="a label per guard, in --guard order (default: each guard's name; names a run's folder)")
-    p.add_argument("--reps", type=positive_int, default=3, help="repetitions of every instance")
-    p.add_argument("--seed", type=int, default=0, help="schedule seed (recorded)")
+    p.add_argument("--reps", type=bounded_reps, default=3, help="repetitions of every instance")
+    p.add_argument("--seed", type=seed_value, default=0, help="schedule seed (recorded)")
     p.add_argument("--order", choices=("rounds", "shuffled"), default="rounds", help="schedule order (as launch)")
     p.add_argument("--study-dir", help="the study folder itself (default: studies/<study-id>/)")
     _question_options(p, "default")
@@ -123,8 +126,8 @@ def register(sub: Any) -> None:
     p = ss.add_parser("report", help="estimate every run under the study's question, compare them, write "
                                      "study.html, study.md and study-report.json")
     p.add_argument("study", metavar="STUDY", help=STUDY_HELP)
-    p.add_argument("--bootstrap", type=positive_int, default=10000, metavar="N", help="bootstrap replicates")
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed, recorded")
+    p.add_argument("--bootstrap", type=bootstrap_n, default=10000, metavar="N", help="bootstrap replicates")
+    p.add_argument("--seed", type=seed_value, default=0, metavar="N", help="bootstrap seed, recorded")
     p.add_argument("--missing", choices=("exclude", "as-failure"), default="exclude",
                    help="a scheduled call without a decision counts nowhere, or as a failed call")
     p.add_argument("--allow-partial", action="store_true", help="report incomplete runs anyway (the report says so)")
@@ -334,9 +337,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from guardeval import api
 
     st = api.study_status(args.study)
+    code = 1 if st["damaged"] else 0   # as `status` says of a damaged run
     if args.json:
         _print_json(st)
-        return 0
+        return code
     q = st["question"]
     print(safe(f"study {st['study_id']}: {len(st['runs'])} runs on {st['cohort']} ({st['n_calls_per_run']} calls each)"
                + ("; running now (another process holds the study)" if st["running"] else "")))
@@ -364,8 +368,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if rep:
         print(safe(f"  last report {rep['at']}: fingerprint {rep['fingerprint']}"
                    + ("" if st["report_current"] else " (the study has changed since: report again)")))
+    for problem in st["problems"]:
+        print(safe(f"  damaged: {problem} (guardeval study verify {args.study} names every problem)"))
     print(f"  fingerprint {st['fingerprint']}")
-    return 0
+    return code
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

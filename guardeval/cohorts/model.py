@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,7 +30,7 @@ import orjson
 from guardeval.bounded import LINK, open_regular, read_fd
 from guardeval.canon import canonical_sha256, sha256_hex
 from guardeval.cohorts.limits import DEFAULT_ROW_LIMITS, DUPLICATE_KEY, RowLimits, deeper_than, has_duplicate_keys
-from guardeval.errors import InputError
+from guardeval.errors import InputError, WriteFailed
 from guardeval.lru import LRU
 
 CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
@@ -492,27 +493,64 @@ def write_cohort(out: str | Path, *, name: str, version: str, description: str,
     """Write `instances.jsonl` then `cohort.json` pinning it. Deterministic bytes.
 
     `rows` may be any iterable (a generator for a large cohort): it is written as it comes,
-    hashed on the way.
+    hashed on the way. Both files are written beside `out` (`.<name>.partial-<pid>/`) and moved
+    into place once whole: a failure (a full disk: WriteFailed naming the file) leaves `out` as
+    it was, not a cut `instances.jsonl` without its `cohort.json`.
     """
     root = check_out_dir(out)
-    root.mkdir(parents=True, exist_ok=True)
-    h, size = hashlib.sha256(), 0
-    # Rows keep their content's key order (a repr-rendering prompt such as TS-Guard's shows it);
-    # identity does not depend on it: instance_sha256 hashes canonical (sorted-key) JSON.
-    with open(root / "instances.jsonl", "wb") as fh:
-        for r in rows:
-            line = orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
-            fh.write(line)
-            h.update(line)
-            size += len(line)
-    meta: dict[str, Any] = {
-        "name": name, "version": version, "description": description,
-        "sources": sources or [],
-        "conditions": [{"name": c.name, "role": c.role, "description": c.description, "acts_on": list(c.acts_on)}
-                       for c in conditions],
-        "instances_sha256": h.hexdigest(), "instances_bytes": size,
-    }
-    if builder:
-        meta["builder"] = builder
-    (root / "cohort.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = root.with_name(f".{root.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)   # a leftover of an earlier builder under this pid
+    current = tmp / "instances.jsonl"
+    try:
+        tmp.mkdir()
+        h, size = hashlib.sha256(), 0
+        # Rows keep their content's key order (a repr-rendering prompt such as TS-Guard's shows it);
+        # identity does not depend on it: instance_sha256 hashes canonical (sorted-key) JSON.
+        with open(current, "xb") as fh:
+            for r in rows:
+                line = orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
+                fh.write(line)
+                h.update(line)
+                size += len(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        meta: dict[str, Any] = {
+            "name": name, "version": version, "description": description,
+            "sources": sources or [],
+            "conditions": [{"name": c.name, "role": c.role, "description": c.description, "acts_on": list(c.acts_on)}
+                           for c in conditions],
+            "instances_sha256": h.hexdigest(), "instances_bytes": size,
+        }
+        if builder:
+            meta["builder"] = builder
+        current = tmp / "cohort.json"
+        with open(current, "xb") as fh:
+            fh.write(orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+            fh.flush()
+            os.fsync(fh.fileno())
+        _move_into_place(tmp, root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise WriteFailed(root / current.name, exc, f"Nothing of the cohort was written to {root}: free some "
+                              "space, then build it again.") from None
+        raise InputError(f"cannot write the cohort ({exc.strerror or exc})", path=root / current.name) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return root
+
+
+def _move_into_place(tmp: Path, root: Path) -> None:
+    """The built folder renamed to `root` (nothing there, or an empty folder); into an existing
+    cohort folder, its two files renamed over the old ones, the pin (cohort.json) last."""
+    try:
+        os.rename(tmp, root)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    for leaf in ("instances.jsonl", "cohort.json"):
+        os.replace(tmp / leaf, root / leaf)
+    tmp.rmdir()

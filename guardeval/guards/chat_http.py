@@ -27,7 +27,7 @@ from guardeval.guards.base import Guard, Reply, valid_cost
 from guardeval.guards.body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_capped
 from guardeval.guards.chat_body import chat_body
 from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import AttemptError, CallFailed, FatalError, TransientError
+from guardeval.guards.errors import RESET, AttemptError, CallFailed, FatalError, TransientError, connection_reset
 from guardeval.guards.invalid_request import invalid_request
 from guardeval.guards.openrouter import errors as openrouter_errors
 from guardeval.guards.openrouter import routing
@@ -121,6 +121,8 @@ class ChatCompletionsGuard(Guard):
             # httpx-aiohttp reports a refused connection as ConnectTimeout; its cause says what it was.
             if _refused(exc):
                 raise TransientError("connection", f"connection refused at {self._url}") from None
+            if resp is None and connection_reset(exc):
+                raise TransientError("connection", f"the server at {self._url} {RESET}") from None
             if resp is not None:
                 raise self._body_failed(resp, "body_timeout", f"its body stalled ({type(exc).__name__})") from None
             raise TransientError("timeout", f"timeout: {type(exc).__name__}") from None
@@ -133,6 +135,8 @@ class ChatCompletionsGuard(Guard):
             # aiohttp's own errors (a response it cannot parse) as well as httpx's mapped ones.
             if _refused(exc):
                 raise TransientError("connection", f"connection refused at {self._url}") from None
+            if resp is None and connection_reset(exc):
+                raise TransientError("connection", f"the server at {self._url} {RESET}") from None
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
             safe = redact(message)
             if resp is not None:

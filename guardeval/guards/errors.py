@@ -37,3 +37,22 @@ class FatalError(AttemptError):
 
 class CallFailed(AttemptError):
     """This call cannot succeed (e.g. `context_overflow`): record a failure, go on with others."""
+
+
+RESET = "reset the connection"   # in a message: the server was reached and hung up (no start-it hint)
+
+
+def connection_reset(exc: BaseException) -> bool:
+    """Whether the server reset the connection (ECONNRESET somewhere in the exception's chain of
+    causes): it was reached, so neither a timeout nor a server to start. httpx-aiohttp reports
+    it as ConnectTimeout; the cause says what it was."""
+    import errno
+
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            return False
+        if isinstance(cur, ConnectionResetError) or (isinstance(cur, OSError) and cur.errno == errno.ECONNRESET):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False

@@ -31,7 +31,7 @@ import anyio
 
 from guardeval.guards.checks import Check, CheckList
 from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import AttemptError, FatalError
+from guardeval.guards.errors import RESET, AttemptError, FatalError
 from guardeval.guards.openrouter import http
 from guardeval.guards.openrouter.http import shown
 from guardeval.guards.openrouter.preflight import Workload
@@ -44,6 +44,9 @@ PROBE_ORDER = ("json_schema", "json_object", "none")
 FIX = {"json_schema": 'structured_output = "json_schema"',
        "json_object": 'structured_output = "json_object"',
        "none": "structured_output = false"}
+# Something listens there and hangs up: starting a server is not the fix.
+RESET_HINT = ("something listens there: check that base_url names the server "
+              "(its port, http or https) and the server's own log")
 SERVE_HINT = ("start the server, e.g. `python -m llama_cpp.server --model FILE.gguf --model_alias NAME "
               "--host 127.0.0.1 --port 8000`, or point base_url (or --base-url) at it")
 
@@ -76,7 +79,7 @@ async def local_preflight(config: GuardConfig, prompt: Prompt, work: Workload,
         try:
             listing = await http.get_json(client, http.url(base, "models"), key=key, timeout_s=timeout_s)
         except http.FetchError as exc:
-            result.add("reach", "fail", f"{exc}: {SERVE_HINT}")
+            result.add("reach", "fail", f"{exc}: {RESET_HINT if RESET in str(exc) else SERVE_HINT}")
             return result
     if not _judge_models(result, config, listing):
         return result
@@ -164,7 +167,8 @@ async def _probe(result: LocalPreflight, config: GuardConfig, prompt: Prompt, wo
             continue
         except AttemptError as exc:
             result.add("probe", "fail", f"a {PROBE_TOKENS}-token probe failed: {shown(str(exc), 400)}"
-                       + (f" ({SERVE_HINT})" if exc.error_class in ("connection", "timeout") else ""))
+                       + (f" ({RESET_HINT})" if RESET in str(exc) else
+                          f" ({SERVE_HINT})" if exc.error_class in ("connection", "timeout") else ""))
             return
         finally:
             await guard.aclose()

@@ -23,6 +23,10 @@ from collections.abc import Callable
 
 MARK = "[redacted]"
 MIN_RUN = 12                # key characters (also bytes, for hex and base64)
+# A key shorter than a run cannot be cut out without cutting ordinary text too (a 1-character
+# key would be every such letter of every answer): launch refuses it (`require_key`), and the
+# redactor never redacts a spelling shorter than this.
+MIN_KEY_CHARS = MIN_RUN
 _SHORT_ESCAPES = {"/": "/", '"': '"', "\\": "\\", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _MIN_SPELLING = 8           # an encoding shorter than this (a very short key's) would match noise
 
@@ -34,8 +38,8 @@ class Redactor:
     def __init__(self, secret: str | None, min_run: int = MIN_RUN) -> None:
         self.secret = secret or None
         self._spellings: list[_Spelling] = []
-        if self.secret is None:
-            return
+        if self.secret is None or len(self.secret) < min_run:
+            return   # too short to tell from text (refused at launch): nothing is rewritten
         key = self.secret
         raw = key.encode("utf-8")
         self._spellings = [_Spelling(key, min_run, fold=True), _Spelling(key[::-1], min_run, fold=True)]

@@ -27,7 +27,7 @@ from guardeval.guards.parsers import get_parser
 from guardeval.guards.prompts import Prompt, load_prompt
 from guardeval.guards.registry import make_renderer
 from guardeval.run.dispatch.budget import projected_cost
-from guardeval.run.folder.create import create_run_dir
+from guardeval.run.folder.create import create_run_dir, create_run_in
 from guardeval.run.folder.folder import RunFolder, opened
 from guardeval.run.folder.layout import COHORT_DIR, PROMPT_DIR, RUNS_ROOT, SCHEDULE, STIMULI, new_run_id, utcnow
 from guardeval.run.folder.manifest import (
@@ -194,6 +194,13 @@ def load_guard_and_prompt(guard_path: str | Path | GuardConfig, base_url: str | 
     return config, prompt
 
 
+# The most calls one run may have: planning, a dry run included, walks and hashes every one
+# (a dry run of 2,000,000 took 32 s on the 2-core development machine), and the run folder is
+# checked at 1,000,000 (docs/reference/run-folder.md).
+MAX_CALLS = 2_000_000
+MAX_SEED = 2**64 - 1   # the schedule's seed is hashed into call ids as an unsigned 64-bit JSON integer
+
+
 def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, n_calls: int, *, seed: int,
               order: str, reps: int, parent: dict[str, Any] | None, row_limits: RowLimits) -> dict[str, Any]:
     """The manifest, less the schedule and stimuli hashes (known once the files are written)."""
@@ -217,11 +224,17 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig,
                 base_url: str | None, run_id: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
     if reps < 1:
         raise InputError("--reps must be >= 1", field="reps")
+    if not 0 <= seed <= MAX_SEED:
+        raise InputError(f"--seed must be from 0 to {MAX_SEED} (2**64 - 1): it is recorded as one", field="seed")
     if order not in ALGORITHM:
         raise InputError(f"unknown order {order!r}", field="order")
     cohort = load_cohort(cohort_dir, limits=row_limits)
     config, prompt = load_guard_and_prompt(guard_path, base_url)
     n_calls = cohort.n_instances * reps
+    if n_calls > MAX_CALLS:
+        # Refused before the schedule is drawn: planning (a dry run too) walks every call.
+        raise InputError(f"{cohort.n_instances} instances x {reps} repetitions = {n_calls} calls: more than the "
+                         f"{MAX_CALLS} a run may have; use fewer --reps", field="reps")
 
     def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
         for row in iter_schedule(cohort, reps=reps, seed=seed, order=order):
@@ -302,12 +315,36 @@ def require_key(config: GuardConfig, where: str | Path | None = None) -> None:
         raise InputError(f"{config.api_key_env} is not set: this guard sends to {config.effective_base_url} with the "
                          f"key in that variable (api_key_env). Export it first; guardeval reads it from the "
                          "environment only", path=where, field="api_key_env")
+    refuse_short_key(config, where)
+
+
+def refuse_short_key(config: GuardConfig, where: str | Path | None = None) -> None:
+    """Refuse (exit 2, before anything is sent) a key too short to be cut out of what is logged:
+    redacting it would rewrite every answer that happens to contain it."""
+    import os
+
+    from guardeval.guards.redact import MIN_KEY_CHARS
+
+    key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    if key and len(key) < MIN_KEY_CHARS:
+        raise InputError(f"{config.api_key_env} holds a key of {len(key)} character(s): too short to be removed "
+                         f"safely from what is logged (at least {MIN_KEY_CHARS}); a real provider key is longer. "
+                         "Set the real key, or unset the variable for a server that needs none",
+                         path=where, field="api_key_env")
 
 
 def materialise(plan: Plan, run_dir: Path) -> None:
     require_key(plan.config, plan.config.source)
     plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort=plan.cohort, fill=plan.write,
                                    prompt_files=plan.prompt.files)
+
+
+def materialise_in(plan: Plan, parent: RunFolder, name: str) -> None:
+    """`materialise` as `name` inside a folder being built (a study's `runs/<label>`), through
+    its descriptors (`create_run_in`): never through a link planted there."""
+    require_key(plan.config, plan.config.source)
+    plan.manifest = create_run_in(parent, name, manifest=plan.manifest, cohort=plan.cohort, fill=plan.write,
+                                  prompt_files=plan.prompt.files)
 
 
 def resolve_run_dir(run_dir: str | Path | None, run_id: str, root: Path = DEFAULT_RUNS_ROOT) -> Path:

@@ -22,14 +22,14 @@ from typing import Any, TypeVar
 
 from guardeval import __version__
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
-from guardeval.errors import InputError
+from guardeval.errors import GuardevalError, InputError
 from guardeval.guards.config import GuardConfig
 from guardeval.guards.prompts import Prompt
 from guardeval.run import launch_options
 from guardeval.run.folder.create import build_beside, check_new_run_dir
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import utcnow
-from guardeval.run.planning import Plan, materialise, plan_launch
+from guardeval.run.planning import Plan, materialise_in, plan_launch
 from guardeval.study.dispatch import RunOptions
 from guardeval.study.question import resolve_question
 from guardeval.study.record import RUNS_DIR, STUDY_JSON, check_label, command, run_entry, write_record
@@ -194,8 +194,14 @@ def create_study(plan: StudyPlan, study_dir: Path, *, argv: Sequence[str] | None
         runs = []
         folder.make_dir(RUNS_DIR)   # through the partial folder's descriptor, never through a link
         for g in plan.guards:
-            materialise(g.plan, folder.path / RUNS_DIR / g.label)
+            try:
+                materialise_in(g.plan, folder, f"{RUNS_DIR}/{g.label}")
+            except (OSError, GuardevalError):
+                folder.check_same_dir(RUNS_DIR)   # a link put in place of runs/ is what to name
+                raise
             runs.append(run_entry(g.label, g.plan.manifest))
+        # Renamed into place next: runs/ must still be the folder the runs went into.
+        folder.check_same_dir(RUNS_DIR)
         m = plan.guards[0].plan.manifest
         record = {
             "format": "guardeval-study/1", "study_id": plan.study_id, "created": utcnow(),

@@ -70,6 +70,30 @@ def _n(x: float | None, sign: bool = True) -> str:
     return num(x, 3, sign)
 
 
+def _refuse_inconsistent(study: Any, record: dict[str, Any], folders: dict[str, Any]) -> None:
+    """A study that fails `study verify` gets no report, as a run that fails `verify` gets none:
+    the record's own checks and each run's identity here (each run is verified by its estimate)."""
+    from guardeval.study.status import identity_problems, record_problems
+
+    found = list(record_problems(study, record))
+    for entry in record["runs"]:
+        folder = folders[entry["label"]]
+        manifest = read_manifest(folder)
+        found += [(folder.file("manifest.json"), what) for what in identity_problems(entry, manifest, record)]
+        # A run rewritten in place since the last report (same sessions, other bytes) is not
+        # compared; a resumed or retried run is a later session of the one reported, and is.
+        if entry["fingerprint"] is not None:
+            why = not_a_later_session(entry["fingerprint"], run_fingerprint(folder, manifest).token)
+            if why is not None:
+                found.append((folder.file(RAW), f"run {entry['label']!r} changed since the study's report and not by "
+                                                f"a later session ({why})"))
+    if found:
+        where, message = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise CheckFailed(f"{where}: {message}{more}; the study fails `guardeval study verify {study.path}`, which "
+                          "names every problem: no report is made")
+
+
 def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, missing: str = "exclude",
                  allow_partial: bool = False, allow_unpublishable: bool = False, write: bool = True,
                  argv: Sequence[str] | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
@@ -80,16 +104,7 @@ def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, m
             raise InputError(f"a study report compares two runs or more; this study has {len(record['runs'])} "
                              "(add one with `guardeval study add`)")
         folders = open_runs(study, record)
-        for entry in record["runs"]:
-            # A run rewritten in place since the last report (same sessions, other bytes) is not
-            # compared: `study verify` names it; a resumed or retried run is a later session, fine.
-            was = entry["fingerprint"]
-            now = run_fingerprint(folders[entry["label"]], read_manifest(folders[entry["label"]])).token if was else None
-            why = not_a_later_session(was, now) if was and now else None
-            if why is not None:
-                raise CheckFailed(f"{folders[entry['label']].file(RAW)}: run {entry['label']!r} changed since the study's "
-                                  f"report and not by a later session ({why}); `guardeval study verify {study.path}` "
-                                  "says more. Nothing was written.")
+        _refuse_inconsistent(study, record, folders)
         statuses = {label: run_status(folder) for label, folder in folders.items()}
         short = {label: st for label, st in statuses.items() if not st["complete"]}
         if short and not allow_partial:

@@ -33,6 +33,7 @@ from guardeval.study.record import (
     run_folder,
     write_record,
 )
+from guardeval.study.status import require_intact
 
 
 @dataclass
@@ -157,6 +158,7 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
     another prompt or output schema, a first run whose cohort or schedule is not the study's."""
     with open_study(study_dir) as study, StudyLock(study):
         record = read_record(study)
+        require_intact(study, record)
         folders = open_runs(study, record)
         first_label = record["runs"][0]["label"]
         parent = folders[first_label]
@@ -206,6 +208,7 @@ def edit(study_dir: str | Path, changes: Mapping[str, Any], reason: str, *, argv
     """Change the study's question (a recorded edit, with its reason); the record as written."""
     with open_study(study_dir) as study, StudyLock(study):
         record = read_record(study)
+        require_intact(study, record)
         first = open_runs(study, record, [record["runs"][0]["label"]])
         manifest = read_manifest(next(iter(first.values())))
         from guardeval.run.planning import load_run_cohort

@@ -14,6 +14,7 @@ caught even where the record was rewritten to match.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import CheckFailed, InputError
-from guardeval.run.folder.folder import reason
+from guardeval.run.folder.folder import RunFolder, reason
 from guardeval.run.folder.layout import MANIFEST, RAW
 from guardeval.run.folder.manifest import read_manifest
 from guardeval.run.integrity.fingerprint import not_a_later_session
@@ -32,7 +33,7 @@ from guardeval.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record
 _PARTIAL = re.compile(r"\..+\.partial-[0-9]+")
 
 
-def _identity(entry: Mapping[str, Any], manifest: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+def identity_problems(entry: Mapping[str, Any], manifest: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
     """What makes a run not the study's: another run, another cohort, schedule or prompt."""
     out = []
     if manifest.get("run_id") != entry["run_id"] or manifest.get("sha256") != entry["manifest_sha256"]:
@@ -46,6 +47,52 @@ def _identity(entry: Mapping[str, Any], manifest: Mapping[str, Any], record: Map
         out.append("on another schedule than the study's")
     if prompt.get("sha256") != record["prompt"]["sha256"]:
         out.append("with another prompt than the study's")
+    return out
+
+
+def record_problems(study: RunFolder, record: Mapping[str, Any]) -> list[tuple[Path, str]]:
+    """What the record itself shows inconsistent, and run folders it does not list ((file,
+    message) each; no run is verified here). A record re-hashed after an edit by hand passes its
+    own hash, so these are what tell without `--expect`: the question not the one at launch with
+    its recorded edits applied, one run listed twice, fewer runs than its last report was made
+    from (no command removes a run), a folder in `runs/` it does not list."""
+    out: list[tuple[Path, str]] = []
+    where = study.file(STUDY_JSON)
+    question = dict(record["question_at_launch"])
+    for edit in record["edits"]:
+        for name, change in edit["changes"].items():
+            if question.get(name) != change["from"]:
+                out.append((where, f"the recorded edit of {edit['at']} changes {name} from {change['from']!r}, but "
+                                   f"it was {question.get(name)!r} then (the edits were changed by hand?)"))
+            question[name] = change["to"]
+    for name in sorted(set(question) | set(record["question"])):
+        if question.get(name) != record["question"].get(name):
+            out.append((where, f"the question's {name} is {record['question'].get(name)!r}, but the question at "
+                               f"launch with its recorded edits gives {question.get(name)!r}: changed without an "
+                               "edit (`guardeval study edit` records one)"))
+    first: dict[tuple[str, str], str] = {}
+    for entry in record["runs"]:
+        for key in ("run_id", "manifest_sha256"):
+            other = first.setdefault((key, entry[key]), entry["label"])
+            if other != entry["label"]:
+                out.append((where, f"one run is listed twice, as {other!r} and as {entry['label']!r} ({key} "
+                                   f"{str(entry[key])[:40]})"))
+                break
+    report = record["report"]
+    if report is not None:
+        reported = int(report["fingerprint"][1:].split(".")[0])
+        if reported > len(record["runs"]):
+            out.append((where, f"the study's last report was made from {reported} runs; the record lists "
+                               f"{len(record['runs'])} (a run removed from the record?)"))
+    listed = {r["label"] for r in record["runs"]}
+    try:
+        present = study.folders(RUNS_DIR)
+    except InputError as exc:
+        return [*out, (study.file(RUNS_DIR), reason(exc))]
+    for name in present:
+        if name not in listed and not _PARTIAL.fullmatch(name):
+            out.append((study.file(f"{RUNS_DIR}/{name}"), "a run folder the study does not list (added or left by "
+                                                          "hand, or a run removed from study.json)"))
     return out
 
 
@@ -66,7 +113,7 @@ def study_status(study_dir: str | Path) -> dict[str, Any]:
                 runs.append({"label": label, "problem": str(exc), "complete": False})
                 continue
             tokens[label] = st["fingerprint"]
-            problems = _identity(entry, manifest, record) + list(st["problems"])   # each names its file
+            problems = identity_problems(entry, manifest, record) + list(st["problems"])   # each names its file
             runs.append({"label": label, "run_id": st["run_id"], "guard": st["guard"], "model": st["model"],
                          "n_calls": st["n_calls"], "decided": st["decided"], "pending": st["pending"],
                          "complete": st["complete"], "state": st["state"], "statuses": st["statuses"],
@@ -78,7 +125,11 @@ def study_status(study_dir: str | Path) -> dict[str, Any]:
                          "problem": "; ".join(problems) or None})
         fp = study_fingerprint(record, tokens)
         report = record["report"]
+        # Damaged (exit 1, as `status` says of a run): what the record shows, and every run's problem.
+        problems = [f"{where}: {message}" for where, message in record_problems(study, record)]
+        problems += [f"{RUNS_DIR}/{r['label']}: {r['problem']}" for r in runs if r.get("problem")]
         return {"study_id": record["study_id"], "study_dir": str(study.path), "cohort": record["cohort"]["name"],
+                "damaged": bool(problems), "problems": problems,
                 "schedule_sha256": record["schedule"]["sha256"], "n_calls_per_run": record["schedule"]["n_calls"],
                 "question": record["question"], "edits": len(record["edits"]), "running": running,
                 "complete": all(r["complete"] for r in runs),
@@ -127,7 +178,7 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                     manifest = read_manifest(folder)
                 except InputError:
                     continue   # verify_run has named it
-                for what in _identity(entry, manifest, record):
+                for what in identity_problems(entry, manifest, record):
                     problem(folder.file(MANIFEST), what)
                 token = runs[label]["fingerprint"]
                 tokens[label] = token
@@ -141,21 +192,14 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                     notes.append(f"{RUNS_DIR}/{label}: changed since the study's report (fingerprint "
                                  f"{entry['fingerprint']} then, {token} now: resumed or retried since); `guardeval "
                                  "study report` makes the report again")
+        for where, message in record_problems(study, record):
+            problem(where, message)
         listed = {r["label"] for r in record["runs"]}
-        try:
-            present = study.folders(RUNS_DIR)
-        except InputError as exc:
-            problem(study.file(RUNS_DIR), reason(exc))
-            present = []
-        for name in present:
-            if name in listed:
-                continue
-            if _PARTIAL.fullmatch(name):
-                notes.append(f"{RUNS_DIR}/{name}: a partial run folder of a `study add` that was killed (removed "
-                             "by the next `study add`)")
-            else:
-                problem(study.file(f"{RUNS_DIR}/{name}"), "a run folder the study does not list (added or left by "
-                                                           "hand, or a run removed from study.json)")
+        with contextlib.suppress(InputError):   # (record_problems has named it)
+            for name in study.folders(RUNS_DIR):
+                if name not in listed and _PARTIAL.fullmatch(name):
+                    notes.append(f"{RUNS_DIR}/{name}: a partial run folder of a `study add` that was killed "
+                                 "(removed by the next `study add`)")
         fp = study_fingerprint(record, tokens)
         report = record["report"]
         if report is not None and report["fingerprint"] != fp.token:
@@ -170,3 +214,20 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
         return {"ok": ok, "problems": problems, "skipped": skipped, "notes": notes, "runs": runs,
                 "fingerprint": fp.record(), "checked": checked}
 
+
+def require_intact(study: RunFolder, record: Mapping[str, Any]) -> None:
+    """CheckFailed (exit 1) for a study `study status` calls damaged: a command that changes the
+    study (`study edit`, `study add`) does not build on one."""
+    found = [f"{where}: {message}" for where, message in record_problems(study, record)]
+    for entry in record["runs"]:
+        label = entry["label"]
+        try:
+            with run_folder(study, label) as folder:
+                found += identity_problems(entry, read_manifest(folder), record)
+                found += list(run_status(folder)["problems"])
+        except (InputError, CheckFailed) as exc:
+            found.append(f"{RUNS_DIR}/{label}: {exc}")
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise CheckFailed(f"{study.path}: the study is damaged: {found[0]}{more}; `guardeval study verify "
+                          f"{study.path}` names every problem")

@@ -369,13 +369,18 @@ MAX_REPORT_BYTES = 64 << 20
 
 
 def read_report(folder: RunFolder) -> dict[str, Any]:
+    from guardeval.cohorts.limits import DUPLICATE_KEY, has_duplicate_keys
+
     path = folder.file(REPORT_JSON)
     if not folder.has(REPORT_JSON):
         raise InputError("no report.json: run `guardeval estimate RUN` first", path=folder.path)
+    raw = folder.read_small(REPORT_JSON, MAX_REPORT_BYTES, what="a guardeval report")
     try:
-        report = orjson.loads(folder.read_small(REPORT_JSON, MAX_REPORT_BYTES, what="a guardeval report"))
+        report = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
+    if has_duplicate_keys(raw, report):   # refused as every other file is (exit 2), not as "older"
+        raise InputError(DUPLICATE_KEY, path=path)
     if not isinstance(report, dict) or not isinstance(report.get("contrasts"), list):
         raise InputError("not a guardeval report (no contrasts)", path=path)
     return report

@@ -18,6 +18,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from guardeval.guards.errors import RESET, connection_reset
 from guardeval.guards.redact import Redactor
 from guardeval.terminal import safe
 
@@ -64,6 +65,8 @@ async def get_json(http: httpx.AsyncClient, target: str, *, key: str | None, tim
     except TimeoutError:
         raise FetchError(f"no answer from {host} within {timeout_s:g} s") from None
     except (httpx.HTTPError, OSError) as exc:
+        if connection_reset(exc):
+            raise FetchError(f"{host} {RESET} without answering") from None
         detail = Redactor(key)(str(exc))
         # The message, not the class: the aiohttp transport reports a refused connection as a timeout.
         raise FetchError(f"cannot reach {host} ({shown(detail, 200) or type(exc).__name__})") from None

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import orjson
 
 from guardeval.cohorts.model import Cohort
-from guardeval.errors import InputError, WriteFailed
+from guardeval.errors import GuardevalError, InputError, WriteFailed
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, DECISIONS, MANIFEST, PARTIAL_LOCK, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.manifest import manifest_with_hash
@@ -49,24 +49,40 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
     folder while it is built. A disk that fills up meanwhile: WriteFailed, nothing left behind.
     Partial folders of launches that died are removed on the way.
     """
-    def build(folder: RunFolder) -> dict[str, Any]:
-        folder.make_dir(COHORT_DIR)
-        _copy_cohort(cohort, folder, manifest.get("cohort") or {})
-        if prompt_files:
-            folder.make_dir(PROMPT_DIR)
-            for name, data in prompt_files:
-                if "/" in name or name in ("", ".", ".."):
-                    raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
-                folder.write_new(f"{PROMPT_DIR}/{name}", data)
-        written = {**manifest, **fill(folder)}
-        folder.write_new(RAW, b"")
-        folder.write_new(DECISIONS, b"")
-        written = manifest_with_hash(written)
-        folder.write_new(MANIFEST, orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-                                              | orjson.OPT_APPEND_NEWLINE))
-        return written
+    return build_beside(run_dir, lambda folder: _fill_run(folder, manifest, cohort, fill, prompt_files))
 
-    return build_beside(run_dir, build)
+
+def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], cohort: Cohort,
+                  fill: Callable[[RunFolder], dict[str, Any]],
+                  prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
+    """`create_run_dir`'s run folder as `name` (`runs/<label>`) inside a folder that is itself
+    being built (a partial study folder, renamed into place whole): made and filled through
+    `parent`'s descriptors, each step `O_NOFOLLOW`, never by path, so a link planted in
+    `parent` meanwhile is refused (InputError naming it), never written through."""
+    parent.make_dir(name)
+    with parent.folder(name) as folder:
+        written = _fill_run(folder, manifest, cohort, fill, prompt_files)
+        folder.sync()
+    return written
+
+
+def _fill_run(folder: RunFolder, manifest: dict[str, Any], cohort: Cohort, fill: Callable[[RunFolder], dict[str, Any]],
+              prompt_files: tuple[tuple[str, bytes], ...]) -> dict[str, Any]:
+    folder.make_dir(COHORT_DIR)
+    _copy_cohort(cohort, folder, manifest.get("cohort") or {})
+    if prompt_files:
+        folder.make_dir(PROMPT_DIR)
+        for name, data in prompt_files:
+            if "/" in name or name in ("", ".", ".."):
+                raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
+            folder.write_new(f"{PROMPT_DIR}/{name}", data)
+    written = {**manifest, **fill(folder)}
+    folder.write_new(RAW, b"")
+    folder.write_new(DECISIONS, b"")
+    written = manifest_with_hash(written)
+    folder.write_new(MANIFEST, orjson.dumps(written, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                          | orjson.OPT_APPEND_NEWLINE))
+    return written
 
 
 T = TypeVar("T")
@@ -143,6 +159,25 @@ def _rename_into_place(parent_fd: int, tmp_name: str, target: Path, ours: tuple[
         raise InputError(f"the partial folder was replaced while the {what} was being created; nothing of it "
                          "is used (launch again)", path=target)
     os.fsync(parent_fd)
+
+
+def discard_unstarted(run_dir: Path) -> bool:
+    """Remove the run folder a launch has just built when its first session was refused (a link
+    planted in it, say) before anything was sent: the refusal leaves nothing behind, not a
+    folder that `status` calls "not started" and `resume` refuses. Kept when it is no longer a
+    folder (a link in its place) or its raw log holds anything (an answer is never thrown away).
+    rmtree never follows a link (it removes the link)."""
+    try:
+        with RunFolder(run_dir) as folder:
+            try:
+                if folder.has(RAW) and folder.size(RAW) > 0:
+                    return False
+            except InputError:
+                pass   # a link or a FIFO in raw.jsonl's place: nothing was logged through it
+    except (GuardevalError, OSError):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return not os.path.lexists(run_dir)
 
 
 def check_new_run_dir(run_dir: Path, what: str = "run folder") -> None:

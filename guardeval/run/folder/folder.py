@@ -339,12 +339,32 @@ class RunFolder:
         """Create the folder `name` (`cohort/`, `prompt/`) in a folder being built, and open it
         (never through a link). Refused when anything is there already: something else was put
         in the folder meanwhile."""
+        sub, _, leaf = name.rpartition("/")
+        dfd = self._dir_fd(sub) if sub else self._fd   # `runs/<label>`: made in `runs/` as opened, never by path
         try:
-            os.mkdir(name, 0o755, dir_fd=self._fd)
+            os.mkdir(leaf, 0o755, dir_fd=dfd)
         except FileExistsError:
             raise InputError("already exists: something else was put in the folder while it was being built",
                              path=self.file(name)) from None
+        except FileNotFoundError:
+            self.check_same_dir(sub)   # the folder it goes in was removed (or a link put in its place)
+            raise
         self._dir_fd(name)
+
+    def check_same_dir(self, name: str) -> None:
+        """InputError unless `name` still names the folder this one opened as `name` (a link, or
+        another folder, put in its place since: the link is named)."""
+        if not name or name not in self._dirs:
+            return
+        try:
+            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise InputError("was removed while the folder was being built", path=self.file(name)) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise InputError(_LINK, path=self.file(name))
+        ours = os.fstat(self._dirs[name])
+        if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
+            raise InputError("was replaced while the folder was being built", path=self.file(name))
 
     def sync(self) -> None:
         """fsync the folder and its open subfolders (their entries: the files created in them)."""
@@ -374,8 +394,11 @@ class RunFolder:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.rename(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
-        except BaseException:
+        except BaseException as exc:
             self.unlink(tmp)
+            if isinstance(exc, OSError) and exc.errno in _FULL:
+                # A write has no file name of its own: the message names the file being replaced.
+                raise WriteFailed(self.file(name), exc, f"{name} was left as it was.") from None
             raise
         cached = self._files.pop(name, None)
         if cached is not None:
@@ -432,7 +455,9 @@ class RunFolder:
 
     def _dir_fd(self, name: str) -> int:
         if name not in self._dirs:
-            self._dirs[name] = _open_dir(self.file(name), self._fd, name, link=_LINK)
+            # `a/b` opened one step at a time, each relative to the one before: no link followed.
+            sub, _, leaf = name.rpartition("/")
+            self._dirs[name] = _open_dir(self.file(name), self._dir_fd(sub) if sub else self._fd, leaf, link=_LINK)
         return self._dirs[name]
 
     def _open(self, name: str, flags: int, *, create: bool = False) -> int:
@@ -501,10 +526,15 @@ def write_into(where: RunFolder | Path, name: str, write: Callable[[BinaryIO], o
         with open(tmp, "xb") as fh:
             write(fh)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            raise WriteFailed(target, exc, f"{name} was left as it was.") from None
         raise
     return target
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def reason(exc: InputError) -> str:
