@@ -136,25 +136,54 @@ def cluster_df(used: np.ndarray, cluster_domain: np.ndarray) -> float:
     return float(max(1, int(used.sum()) - len(np.unique(cluster_domain[used]))))
 
 
+def _position_below(s: np.ndarray, t: float) -> float:
+    """sup{q : Q(q) ≤ t} for Q the replicates' quantile function (numpy's linear interpolation
+    over the sorted replicates `s`): the interval's lower end Q(a/2) lies above t exactly when
+    a/2 exceeds it. 0 when every replicate lies above t."""
+    b = len(s)
+    j = int(np.searchsorted(s, t, side="right"))        # replicates ≤ t
+    if j == 0:
+        return 0.0
+    if j == b:
+        return 1.0
+    h = (j - 1) + (t - s[j - 1]) / (s[j] - s[j - 1])
+    return float(h / (b - 1))
+
+
+def _position_above(s: np.ndarray, t: float) -> float:
+    """1 − inf{q : Q(q) ≥ t}: the upper end Q(1 − a/2) lies below t exactly when a/2 exceeds it."""
+    b = len(s)
+    j = int(np.searchsorted(s, t, side="left"))         # replicates < t
+    if j == b:
+        return 0.0
+    if j == 0:
+        return 1.0
+    h = (j - 1) + (t - s[j - 1]) / (s[j] - s[j - 1])
+    return float(1.0 - h / (b - 1))
+
+
 def _tail(s: np.ndarray, point: float | None, threshold: float, above: bool, df: float | None, se: float,
           level: float) -> float:
     """One-sided p that the quantity lies beyond `threshold` on the far side from the estimate
-    (`above`: H0 says it is ≥ threshold): the share of replicates on that side, with the +1
-    rule, t-calibrated. Where so few replicates lie there that the printed interval at `level`
-    excludes the threshold by a clear margin (the count below its end's position), the replicates
-    cannot resolve p; there the normal tail of the replicates, T_df((estimate − threshold)/SE),
-    gives it when smaller, so a strong effect is not capped at 2/(B + 1) before Holm's
-    multiplication. p < 1 − level still holds exactly when that interval excludes the threshold."""
+    (`above`: H0 says it is ≥ threshold), by inverting the interval: the level at which the
+    printed interval's end (the t-calibrated percentile interval at two-sided `level` of sorted
+    replicates `s`) reaches the threshold, so p < (1 − level)/2 exactly when that end lies beyond
+    it. Beyond the replicates' resolution (less than one replicate's share past the threshold)
+    the p is raised to the smaller of that resolution and the replicates' normal tail
+    T_df((estimate − threshold)/SE), so a strong effect is neither 0 nor capped at 1/(B + 1)
+    before Holm's multiplication; a lift that would cross the level is not made."""
     b = len(s)
-    k = int((s >= threshold).sum()) if above else int((s <= threshold).sum())
-    p = calibrated_p((1 + k) / (b + 1), df, sides=1)
-    end = int(np.floor((1 - calibrated_level(level, df)) / 2 * (b - 1)))   # the interval end's position
-    if point is not None and se > 0 and k <= end - 1 and df is not None and math.isfinite(df):
+    q = _position_above(s, threshold) if above else _position_below(s, threshold)
+    p_inv = calibrated_p(q, df, sides=1)
+    floor = calibrated_p(1.0 / (b + 1), df, sides=1)
+    a = (1 - level) / 2
+    if point is not None and se > 0 and df is not None and math.isfinite(df):
         from scipy.stats import t
 
         z = (threshold - point) / se if above else (point - threshold) / se
-        p = min(p, float(t.sf(z, max(df, 1.0))))
-    return p
+        floor = min(floor, float(t.sf(z, max(df, 1.0))))
+    lifted = max(p_inv, floor)
+    return lifted if (lifted < a) == (p_inv < a) else p_inv
 
 
 def percentile_p(samples: np.ndarray) -> float | None:
@@ -171,6 +200,8 @@ def percentile_p(samples: np.ndarray) -> float | None:
 
 
 def _two_sided(s: np.ndarray, point: float | None, df: float | None, se: float, level: float) -> float:
+    """2·min of the two one-sided p-values at 0: below 1 − level exactly when the interval at
+    `level` excludes 0 (`_tail`). `s` sorted."""
     return float(min(1.0, 2 * min(_tail(s, point, 0.0, True, df, se, level),
                                   _tail(s, point, 0.0, False, df, se, level))))
 
@@ -179,7 +210,7 @@ def bootstrap_p(samples: np.ndarray, df: float | None = None, point: float | Non
                 level: float = LEVEL) -> float | None:
     """The two-sided p-value `estimate` reports: the percentile p, t-calibrated for `df`, and
     (with the point estimate) the normal tail where the replicates cannot resolve it (`_tail`)."""
-    s = samples[np.isfinite(samples)]
+    s = np.sort(samples[np.isfinite(samples)])
     if len(s) == 0:
         return None
     se = float(s.std(ddof=1)) if len(s) > 1 else 0.0
@@ -200,7 +231,7 @@ def tost_p(samples: np.ndarray, margin: float, df: float | None = None, point: f
     max((1 + #{Δ* ≤ −margin}) / (B + 1), (1 + #{Δ* ≥ margin}) / (B + 1)), each side
     t-calibrated (`_tail`). Below α exactly when the (1 − 2α) calibrated interval lies inside the
     margins (up to interpolation)."""
-    s = samples[np.isfinite(samples)]
+    s = np.sort(samples[np.isfinite(samples)])
     if len(s) == 0:
         return None
     se = float(s.std(ddof=1)) if len(s) > 1 else 0.0
@@ -220,7 +251,7 @@ def summarise(samples: np.ndarray, margin: float | None = None, df: float | None
     """ci (at `level`), ci90 (at 2·level − 1, the equivalence tests' interval), p, se, df and,
     with `margin`, p_tost of one quantity's replicates (`point`: its estimate): the functions
     above, with one pass to drop undefined replicates and one quantile call."""
-    s = samples[np.isfinite(samples)]
+    s = np.sort(samples[np.isfinite(samples)])
     b = len(s)
     if b == 0:
         return {"ci": None, "ci90": None, "p": None, "se": None, "p_tost": None, "df": df}

@@ -26,11 +26,12 @@ from guardeval.estimators.bootstrap import cluster_sums
 from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
 from guardeval.estimators.compare.leaderboard import leaderboard
 from guardeval.estimators.compare.ranking import kendall_tau_b, ranking, reversed_pairs
-from guardeval.estimators.core import DEFAULT_PLACEBO, resolve_conditions, validated
+from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve_conditions, validated
 from guardeval.estimators.quantities import Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import MISSING
 from guardeval.estimators.verdicts import decisions as dc
+from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin, equivalence
 from guardeval.estimators.verdicts.holm import holm
 from guardeval.estimators.verdicts.power import ALPHA
@@ -257,8 +258,30 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         "publishable": all(q["publishable"] for q in quarantine),
         "allow_unpublishable": allow_unpublishable,
         "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for every input"},
+        "cannot_decide": [said for q, f in families.items()
+                          if (said := cannot_decide_sentence(f, alpha, f["name"],
+                                                          "B − A of Δ − placebo" if q == "difference_minus_placebo"
+                                                          else "B − A of Δ"))],
+        "placebo_checks": _placebo_checks(est, labels, placebo, fam, alpha),
+        "inference": inference_record(),
     }
     return result
+
+
+def _placebo_checks(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], placebo: str | None,
+                    fam: Sequence[str], alpha: float) -> list[dict[str, Any]]:
+    """Each input's placebo Δ, decided as `estimate` decides it (Holm over that input's Δ family):
+    a placebo that moved a guard is a failed control for that guard, said first."""
+    if placebo is None or placebo not in fam:
+        return []
+    out = []
+    for k, label in enumerate(labels):
+        ps = [est[("delta", k, c)]["p"] for c in fam]
+        adj = dict(zip(fam, holm(ps)))[placebo]
+        q = est[("delta", k, placebo)]
+        out.append({"label": label, "condition": placebo, "delta": q["estimate"], "ci": q["ci"], "p_holm": adj,
+                    "family": dc.family_name(fam, "condition"), "failed": adj is not None and adj < alpha})
+    return out
 
 
 def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
@@ -314,7 +337,8 @@ def _decide(pairs: list[Pair], fam: Sequence[str], fam_corr: Sequence[str], alph
         if members:
             dc.decide_family([r[eq_key] for _, r in rows], name, alpha)   # type: ignore[literal-required]
             out[quantity] = {**dc.family_record([f"{pr['b']} − {pr['a']}: {r['condition']}" for pr, r in rows],
-                                                name, quantity), "conditions": list(members)}
+                                                name, quantity), "conditions": list(members),
+                             **family_decidability([r[eq_key] for _, r in rows], alpha)}   # type: ignore[literal-required]
         for pr in pairs:
             for r in pr["conditions"]:
                 if r["condition"] not in members:
