@@ -210,11 +210,11 @@ def bootstrap_p(samples: np.ndarray, df: float | None = None, point: float | Non
                 level: float = LEVEL) -> float | None:
     """The two-sided p-value `estimate` reports: the percentile p, t-calibrated for `df`, and
     (with the point estimate) the normal tail where the replicates cannot resolve it (`_tail`)."""
-    s = np.sort(samples[np.isfinite(samples)])
+    s = samples[np.isfinite(samples)]
     if len(s) == 0:
         return None
     se = float(s.std(ddof=1)) if len(s) > 1 else 0.0
-    return _two_sided(s, point, df, se, level)
+    return _two_sided(np.sort(s), point, df, se, level)
 
 
 def bootstrap_se(samples: np.ndarray) -> float | None:
@@ -231,10 +231,11 @@ def tost_p(samples: np.ndarray, margin: float, df: float | None = None, point: f
     max((1 + #{Δ* ≤ −margin}) / (B + 1), (1 + #{Δ* ≥ margin}) / (B + 1)), each side
     t-calibrated (`_tail`). Below α exactly when the (1 − 2α) calibrated interval lies inside the
     margins (up to interpolation)."""
-    s = np.sort(samples[np.isfinite(samples)])
+    s = samples[np.isfinite(samples)]
     if len(s) == 0:
         return None
     se = float(s.std(ddof=1)) if len(s) > 1 else 0.0
+    s = np.sort(s)
     # the (1 − 2α) interval: its ends are the ones the one-sided tests at α read
     tost_level = _tost_level(level)
     return float(max(_tail(s, point, -margin, False, df, se, tost_level),
@@ -251,7 +252,7 @@ def summarise(samples: np.ndarray, margin: float | None = None, df: float | None
     """ci (at `level`), ci90 (at 2·level − 1, the equivalence tests' interval), p, se, df and,
     with `margin`, p_tost of one quantity's replicates (`point`: its estimate): the functions
     above, with one pass to drop undefined replicates and one quantile call."""
-    s = np.sort(samples[np.isfinite(samples)])
+    s = samples[np.isfinite(samples)]
     b = len(s)
     if b == 0:
         return {"ci": None, "ci90": None, "p": None, "se": None, "p_tost": None, "df": df}
@@ -259,5 +260,5 @@ def summarise(samples: np.ndarray, margin: float | None = None, df: float | None
     lo, hi, lo90, hi90 = np.quantile(s, [(1 - l_ci) / 2, (1 + l_ci) / 2, (1 - l_eq) / 2, (1 + l_eq) / 2])
     se = float(s.std(ddof=1)) if b > 1 else 0.0
     return {"ci": [float(lo), float(hi)], "ci90": [float(lo90), float(hi90)],
-            "p": _two_sided(s, point, df, se, level), "se": se,
+            "p": _two_sided(np.sort(s), point, df, se, level), "se": se,
             "p_tost": None if margin is None else tost_p(s, margin, df, point, level), "df": df}

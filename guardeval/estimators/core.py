@@ -24,8 +24,10 @@ from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_marg
 from guardeval.estimators.verdicts.power import ALPHA
 
 DEFAULT_PLACEBO = "format_placebo"
-P_VALUE_RULE = ("two-sided bootstrap p: the percentile p = min(1, 2*min((1+#{d*<=0})/(B+1), (1+#{d*>=0})/(B+1))) "
-                "over the B defined replicates, t-calibrated: 2*(1 - T_df(z)), z the normal quantile of 1 - p/2, "
+P_VALUE_RULE = ("two-sided bootstrap p that inverts the printed interval: each side's share of the replicate "
+                "distribution beyond 0 (interpolated as the interval's quantiles are), t-calibrated: T_df(Phi^-1(q)), "
+                "p = 2*min of the two; beyond one replicate's share raised to the smaller of the t-calibrated 1/(B+1) "
+                "and the replicates' normal tail, never across alpha; p < alpha exactly when the interval excludes 0; "
                 "df = the interactions the quantity uses minus their domains")
 INTERVAL_RULE = ("percentile interval at the t-calibrated level: the replicates' quantiles at a'/2 and 1 - a'/2, "
                  "a' = 2*(1 - Phi(t_{df, 0.975})), df = the interactions the quantity uses minus their domains "

@@ -273,7 +273,8 @@ HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "pla
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
            "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
            "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
-           "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family"}
+           "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family",
+           "cannot_decide", "placebo_check"}   # both said first, in "In words"
 
 
 def more_sections(report: Mapping[str, Any]) -> str:

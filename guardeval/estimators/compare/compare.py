@@ -27,7 +27,7 @@ from guardeval.estimators.compare.compare_types import CompareResult, ConditionS
 from guardeval.estimators.compare.leaderboard import leaderboard
 from guardeval.estimators.compare.ranking import kendall_tau_b, ranking, reversed_pairs
 from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve_conditions, validated
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.quantities import RATE, Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import MISSING
 from guardeval.estimators.verdicts import decisions as dc
@@ -190,9 +190,10 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         n_all.append(n)
         for c in conds:
             ci = d0.cond_index(c)
-            qs.add(("rate", k, c), p[:, ci], n[:, ci] > 0)
+            qs.add(("rate", k, c), p[:, ci], n[:, ci] > 0, RATE)
             if labelled:
-                qs.add(("accuracy", k, c), np.where(sign > 0, p[:, ci], 1 - p[:, ci]), (n[:, ci] > 0) & ~np.isnan(d0.base_label))
+                qs.add(("accuracy", k, c), np.where(sign > 0, p[:, ci], 1 - p[:, ci]),
+                       (n[:, ci] > 0) & ~np.isnan(d0.base_label), RATE)
     eff: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
     corr: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
     for k in range(len(inputs)):
