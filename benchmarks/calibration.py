@@ -26,7 +26,7 @@ Cells, each with its Monte-Carlo standard error:
   rows whose unadjusted interval excludes 0 exactly when the unadjusted p is below α.
 
     python benchmarks/calibration.py [--sims 200] [--coverage-sims N] [--bootstrap 2000] [--seed 0]
-                                     [--small-sims N] [--only-small]
+                                     [--small-sims N] [--only-small] [--small-design NAME ...]
 """
 
 from __future__ import annotations
@@ -378,6 +378,8 @@ def main() -> None:
     ap.add_argument("--coverage-sims", type=int, help="data sets per coverage cell (default: --sims)")
     ap.add_argument("--small-sims", type=int, help="data sets per small design (default: --sims)")
     ap.add_argument("--only-small", action="store_true", help="only the small designs (issue 35)")
+    ap.add_argument("--small-design", action="append", choices=list(SMALL),
+                    help="run only this small design (repeatable; default: all)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     last = [0.0]
@@ -392,7 +394,8 @@ def main() -> None:
     if not args.only_small:
         res = run(args.sims, args.bootstrap, args.seed, coverage_sims=args.coverage_sims, progress=progress)
         print("\n".join(report(res, args.sims, args.bootstrap, args.coverage_sims)))
-    small = small_cells(small_sims, args.bootstrap, np.random.default_rng(args.seed + 1), progress)
+    chosen = {k: SMALL[k] for k in (args.small_design or SMALL)}
+    small = small_cells(small_sims, args.bootstrap, np.random.default_rng(args.seed + 1), progress, chosen)
     print(f"{args.bootstrap} bootstrap replicates (random flips where a design has more than 16 interactions); "
           "± is one Monte-Carlo standard error")
     print("\n".join(small_report(small, small_sims)))

@@ -347,6 +347,12 @@ def _decide(pairs: list[Pair], fam: Sequence[str], fam_corr: Sequence[str], alph
     return out
 
 
+def _opposite(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> bool:
+    """The two estimates order the pair opposite ways."""
+    e1, e2 = q1["estimate"], q2["estimate"]
+    return e1 is not None and e2 is not None and e1 * e2 < 0
+
+
 def _reversal(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> float:
     """Intersection–union p that the order under q1 (x − y) is established one way and under q2
     the other way: the larger two-sided p when the point estimates have opposite signs, else 1."""
@@ -367,7 +373,8 @@ def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pa
         j, k = pairs[pi]
         rev = []
         for (qi, x, y), p, a in zip(cells, ps, adj):
-            if qi != pi or p >= 1.0:
+            # listed when the estimates reversed (a reversal's p can be exactly 1 under sign flips)
+            if qi != pi or not _opposite(est[("ddelta", j, x, y)], est[("ddelta", k, x, y)]):
                 continue
             dd = est[("dd", j, k, x, y)]
             rev.append({"conditions": [x, y], "difference_of_differences": dd["estimate"], "ci": dd["ci"],
@@ -401,7 +408,7 @@ def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contras
         under_c = {labels[k]: est[("rate", k, c)]["estimate"] for k in range(len(labels))}
         rows: list[Any] = []
         for (cc, j, k), p, a in zip(cells, ps, adj):
-            if cc != c or p >= 1.0:
+            if cc != c or not _opposite(est[("rdiff", j, k, baseline)], est[("rdiff", j, k, c)]):
                 continue
             q = est[("diff", j, k, c)]
             rows.append({"guards": [labels[j], labels[k]], "difference_of_differences": q["estimate"], "ci": q["ci"],

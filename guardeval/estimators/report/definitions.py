@@ -11,7 +11,7 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
               "every base weighing the same; p(i,c) is base i's block rate under c over its counted repetitions"),
         ("Δ − placebo", "Δc − Δplacebo on the bases present under c, the baseline and the placebo, recomputed in "
                         "every bootstrap replicate: the effect beyond a change that should not matter (the headline)"),
-        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05). From 12 degrees of freedom (interactions minus "
+        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05). From 28 degrees of freedom (interactions minus "
                "domains) up: a percentile interval of a domain-stratified interaction-cluster bootstrap (Rao–Wu "
                "rescaled) at the t-calibrated level; below: the values a sign-flip randomization test over the "
                "interactions does not reject (none when its smallest p, 2/2^G, is not below α: the reason is "
