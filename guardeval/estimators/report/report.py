@@ -291,7 +291,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     out += sections.markdown_lines(sections.family_sections(report))
     bs = report["bootstrap"]
     out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
-            f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}", ""]
+            f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}",
+            *([f"- which procedure: {report['inference']['switch']}", f"- sign-flip: {report['inference']['sign_flip']}"]
+              if report.get("inference") else []), ""]
     return "\n".join(out)
 
 
