@@ -19,8 +19,14 @@ Cells, each with its Monte-Carlo standard error:
   model), the true corrected effect set to it; the share of data sets whose test rejects at α
   (and at α/m with the Holm-level MDE). Nominal 0.80.
 * **TOST at the margin**: the true corrected effect exactly at +M: the share of "within ±M".
+* **small designs** (issue 35): 6, 8, 12 and 16 interactions, balanced and unbalanced (one large
+  interaction, domains holding a single interaction): coverage of every 95% interval kind (an
+  absent interval, printed with its reason, counts as covering and is tallied), the family-wise
+  rate of every decision kind under the null (one guard; two identical guards), and the share of
+  rows whose unadjusted interval excludes 0 exactly when the unadjusted p is below α.
 
     python benchmarks/calibration.py [--sims 200] [--coverage-sims N] [--bootstrap 2000] [--seed 0]
+                                     [--small-sims N] [--only-small] [--small-design NAME ...]
 """
 
 from __future__ import annotations
@@ -55,6 +61,14 @@ SIZES = (16, 32, 64, 256)
 OTHER = {**sy.EFFECTS, "provenance_marker": 0.20}
 TOST_MARGIN = 0.10
 TOST_DESIGN = sy.design(256, 384)
+# Small designs (issue 35): balanced (1.5 bases per interaction, 4 domains) and unbalanced ones
+# (one interaction holding a third or more of the bases; domains with a single interaction).
+SMALL = {
+    "6": sy.design(6, 8), "8": sy.design(8, 12), "12": sy.design(12, 18), "16": sy.design(16, 24),
+    "6 unbalanced": sy.Design(((6, 1), (1,), (1,), (1, 1))),
+    "8 unbalanced": sy.Design(((8, 1, 1), (1,), (1,), (1, 1, 1))),
+    "12 unbalanced": sy.Design(((8, 1, 1, 1, 1), (1,), (2, 1, 1), (1, 1, 1))),
+}
 
 
 @dataclass
@@ -176,6 +190,99 @@ def coverage_cells(sims: int, n_boot: int, sizes: Sequence[int], rng: np.random.
     return out
 
 
+def _agrees(ci: Sequence[float] | None, p: float | None, alpha: float = ALPHA) -> float | None:
+    """1 when "the unadjusted interval excludes 0" and "the unadjusted p < α" say the same."""
+    if p is None:
+        return None
+    return float((ci is not None and (ci[0] > 0 or ci[1] < 0)) == (p < alpha))
+
+
+def _cover(absent: dict[str, int], kind: str, ci: Sequence[float] | None,
+           truth: float) -> float:
+    if ci is None:
+        absent[kind] = absent.get(kind, 0) + 1
+        return 1.0
+    return _covers(ci, truth)
+
+
+def small_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None],
+                designs: Mapping[str, sy.Design] = SMALL) -> dict[str, dict[str, Any]]:
+    """Per small design: coverage (one guard, and B − A between two guards that differ), the
+    family-wise rate of every decision kind under the null, and interval/p agreement."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, d in designs.items():
+        ta, tb = sy.truth(sy.EFFECTS, d), sy.truth(OTHER, d)
+        cov = {k: Rate() for k in ("Δ", "Δ − placebo", "block rate", "B − A of Δ", "B − A of Δ − placebo")}
+        absent: dict[str, int] = {}
+        null: dict[str, Rate] = {}
+        agree = Rate()
+        decidable: dict[str, bool | None] = {}
+        for s in range(sims):
+            pop = sy.population(d, rng)
+            a, b = _tables(pop, [sy.EFFECTS, OTHER], rng)
+            rep = _estimate(a, n_boot, s)
+            cs = rep["contrasts"]
+            cov["Δ"].add(np.mean([_cover(absent, "Δ", c["ci"], ta.delta[c["condition"]]) for c in cs]))
+            cov["Δ − placebo"].add(np.mean([_cover(absent, "Δ − placebo", c["ci_minus_placebo"],
+                                                   ta.corrected[c["condition"]]) for c in cs
+                                            if c["condition"] in ta.corrected]))
+            cov["block rate"].add(np.mean([_cover(absent, "block rate", ci, ta.block_rate[c])
+                                           for c, ci in rep["block_rate_ci"].items()]))
+            res = _compare([a, b], n_boot, s)
+            rows = res["pairs"][0]["conditions"]
+            cov["B − A of Δ"].add(np.mean([_cover(absent, "B − A of Δ", r["ci_difference"],
+                                                  tb.delta[r["condition"]] - ta.delta[r["condition"]]) for r in rows]))
+            cov["B − A of Δ − placebo"].add(np.mean([
+                _cover(absent, "B − A of Δ − placebo", r["ci_difference_minus_placebo"],
+                       tb.corrected[r["condition"]] - ta.corrected[r["condition"]])
+                for r in rows if r["condition"] in ta.corrected]))
+            for q, f in rep["families"].items():
+                decidable[f"estimate {q}"] = f.get("decidable")
+            # the null: one guard with no effect, and two identical guards
+            null_rep = _estimate(_tables(pop, [sy.NULL], rng)[0], n_boot, s)
+            twins = _compare(_tables(pop, [sy.EFFECTS] * 2, rng), n_boot, s)
+            for k, v in (*estimate_says(null_rep).items(), *compare_says(twins).items()):
+                null.setdefault(k, Rate()).add(v)
+            for r in (rep, null_rep):
+                for c in r["contrasts"]:
+                    for ci, p in ((c["ci"], c["p"]), (c["ci_minus_placebo"], c["p_minus_placebo"])):
+                        x = _agrees(ci, p)
+                        if x is not None:
+                            agree.add(x)
+            for r in (res, twins):
+                for row in r["pairs"][0]["conditions"]:
+                    for ci, p in ((row["ci_difference"], row["p_difference"]),
+                                  (row["ci_difference_minus_placebo"], row["p_difference_minus_placebo"])):
+                        x = _agrees(ci, p)
+                        if x is not None:
+                            agree.add(x)
+            progress(f"small design {name} {s + 1}/{sims}")
+        out[name] = {"interactions": d.n_interactions, "bases": d.n_bases, "coverage": cov, "absent": absent,
+                     "null": null, "agreement": agree, "decidable": decidable}
+    return out
+
+
+def small_report(res: Mapping[str, Mapping[str, Any]], sims: int) -> list[str]:
+    first = next(iter(res.values()))
+    kinds = list(first["coverage"])
+    out = ["", f"Small designs ({sims} data sets per design; 4 domains, 3 repetitions; 95% intervals; an absent "
+               "interval (printed with its reason) counts as covering, tallied in 'absent'):", "",
+           "| design | bases | " + " | ".join(kinds) + " | absent | interval ⇔ p agreement |",
+           "|---|---|" + "---|" * (len(kinds) + 2)]
+    for name, r in res.items():
+        absent = ", ".join(f"{k} {v}" for k, v in r["absent"].items()) or "0"
+        out.append(f"| {name} | {r['bases']} | " + " | ".join(r["coverage"][k].text() for k in kinds)
+                   + f" | {absent} | {r['agreement'].value:.4f} of {len(r['agreement'].hits)} rows |")
+    nkinds = list(first["null"])
+    out += ["", "Family-wise false-positive rate under the null (one guard with no effect; two identical guards; "
+                f"nominal ≤ {ALPHA} per family, a union of n families ≤ n·{ALPHA}):", "",
+            "| design | " + " | ".join(nkinds) + " | can decide (Δ; Δ − placebo) |", "|---|" + "---|" * (len(nkinds) + 1)]
+    for name, r in res.items():
+        dec = "; ".join("yes" if v else "no" for v in r["decidable"].values())
+        out.append(f"| {name} | " + " | ".join(r["null"][k].text() for k in nkinds) + f" | {dec} |")
+    return out
+
+
 def plan_mde(rng: np.random.Generator, effects: Mapping[str, float]) -> tuple[float, float, int]:
     """plan's predicted MDE (nominal, Holm level, m) of the marker's corrected effect at the
     headline design, from a pilot eight times its size of the same model (so its components are
@@ -269,6 +376,10 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates per estimate (default 2000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--coverage-sims", type=int, help="data sets per coverage cell (default: --sims)")
+    ap.add_argument("--small-sims", type=int, help="data sets per small design (default: --sims)")
+    ap.add_argument("--only-small", action="store_true", help="only the small designs (issue 35)")
+    ap.add_argument("--small-design", action="append", choices=list(SMALL),
+                    help="run only this small design (repeatable; default: all)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     last = [0.0]
@@ -279,8 +390,15 @@ def main() -> None:
             print(f"  [{time.perf_counter() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
     print(f"load average {os.getloadavg()[0]:.1f}")
-    res = run(args.sims, args.bootstrap, args.seed, coverage_sims=args.coverage_sims, progress=progress)
-    print("\n".join(report(res, args.sims, args.bootstrap, args.coverage_sims)))
+    small_sims = args.small_sims or args.sims
+    if not args.only_small:
+        res = run(args.sims, args.bootstrap, args.seed, coverage_sims=args.coverage_sims, progress=progress)
+        print("\n".join(report(res, args.sims, args.bootstrap, args.coverage_sims)))
+    chosen = {k: SMALL[k] for k in (args.small_design or SMALL)}
+    small = small_cells(small_sims, args.bootstrap, np.random.default_rng(args.seed + 1), progress, chosen)
+    print(f"{args.bootstrap} bootstrap replicates (random flips where a design has more than 16 interactions); "
+          "± is one Monte-Carlo standard error")
+    print("\n".join(small_report(small, small_sims)))
     print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
 
 

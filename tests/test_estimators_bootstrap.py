@@ -74,10 +74,17 @@ def test_undefined_replicates_are_nan_and_ignored():
 def test_percentile_interval_and_p_value_by_hand():
     s = np.arange(1, 101, dtype=float) - 10.5  # −9.5 .. 89.5; 10 values below 0
     assert bs.percentile_ci(s) == pytest.approx([np.quantile(s, 0.025), np.quantile(s, 0.975)])
-    # p = 2·min((1+10)/101, (1+90)/101) = 22/101
-    assert bs.bootstrap_p(s) == pytest.approx(22 / 101)
+    # p inverts that interval (issue 35): the interpolated quantile crosses 0 at position
+    # 9 + 0.5 = 9.5 of 99, so p = 2·9.5/99, and the 95% interval excludes 0 exactly when p < 0.05
+    assert bs.bootstrap_p(s) == pytest.approx(19 / 99)
     assert bs.bootstrap_p(np.zeros(9)) == 1.0  # no evidence either way
-    assert bs.bootstrap_p(np.full(9, 0.3)) == pytest.approx(2 / 10)
+    # every replicate on one side: beyond what 9 replicates resolve; the interval [0.3, 0.3]
+    # excludes 0, so p stays the inversion's (0) rather than a floor above α that would contradict it
+    assert bs.bootstrap_p(np.full(9, 0.3)) == 0.0
+    for shift in np.linspace(-20, 20, 81):       # agreement by construction, at every position
+        t = s - shift
+        lo, hi = bs.percentile_ci(t)
+        assert (bs.bootstrap_p(t) < 0.05) == (lo > 0 or hi < 0), shift
     assert bs.bootstrap_p(np.array([np.nan])) is None and bs.percentile_ci(np.array([np.nan])) is None
 
 

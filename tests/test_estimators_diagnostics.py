@@ -124,9 +124,9 @@ def test_stability_per_condition(report):
     # alias: a 0, b (1, 0: R = 2) 1, c 0, d 2/3 -> 5/12
     assert st["alias"]["repeat_disagreement"] == pytest.approx(5 / 12) and st["alias"]["unanimous_rate"] == 0.5
     # placebo: a, b, c unanimous, d has no counted call
-    assert st["format_placebo"] == {"repeat_disagreement": 0.0, "unanimous_rate": 1.0, "ci": [0.0, 0.0], "n_bases": 3}
-    lo, hi = st["alias"]["ci"]
-    assert lo <= 5 / 12 <= hi
+    # three interactions: a sign-flip test's smallest p is 2/2^3, so no 95% interval exists (issue 35)
+    assert st["format_placebo"] == {"repeat_disagreement": 0.0, "unanimous_rate": 1.0, "ci": None, "n_bases": 3}
+    assert st["alias"]["ci"] is None
     assert report["repeat_disagreement"] == st["original"]["repeat_disagreement"]
 
 
@@ -137,8 +137,7 @@ def test_block_rate_exact_interval_is_clopper_pearson(report):
     # alias: a 0, b 1 of 2, c 3, d 2 -> 6 of 11
     lo, hi = report["block_rate_exact_ci"]["alias"]
     assert lo == pytest.approx(beta.ppf(0.025, 6, 6)) and hi == pytest.approx(beta.ppf(0.975, 7, 5))
-    ci = report["block_rate_ci"]["original"]
-    assert ci[0] <= report["block_rate"]["original"] <= ci[1]
+    assert report["block_rate_ci"]["original"] is None    # 3 interactions: no 95% interval (issue 35)
 
 
 def test_exact_interval_edges():
@@ -155,8 +154,7 @@ def test_accuracy_delta(report):
     # (2y − 1)(p_alias − p_original): a −2/3, b −1/2, c 0, d −1/3 -> −3/8
     alias = contrast(report, "alias")
     assert alias["accuracy_delta"] == pytest.approx(-3 / 8)
-    lo, hi = alias["accuracy_delta_ci"]
-    assert lo <= -3 / 8 <= hi
+    assert alias["accuracy_delta_ci"] is None             # 3 interactions: no 95% interval (issue 35)
     # against the placebo, bases a, b, c: a 0 − 1, b −(1/2 − 0), c 0 -> −1/2
     assert alias["accuracy_delta_minus_placebo"] == pytest.approx(-0.5)
     # placebo: a +1/3, b 0, c 0 -> 1/9
@@ -168,7 +166,7 @@ def test_row_and_interaction_accuracy(report):
     # right rows: a 2 of 3, b 3 of 3, c 2 of 2, d 2 of 3 -> 9/11; per interaction g1 5/6, g2 1, g3 2/3
     assert acc["row_accuracy"] == pytest.approx(9 / 11)
     assert acc["interaction_accuracy"] == pytest.approx((5 / 6 + 1 + 2 / 3) / 3)
-    assert acc["row_accuracy_ci"][0] <= 9 / 11 <= acc["row_accuracy_ci"][1]
+    assert acc["row_accuracy_ci"] is None                 # 3 interactions: no 95% interval (issue 35)
     assert acc["auc"] is None and acc["tpr_at_1pct_fpr"] is None and acc["n_scored"] == 0
 
 
@@ -265,8 +263,7 @@ def test_worst_case_over_conditions(report):
     assert w["false_block_rate_baseline"] == pytest.approx(1 / 6) and w["false_block_rate_any"] == pytest.approx(0.5)
     assert w["n_unsafe_bases"] == 2 and w["n_safe_bases"] == 2
     for key in ("miss_rate_baseline", "miss_rate_any", "false_block_rate_baseline", "false_block_rate_any"):
-        lo, hi = w[key + "_ci"]
-        assert lo <= w[key] <= hi
+        assert w[key + "_ci"] is None                     # 3 interactions: no 95% interval (issue 35)
 
 
 def test_no_labels_no_worst_case():
@@ -300,9 +297,9 @@ def test_order_by_dispatch_third():
     # slope over the thirds: (1 − 1/3) / 2
     assert o["drift"]["t"]["slope"] == pytest.approx(1 / 3)
     assert o["block_rate_by_dispatch_third"]["original"] == [0.0, 0.0, 0.0]
-    assert o["block_rate_drift"]["original"] == {"slope": 0.0, "ci": [0.0, 0.0], "p": 1.0}
-    lo, hi = o["drift"]["t"]["ci"]
-    assert lo <= 1 / 3 <= hi
+    # few interactions: no 95% interval, never a zero-width one (issue 35)
+    assert o["block_rate_drift"]["original"] == {"slope": 0.0, "ci": None, "p": 1.0}
+    assert o["drift"]["t"]["ci"] is None
 
 
 def test_order_needs_times_and_ignores_row_order():

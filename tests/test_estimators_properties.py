@@ -151,7 +151,10 @@ def test_conditions_that_copy_the_baseline_have_no_effect(rows):
         if c["delta"] is None:
             assert c["n_bases"] == 0, c    # no effect to check only where no base is paired
             continue
-        assert c["delta"] == 0 and c["ci"] == [0, 0] and c["p"] == 1.0
+        # never a zero-width interval (issue 35): no interval with its reason, or the no-variation bound around 0
+        assert c["delta"] == 0 and c["p"] == 1.0
+        assert c["ci"] is None or c["ci"][0] < 0 < c["ci"][1], c["ci"]
+        assert c["equivalence"]["ci_note"], c["equivalence"]
         assert c["sign_test"] == {"negative": 0, "positive": 0, "tie": c["sign_test"]["tie"], "p": 1.0}
         assert c["sign_test"]["tie"] == c["n_clusters"]
         assert all(x in (0, None) for x in c["by_repetition"])

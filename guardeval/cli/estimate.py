@@ -77,6 +77,9 @@ def register(sub: Any) -> None:
                                                 "(default: the second run folder; with fewer runs, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    p.add_argument("--fail-on", choices=["differs"], dest="fail_on",
+                   help="exit 3 when any headline difference (B − A of Δ − placebo; of Δ without a placebo) differs "
+                        "from 0 after Holm in its stated family; the JSON's gate.tripped lists those rows")
     inspect_bridge.options(p, "compare")
     _stats_options(p, "compare")
     _verify_options(p, "compare")
@@ -194,6 +197,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                             allow_unpublishable=args.allow_unpublishable)
     # The first two inputs, as `compare RUN_A RUN_B` has always named them.
     result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
+    verdict_gate = None
+    if args.fail_on:
+        from guardeval.estimators.compare.gate import gate
+
+        verdict_gate = result["gate"] = gate(result, args.fail_on)
     _emit(result, args.json, text(result))
     if out_dir is not None:
         from guardeval.view.compare import write_compare
@@ -208,4 +216,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not result["publishable"] and not args.allow_unpublishable:
         print("guardeval: not publishable: an input has more than 2% quarantined calls", file=sys.stderr)
         return 1
+    if verdict_gate is not None:
+        from guardeval.estimators.compare.gate import gate_line
+
+        print(safe(gate_line(verdict_gate)), file=sys.stderr)
+        return int(verdict_gate["exit"])
     return 0

@@ -93,7 +93,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result["source"] = {"table": str(path), "sha256": file_sha256(path)}
     else:
         result = _plan_run(args, common)
-    for note in result["notes"]:
+    for note in [*result.get("cannot_decide", []), *result["notes"]]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     print(safe_json(dumps_json(result)) if args.json else safe(plan_text(result), newlines=True))
     return 0
@@ -243,6 +243,8 @@ def plan_text(result: Mapping[str, Any], width: int | None = None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
+    for line in result.get("cannot_decide") or []:     # said first (issue 35)
+        console.print(Text(line[0].upper() + line[1:] + "."))
     console.print(Text(f"pilot: {pilot['bases']} bases in {pilot['interactions']} interactions, {pilot['domains']} "
                        f"domains; {len(result['conditions'])} conditions; {pilot['reps']} repetitions; baseline "
                        f"{safe(result['baseline'])}, placebo {safe(result['placebo'] or 'none')}; failure rule "

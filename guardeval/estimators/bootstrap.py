@@ -136,25 +136,54 @@ def cluster_df(used: np.ndarray, cluster_domain: np.ndarray) -> float:
     return float(max(1, int(used.sum()) - len(np.unique(cluster_domain[used]))))
 
 
+def _position_below(s: np.ndarray, t: float) -> float:
+    """sup{q : Q(q) ≤ t} for Q the replicates' quantile function (numpy's linear interpolation
+    over the sorted replicates `s`): the interval's lower end Q(a/2) lies above t exactly when
+    a/2 exceeds it. 0 when every replicate lies above t."""
+    b = len(s)
+    j = int(np.searchsorted(s, t, side="right"))        # replicates ≤ t
+    if j == 0:
+        return 0.0
+    if j == b:
+        return 1.0
+    h = (j - 1) + (t - s[j - 1]) / (s[j] - s[j - 1])
+    return float(h / (b - 1))
+
+
+def _position_above(s: np.ndarray, t: float) -> float:
+    """1 − inf{q : Q(q) ≥ t}: the upper end Q(1 − a/2) lies below t exactly when a/2 exceeds it."""
+    b = len(s)
+    j = int(np.searchsorted(s, t, side="left"))         # replicates < t
+    if j == b:
+        return 0.0
+    if j == 0:
+        return 1.0
+    h = (j - 1) + (t - s[j - 1]) / (s[j] - s[j - 1])
+    return float(1.0 - h / (b - 1))
+
+
 def _tail(s: np.ndarray, point: float | None, threshold: float, above: bool, df: float | None, se: float,
           level: float) -> float:
     """One-sided p that the quantity lies beyond `threshold` on the far side from the estimate
-    (`above`: H0 says it is ≥ threshold): the share of replicates on that side, with the +1
-    rule, t-calibrated. Where so few replicates lie there that the printed interval at `level`
-    excludes the threshold by a clear margin (the count below its end's position), the replicates
-    cannot resolve p; there the normal tail of the replicates, T_df((estimate − threshold)/SE),
-    gives it when smaller, so a strong effect is not capped at 2/(B + 1) before Holm's
-    multiplication. p < 1 − level still holds exactly when that interval excludes the threshold."""
+    (`above`: H0 says it is ≥ threshold), by inverting the interval: the level at which the
+    printed interval's end (the t-calibrated percentile interval at two-sided `level` of sorted
+    replicates `s`) reaches the threshold, so p < (1 − level)/2 exactly when that end lies beyond
+    it. Beyond the replicates' resolution (less than one replicate's share past the threshold)
+    the p is raised to the smaller of that resolution and the replicates' normal tail
+    T_df((estimate − threshold)/SE), so a strong effect is neither 0 nor capped at 1/(B + 1)
+    before Holm's multiplication; a lift that would cross the level is not made."""
     b = len(s)
-    k = int((s >= threshold).sum()) if above else int((s <= threshold).sum())
-    p = calibrated_p((1 + k) / (b + 1), df, sides=1)
-    end = int(np.floor((1 - calibrated_level(level, df)) / 2 * (b - 1)))   # the interval end's position
-    if point is not None and se > 0 and k <= end - 1 and df is not None and math.isfinite(df):
+    q = _position_above(s, threshold) if above else _position_below(s, threshold)
+    p_inv = calibrated_p(q, df, sides=1)
+    floor = calibrated_p(1.0 / (b + 1), df, sides=1)
+    a = (1 - level) / 2
+    if point is not None and se > 0 and df is not None and math.isfinite(df):
         from scipy.stats import t
 
         z = (threshold - point) / se if above else (point - threshold) / se
-        p = min(p, float(t.sf(z, max(df, 1.0))))
-    return p
+        floor = min(floor, float(t.sf(z, max(df, 1.0))))
+    lifted = max(p_inv, floor)
+    return lifted if (lifted < a) == (p_inv < a) else p_inv
 
 
 def percentile_p(samples: np.ndarray) -> float | None:
@@ -171,6 +200,8 @@ def percentile_p(samples: np.ndarray) -> float | None:
 
 
 def _two_sided(s: np.ndarray, point: float | None, df: float | None, se: float, level: float) -> float:
+    """2·min of the two one-sided p-values at 0: below 1 − level exactly when the interval at
+    `level` excludes 0 (`_tail`). `s` sorted."""
     return float(min(1.0, 2 * min(_tail(s, point, 0.0, True, df, se, level),
                                   _tail(s, point, 0.0, False, df, se, level))))
 
@@ -183,7 +214,7 @@ def bootstrap_p(samples: np.ndarray, df: float | None = None, point: float | Non
     if len(s) == 0:
         return None
     se = float(s.std(ddof=1)) if len(s) > 1 else 0.0
-    return _two_sided(s, point, df, se, level)
+    return _two_sided(np.sort(s), point, df, se, level)
 
 
 def bootstrap_se(samples: np.ndarray) -> float | None:
@@ -204,6 +235,7 @@ def tost_p(samples: np.ndarray, margin: float, df: float | None = None, point: f
     if len(s) == 0:
         return None
     se = float(s.std(ddof=1)) if len(s) > 1 else 0.0
+    s = np.sort(s)
     # the (1 − 2α) interval: its ends are the ones the one-sided tests at α read
     tost_level = _tost_level(level)
     return float(max(_tail(s, point, -margin, False, df, se, tost_level),
@@ -228,5 +260,5 @@ def summarise(samples: np.ndarray, margin: float | None = None, df: float | None
     lo, hi, lo90, hi90 = np.quantile(s, [(1 - l_ci) / 2, (1 + l_ci) / 2, (1 - l_eq) / 2, (1 + l_eq) / 2])
     se = float(s.std(ddof=1)) if b > 1 else 0.0
     return {"ci": [float(lo), float(hi)], "ci90": [float(lo90), float(hi90)],
-            "p": _two_sided(s, point, df, se, level), "se": se,
+            "p": _two_sided(np.sort(s), point, df, se, level), "se": se,
             "p_tost": None if margin is None else tost_p(s, margin, df, point, level), "df": df}

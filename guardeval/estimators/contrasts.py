@@ -13,7 +13,7 @@ from guardeval.estimators import rounds as rd
 from guardeval.estimators import stability as st
 from guardeval.estimators.exact import clopper_pearson, cluster_signs, sign_test
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.quantities import RATE, Quantities
 from guardeval.estimators.types import Contrast, SignTest, Stability, Stratum, StratumContrast
 from guardeval.estimators.verdicts.equivalence import equivalence
 
@@ -161,7 +161,7 @@ def strata(f: Frame, est: Estimates) -> dict[str, dict[str, Stratum]]:
 
 def add_block_rates(qs: Quantities, f: Frame) -> None:
     for ci, c in enumerate(f.design.conditions):
-        qs.add(("block_rate", c), f.p[:, ci], f.has(ci))
+        qs.add(("block_rate", c), f.p[:, ci], f.has(ci), RATE)
 
 
 def block_rate_intervals(f: Frame, est: Estimates, level: float) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -174,7 +174,7 @@ def block_rate_intervals(f: Frame, est: Estimates, level: float) -> tuple[dict[s
 
 def add_stability(qs: Quantities, f: Frame) -> None:
     for ci, c in enumerate(f.design.conditions):
-        qs.add(("stability", c), *st.disagreement(f.s, f.n, ci))
+        qs.add(("stability", c), *st.disagreement(f.s, f.n, ci), RATE)
 
 
 def stability(f: Frame, est: Estimates) -> dict[str, Stability]:

@@ -12,18 +12,22 @@ from guardeval.estimators import contrasts as cx
 from guardeval.estimators import effects as fx
 from guardeval.estimators import labelled as lab
 from guardeval.estimators import order as od
+from guardeval.estimators import signflip as sf
 from guardeval.estimators.frame import make_frame
 from guardeval.estimators.quantities import Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import FAILURE_STATUSES, MISSING, ValidatedRows, validate_rows
 from guardeval.estimators.types import Report
 from guardeval.estimators.verdicts import decisions as dc
+from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin
 from guardeval.estimators.verdicts.power import ALPHA
 
 DEFAULT_PLACEBO = "format_placebo"
-P_VALUE_RULE = ("two-sided bootstrap p: the percentile p = min(1, 2*min((1+#{d*<=0})/(B+1), (1+#{d*>=0})/(B+1))) "
-                "over the B defined replicates, t-calibrated: 2*(1 - T_df(z)), z the normal quantile of 1 - p/2, "
+P_VALUE_RULE = ("two-sided bootstrap p that inverts the printed interval: each side's share of the replicate "
+                "distribution beyond 0 (interpolated as the interval's quantiles are), t-calibrated: T_df(Phi^-1(q)), "
+                "p = 2*min of the two; beyond one replicate's share raised to the smaller of the t-calibrated 1/(B+1) "
+                "and the replicates' normal tail, never across alpha; p < alpha exactly when the interval excludes 0; "
                 "df = the interactions the quantity uses minus their domains")
 INTERVAL_RULE = ("percentile interval at the t-calibrated level: the replicates' quantiles at a'/2 and 1 - a'/2, "
                  "a' = 2*(1 - Phi(t_{df, 0.975})), df = the interactions the quantity uses minus their domains "
@@ -183,6 +187,8 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "allow_partial": allow_partial,
         "allow_unpublishable": allow_unpublishable,
         "notes": _notes(placebo, roles, explicit_placebo),
+        "cannot_decide": _cannot_decide(families, alpha),
+        "placebo_check": placebo_check(contrast_out, placebo),
         "repetitions": f.rounds.rounds,
         "block_rate": {c: fx.block_rate(f.p, ci) for ci, c in enumerate(design.conditions)},
         "block_rate_ci": block_ci,
@@ -204,6 +210,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "retried": od.retried(design),
         "bootstrap": {"n": n_boot, "seed": seed, "rng": "numpy.random.default_rng(seed)",
                       "resampling": RESAMPLING, "interval": INTERVAL_RULE, "p_value": P_VALUE_RULE},
+        "inference": inference_record(),
     }
     if labelled:
         report["accuracy"] = lab.accuracy(f, est)
@@ -219,11 +226,14 @@ def _decide(contrasts: list[Any], fam: Sequence[str], placebo: str | None, margi
     corr_fam = [c for c in fam if c != placebo] if placebo is not None else []
     families = {"delta": dc.family_record(fam, dc.family_name(fam, "condition"), "delta")}
     dc.decide_family([by_name[c]["equivalence"] for c in fam], families["delta"]["name"], alpha)
+    families["delta"].update(family_decidability([by_name[c]["equivalence"] for c in fam], alpha))
     if corr_fam:
         families["delta_minus_placebo"] = dc.family_record(corr_fam, dc.family_name(corr_fam, "intervention"),
                                                            "delta_minus_placebo")
         dc.decide_family([by_name[c]["equivalence_minus_placebo"] for c in corr_fam],
                          families["delta_minus_placebo"]["name"], alpha)
+        families["delta_minus_placebo"].update(
+            family_decidability([by_name[c]["equivalence_minus_placebo"] for c in corr_fam], alpha))
     for x in contrasts:
         eq, eqc = x["equivalence"], x["equivalence_minus_placebo"]
         if x["condition"] not in fam:
@@ -239,6 +249,39 @@ def _decide(contrasts: list[Any], fam: Sequence[str], placebo: str | None, margi
         within["delta_minus_placebo"] = dc.all_within({c: by_name[c]["equivalence_minus_placebo"] for c in corr_fam},
                                                       "intervention's Δ − placebo", margin, alpha)
     return families, within
+
+
+INFERENCE_SWITCH = (f"each quantity by the interactions it uses: fewer than {sf.SIGNFLIP_BELOW_DF} degrees of freedom "
+                    "(interactions minus domains): the sign-flip test and its inversion; from there up: the "
+                    "bootstrap interval and the p that inverts it. Either way the p and the interval printed for "
+                    "a quantity come from one procedure, so the interval excludes 0 exactly when p < α. A "
+                    "quantity whose interactions all gave the same value gets the exact binomial bound, never a "
+                    "zero-width interval")
+
+
+def inference_record() -> dict[str, str]:
+    """What report.json says about the procedure behind every p and interval (each decision
+    record's `method` names the one used)."""
+    return {"switch": INFERENCE_SWITCH, "sign_flip": sf.RULE, "bootstrap": INTERVAL_RULE}
+
+
+def _cannot_decide(families: Mapping[str, Any], alpha: float) -> list[str]:
+    what = {"delta": "Δ", "delta_minus_placebo": "Δ − placebo"}
+    out = [cannot_decide_sentence(f, alpha, f["name"], what[q]) for q, f in families.items()]
+    return [x for x in out if x]
+
+
+def placebo_check(contrasts: Sequence[Mapping[str, Any]], placebo: str | None) -> dict[str, Any] | None:
+    """Did the control hold? The placebo's own Δ, decided in the Δ family: `failed` when it
+    differs from 0 there (a failed placebo is said first in every output)."""
+    if placebo is None:
+        return None
+    c = next((x for x in contrasts if x["condition"] == placebo), None)
+    if c is None:
+        return None
+    eq = c.get("equivalence") or {}
+    return {"condition": placebo, "delta": c["delta"], "ci": c["ci"], "p_holm": c.get("p_holm"),
+            "family": eq.get("family"), "failed": bool(eq.get("differs"))}
 
 
 def exit_status(report: Mapping[str, Any]) -> int:

@@ -18,9 +18,14 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from guardeval.estimators.bootstrap import LEVEL, cluster_df, cluster_sums, iter_counts, summarise
+from guardeval.estimators import signflip as sf
+from guardeval.estimators.bootstrap import CHUNK_CELLS, LEVEL, cluster_df, cluster_sums, iter_counts, summarise
 
 Key = tuple[Hashable, ...]
+Bounds = tuple[float, float]
+DIFFERENCE: Bounds = (-1.0, 1.0)   # a base's paired difference of two rates (the default: valid for a rate too)
+RATE: Bounds = (0.0, 1.0)
+BOOTSTRAP = "bootstrap"
 DENSE_FEATURE_CELLS = 1 << 23   # 64 MiB of float64 feature columns in the dense product
 # fn(weighted feature sums (k × m)) -> (k × len(keys)) replicate values; nan where undefined.
 StatisticFn = Callable[[np.ndarray], np.ndarray]
@@ -39,6 +44,7 @@ class Quantities:
 
     def __init__(self) -> None:
         self.keys: list[Key] = []
+        self.bounds: dict[Key, Bounds] = {}
         self.num: list[np.ndarray] = []
         self.den: list[np.ndarray] = []
         self._cluster_keys: list[Key] = []
@@ -47,15 +53,18 @@ class Quantities:
         self._stats: list[_Statistic] = []
         self._combos: list[tuple[Key, dict[Key, float]]] = []
 
-    def add(self, key: Key, values: np.ndarray, mask: np.ndarray) -> None:
-        """Base-equal mean of `values` over the bases in `mask`."""
+    def add(self, key: Key, values: np.ndarray, mask: np.ndarray, bounds: Bounds = DIFFERENCE) -> None:
+        """Base-equal mean of `values` over the bases in `mask`; `bounds`: the range a base's
+        value can take (the no-variation bound of a small design needs it)."""
         self.keys.append(key)
+        self.bounds[key] = bounds
         self.num.append(np.where(mask, values, 0.0))
         self.den.append(mask.astype(np.float64))
 
-    def add_cluster_sums(self, key: Key, num_g: np.ndarray, den_g: np.ndarray) -> None:
+    def add_cluster_sums(self, key: Key, num_g: np.ndarray, den_g: np.ndarray, bounds: Bounds = DIFFERENCE) -> None:
         """Σ_g num_g / Σ_g den_g from per-interaction sums (e.g. a row-level rate)."""
         self._cluster_keys.append(key)
+        self.bounds[key] = bounds
         self._cluster_num.append(np.asarray(num_g, dtype=np.float64))
         self._cluster_den.append(np.asarray(den_g, dtype=np.float64))
 
@@ -142,16 +151,38 @@ class Quantities:
                            else float(sum(coef * float(v or 0.0) for coef, v in zip(terms.values(), parts))))
             columns[key] = sum((coef * columns[k] for k, coef in terms.items()), np.zeros(n_boot))
             used_by[key] = np.logical_or.reduce([used_by[k] for k in terms])
+        # Small designs: a quantity with few degrees of freedom is decided by sign flips over its
+        # interactions (signflip.py), its interval the test's inversion; the bootstrap otherwise.
+        ratio_cols = {key: j for j, key in enumerate(ratio_keys)}
+        small = {key for key in ratio_keys
+                 if points[key] is not None and cluster_df(used_by[key], cluster_domain) < sf.SIGNFLIP_BELOW_DF}
+        for key, terms in self._combos:
+            if points[key] is not None and all(k in ratio_cols for k in terms) \
+                    and cluster_df(used_by[key], cluster_domain) < sf.SIGNFLIP_BELOW_DF:
+                small.add(key)
+        flips = _signflip(small, ratio_cols, dict(self._combos), points, used_by, num_g, den_g, self.bounds,
+                          n_boot, seed, margin, level)
         out: dict[Key, dict[str, Any]] = {}
         for key, point in points.items():
             samples = columns[key]
             defined = point is not None
-            summary = (summarise(samples, margin, cluster_df(used_by[key], cluster_domain), point, level) if defined
-                       else dict.fromkeys(("ci", "ci90", "p", "se", "p_tost", "df")))
+            if key in flips:
+                summary = flips[key]
+            elif defined:
+                used = used_by[key]
+                summary = {**summarise(samples, margin, cluster_df(used, cluster_domain), point, level),
+                           "p_min": 0.0, "method": BOOTSTRAP, "ci_note": None, "n_interactions": int(used.sum())}
+                if sf.is_flat(summary["ci"]):
+                    sf.no_variation(summary, float(point or 0.0), int(used.sum()), 1 - level, margin,
+                                    _bounds(key, self.bounds, dict(self._combos)))
+            else:
+                summary = dict.fromkeys(("ci", "ci90", "p", "se", "p_tost", "df", "p_min", "method", "ci_note",
+                                         "n_interactions"))
             out[key] = {
                 "estimate": point,
                 **summary,
-                "n_undefined_replicates": int(np.isnan(samples).sum()) if defined else None,
+                "n_undefined_replicates": (None if not defined else 0 if key in flips
+                                           else int(np.isnan(samples).sum())),
             }
         for j, key in enumerate(self.keys):
             used = den_b[:, j] > 0
@@ -160,3 +191,55 @@ class Quantities:
         for j, key in enumerate(self._cluster_keys):
             out[key]["n_clusters"] = int((den_g[:, len(self.keys) + j] > 0).sum())
         return out
+
+
+def _bounds(key: Key, bounds: Mapping[Key, Bounds], combos: Mapping[Key, Mapping[Key, float]]) -> Bounds:
+    """A quantity's range: its own, or for a combination Σ coef·term the range of that sum."""
+    if key not in combos:
+        return bounds.get(key, DIFFERENCE)
+    lo = hi = 0.0
+    for k, coef in combos[key].items():
+        a, b = _bounds(k, bounds, combos)
+        lo += coef * (a if coef > 0 else b)
+        hi += coef * (b if coef > 0 else a)
+    return lo, hi
+
+
+def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Mapping[Key, float]],
+              points: Mapping[Key, float | None], used_by: Mapping[Key, np.ndarray], num_g: np.ndarray,
+              den_g: np.ndarray, bounds: Mapping[Key, Bounds], n_boot: int, seed: int, margin: float | None,
+              level: float) -> dict[Key, dict[str, Any]]:
+    """Sign-flip summaries of the small-design quantities, one set of flips per set of
+    interactions used. A combination's subset value is its terms' subset means combined (exact
+    when the terms share their bases, a first-order version otherwise)."""
+    groups: dict[bytes, list[Key]] = {}
+    for key in small:
+        groups.setdefault(np.packbits(used_by[key]).tobytes() + bytes([len(used_by[key]) % 8]), []).append(key)
+    out: dict[Key, dict[str, Any]] = {}
+    for members in groups.values():
+        used = np.nonzero(used_by[members[0]])[0]
+        g = len(used)
+        s, n_total, _ = sf.subsets(g, n_boot, seed)
+        # bounded memory: about CHUNK_CELLS subset values at a time
+        per = max(1, CHUNK_CELLS // max(1, len(s)))
+        for start in range(0, len(members), per):
+            keys = members[start:start + per]
+            need = sorted({cols[k] for k in keys if k in cols}
+                          | {cols[t] for k in keys if k in combos for t in combos[k]})
+            at = {j: i for i, j in enumerate(need)}
+            nu, de = num_g[used][:, need], den_g[used][:, need]
+            vals = sf.subset_means(s, nu, de)
+            for key in keys:
+                point = float(points[key])  # type: ignore[arg-type]
+                if key in combos:
+                    v = sum((coef * vals[:, at[cols[t]]] for t, coef in combos[key].items()), np.zeros(len(s)))
+                    e = sum((coef * (nu[:, at[cols[t]]] - float(points[t] or 0.0) * de[:, at[cols[t]]])
+                             / max(float(de[:, at[cols[t]]].sum()), 1e-300) for t, coef in combos[key].items()),
+                            np.zeros(g))
+                    se = float(np.sqrt(g / (g - 1) * float((e ** 2).sum()))) if g > 1 else 0.0
+                else:
+                    j = at[cols[key]]
+                    v = vals[:, j]
+                    se = sf.ratio_se(nu[:, j], de[:, j], point)
+                out[key] = sf.summarise(v, n_total, point, g, se, level, margin, _bounds(key, bounds, combos))
+    return out

@@ -169,6 +169,9 @@ class Report(TypedDict):
     allow_partial: bool
     allow_unpublishable: bool
     notes: list[str]
+    cannot_decide: list[str]                 # families this design cannot decide, in words (said first)
+    placebo_check: dict[str, Any] | None     # the placebo's own Δ in the Δ family: failed = it moved the guard
+    inference: dict[str, str]                # the procedures behind p and intervals, and the switch between them
     repetitions: list[int]
     block_rate: dict[str, float | None]
     block_rate_ci: dict[str, Interval | None]

@@ -85,6 +85,8 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
     least = min(defined, key=lambda e: abs(e["headline_effect"]))
     if most["label"] == least["label"]:
         least = next(e for e in defined if e["label"] != most["label"])
+    # Ties are ties (issue 35): equal sizes make no "most" and "least".
+    tied = abs(abs(most["headline_effect"]) - abs(least["headline_effect"])) <= 1e-12
     row, same = _pair_row(result, most["label"], least["label"], condition)
     gap, gap_ci = _oriented(row, "difference", same)
     gap_c, gap_c_ci = _oriented(row, "difference_minus_placebo", same)
@@ -101,9 +103,15 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
 
     by_how_much = (f"{num(gap_c)} {interval(gap_c_ci)} after the placebo correction (Δ: {num(gap)} "
                    f"{interval(gap_ci)})" if corrected else f"{num(gap)} {interval(gap_ci)} in Δ (no placebo)")
-    text = (f"{condition}: {m} is the most sensitive ({effect(most)}), {le} the least ({effect(least)}); "
-            f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({d.words()}).")
-    return {"condition": condition, "most": m, "least": le, "most_effect": most["headline_effect"],
+    if tied:
+        names = [e["label"] for e in defined if abs(abs(e["headline_effect"]) - abs(most["headline_effect"])) <= 1e-12]
+        text = (f"{condition}: {', '.join(names)} are equally sensitive (the same size of effect, "
+                f"{effect(most)}); the data give them a shared rank, no most or least; {m} − {le}: {by_how_much}. "
+                f"The difference {holds} after the stated correction ({d.words()}).")
+    else:
+        text = (f"{condition}: {m} is the most sensitive ({effect(most)}), {le} the least ({effect(least)}); "
+                f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({d.words()}).")
+    return {"condition": condition, "most": m, "least": le, "tied": tied, "most_effect": most["headline_effect"],
             "least_effect": least["headline_effect"], "most_delta": most["delta"], "least_delta": least["delta"],
             "difference": gap, "ci_difference": gap_ci,
             "difference_minus_placebo": gap_c, "ci_difference_minus_placebo": gap_c_ci,

@@ -28,7 +28,9 @@ def _pair_title(result: Mapping[str, Any], pair: Mapping[str, Any]) -> str:
 
 def markdown(result: Mapping[str, Any]) -> str:
     said, lv = CT.words(result), level(result)
-    out = ["# guardeval compare", "", *(f"- {line}" for line in CT.input_lines(result)),
+    first = CT.up_front(result)
+    out = ["# guardeval compare", "", *(f"> {line}" for line in first), *([""] if first else []),
+           *(f"- {line}" for line in CT.input_lines(result)),
            f"- {CT.method_line(result)}", *(f"- {line}" for line in CT.decision_lines(result)), ""]
     if said:
         out += ["## In words", "", *(f"- {x}" for x in said), ""]
@@ -61,6 +63,7 @@ def _heading(result: Mapping[str, Any]) -> str:
 def html(result: Mapping[str, Any]) -> str:
     said, lv = CT.words(result), level(result)
     parts = [f"<h1>{T.esc(_heading(result))}</h1>",
+             *(f'<p class="note"><strong>{T.esc(x)}</strong></p>' for x in CT.up_front(result)),
              "<ul>" + "".join(f"<li>{T.esc(x)}</li>" for x in [*CT.input_lines(result), CT.method_line(result)])
              + "</ul>"]
     if said:

@@ -187,6 +187,8 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
         attrs.append(' class="significant"' if sig else "")
     out = table(head, rows, num_from=1, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))
+    if report.get("inference"):
+        out += f'<p class="note">Method: {esc(report["inference"]["switch"])}.</p>'
     if "power" in report:
         out += definitions("equivalence")
     if not rules:
@@ -273,7 +275,9 @@ HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "pla
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
            "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
            "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
-           "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family"}
+           "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family",
+           "cannot_decide", "placebo_check",   # both said first, in "In words"
+           "inference"}                        # under the effects table
 
 
 def more_sections(report: Mapping[str, Any]) -> str:

@@ -26,11 +26,12 @@ from guardeval.estimators.bootstrap import cluster_sums
 from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
 from guardeval.estimators.compare.leaderboard import leaderboard
 from guardeval.estimators.compare.ranking import kendall_tau_b, ranking, reversed_pairs
-from guardeval.estimators.core import DEFAULT_PLACEBO, resolve_conditions, validated
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve_conditions, validated
+from guardeval.estimators.quantities import RATE, Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import MISSING
 from guardeval.estimators.verdicts import decisions as dc
+from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin, equivalence
 from guardeval.estimators.verdicts.holm import holm
 from guardeval.estimators.verdicts.power import ALPHA
@@ -189,9 +190,10 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         n_all.append(n)
         for c in conds:
             ci = d0.cond_index(c)
-            qs.add(("rate", k, c), p[:, ci], n[:, ci] > 0)
+            qs.add(("rate", k, c), p[:, ci], n[:, ci] > 0, RATE)
             if labelled:
-                qs.add(("accuracy", k, c), np.where(sign > 0, p[:, ci], 1 - p[:, ci]), (n[:, ci] > 0) & ~np.isnan(d0.base_label))
+                qs.add(("accuracy", k, c), np.where(sign > 0, p[:, ci], 1 - p[:, ci]),
+                       (n[:, ci] > 0) & ~np.isnan(d0.base_label), RATE)
     eff: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
     corr: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
     for k in range(len(inputs)):
@@ -257,8 +259,30 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         "publishable": all(q["publishable"] for q in quarantine),
         "allow_unpublishable": allow_unpublishable,
         "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for every input"},
+        "cannot_decide": [said for q, f in families.items()
+                          if (said := cannot_decide_sentence(f, alpha, f["name"],
+                                                          "B − A of Δ − placebo" if q == "difference_minus_placebo"
+                                                          else "B − A of Δ"))],
+        "placebo_checks": _placebo_checks(est, labels, placebo, fam, alpha),
+        "inference": inference_record(),
     }
     return result
+
+
+def _placebo_checks(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], placebo: str | None,
+                    fam: Sequence[str], alpha: float) -> list[dict[str, Any]]:
+    """Each input's placebo Δ, decided as `estimate` decides it (Holm over that input's Δ family):
+    a placebo that moved a guard is a failed control for that guard, said first."""
+    if placebo is None or placebo not in fam:
+        return []
+    out = []
+    for k, label in enumerate(labels):
+        ps = [est[("delta", k, c)]["p"] for c in fam]
+        adj = dict(zip(fam, holm(ps)))[placebo]
+        q = est[("delta", k, placebo)]
+        out.append({"label": label, "condition": placebo, "delta": q["estimate"], "ci": q["ci"], "p_holm": adj,
+                    "family": dc.family_name(fam, "condition"), "failed": adj is not None and adj < alpha})
+    return out
 
 
 def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
@@ -314,12 +338,19 @@ def _decide(pairs: list[Pair], fam: Sequence[str], fam_corr: Sequence[str], alph
         if members:
             dc.decide_family([r[eq_key] for _, r in rows], name, alpha)   # type: ignore[literal-required]
             out[quantity] = {**dc.family_record([f"{pr['b']} − {pr['a']}: {r['condition']}" for pr, r in rows],
-                                                name, quantity), "conditions": list(members)}
+                                                name, quantity), "conditions": list(members),
+                             **family_decidability([r[eq_key] for _, r in rows], alpha)}   # type: ignore[literal-required]
         for pr in pairs:
             for r in pr["conditions"]:
                 if r["condition"] not in members:
                     dc.outside(r[eq_key])   # type: ignore[literal-required]
     return out
+
+
+def _opposite(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> bool:
+    """The two estimates order the pair opposite ways."""
+    e1, e2 = q1["estimate"], q2["estimate"]
+    return e1 is not None and e2 is not None and e1 * e2 < 0
 
 
 def _reversal(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> float:
@@ -342,7 +373,8 @@ def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pa
         j, k = pairs[pi]
         rev = []
         for (qi, x, y), p, a in zip(cells, ps, adj):
-            if qi != pi or p >= 1.0:
+            # listed when the estimates reversed (a reversal's p can be exactly 1 under sign flips)
+            if qi != pi or not _opposite(est[("ddelta", j, x, y)], est[("ddelta", k, x, y)]):
                 continue
             dd = est[("dd", j, k, x, y)]
             rev.append({"conditions": [x, y], "difference_of_differences": dd["estimate"], "ci": dd["ci"],
@@ -376,7 +408,7 @@ def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contras
         under_c = {labels[k]: est[("rate", k, c)]["estimate"] for k in range(len(labels))}
         rows: list[Any] = []
         for (cc, j, k), p, a in zip(cells, ps, adj):
-            if cc != c or p >= 1.0:
+            if cc != c or not _opposite(est[("rdiff", j, k, baseline)], est[("rdiff", j, k, c)]):
                 continue
             q = est[("diff", j, k, c)]
             rows.append({"guards": [labels[j], labels[k]], "difference_of_differences": q["estimate"], "ci": q["ci"],

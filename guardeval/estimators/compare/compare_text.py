@@ -34,6 +34,21 @@ def method_line(result: Mapping[str, Any]) -> str:
             f"±{result['margin']:g}; every verdict at α {result.get('alpha', 0.05):g}")
 
 
+def up_front(result: Mapping[str, Any]) -> list[str]:
+    """What must be said before anything else (issue 35): an input whose placebo failed as a
+    control, and the families this design cannot decide at all."""
+    out = []
+    for pc in result.get("placebo_checks") or []:
+        if pc.get("failed"):
+            p = pc.get("p_holm")
+            out.append(f"The placebo {pc['condition']} failed as a control for {pc['label']}: by itself it moved "
+                       f"{pc['label']}'s block rate by {num(pc['delta'])} (unadjusted {level(result)} CI "
+                       f"{interval(pc.get('ci'))}; differs from 0 after Holm over {pc['family']}, p_Holm "
+                       f"{'—' if p is None else f'{p:.4g}'}). Its Δ − placebo, and every B − A of it, is measured "
+                       "against a control that itself changed the guard: read the B − A of Δ beside it.")
+    return out + list(result.get("cannot_decide") or [])
+
+
 def decision_lines(result: Mapping[str, Any]) -> list[str]:
     """The families every verdict of the comparison is decided in (fixed before the data)."""
     fams = result.get("families")
@@ -196,7 +211,8 @@ def stability_lines(result: Mapping[str, Any]) -> list[str]:
 
 def text(result: Mapping[str, Any]) -> str:
     said = words(result)
-    out = [*input_lines(result), method_line(result), *decision_lines(result), ""]
+    first = up_front(result)
+    out = [*first, *([""] if first else []), *input_lines(result), method_line(result), *decision_lines(result), ""]
     if said:
         out += ["In words:", *(f"- {x}" for x in said), ""]
     for pair in result["pairs"]:

@@ -128,5 +128,9 @@ class CompareResult(TypedDict):
     publishable: bool
     allow_unpublishable: bool
     bootstrap: dict[str, Any]
+    cannot_decide: list[str]                 # families this design cannot decide, in words (said first)
+    placebo_checks: list[dict[str, Any]]     # each input's placebo Δ in its own Δ family (failed: said first)
+    inference: dict[str, str]
+    gate: NotRequired[dict[str, Any]]        # `compare --fail-on`: which headline rows tripped it
     run_a: NotRequired[dict[str, Any]]      # set by the CLI: the first two inputs' source
     run_b: NotRequired[dict[str, Any]]

@@ -30,6 +30,7 @@ import numpy as np
 
 from guardeval.errors import InputError
 from guardeval.estimators import effects as fx
+from guardeval.estimators import signflip as sf
 from guardeval.estimators.core import resolve_conditions, validated
 from guardeval.estimators.frame import Frame, make_frame
 from guardeval.estimators.verdicts.power import ALPHA, POWER, mde
@@ -272,6 +273,7 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
                 cost = projected_cost(tin, calls * int(prices["max_tokens"]), float(prices["price_in_per_mtok"]),
                                       float(prices["price_out_per_mtok"]))
             effects = []
+            g = design_interactions(design.n_clusters, pilot_bases, nb)
             for comp in corrected + deltas:
                 se, df = comp.se(nb, nr), comp.df(nb)
                 effects.append({"quantity": comp.quantity, "condition": comp.condition, "se": se, "df": df,
@@ -279,11 +281,24 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
                                 "mde_holm": mde(se, ALPHA / m[comp.quantity], POWER, df)})
             designs.append({"bases": nb, "reps": nr, "calls": calls, "cost_usd_upper_est": cost,
                             "pilot": nb == pilot_bases and nr == pilot_reps,
-                            "beyond_cohort": cohort_bases is not None and nb > cohort_bases, "effects": effects})
+                            "beyond_cohort": cohort_bases is not None and nb > cohort_bases, "effects": effects,
+                            "interactions": g,
+                            "decidable": {q: can_decide(g, len(design.domains), ALPHA / m[q]) for q in m}})
     beyond = sorted({d["bases"] for d in designs if d["beyond_cohort"]})
     if beyond:
         notes.append(f"designs of {', '.join(map(str, beyond))} bases need more bases than the cohort has "
                      f"({cohort_bases}): build a larger cohort first")
+    head_q = headline[0].quantity
+    cannot = []
+    pilot_say = cannot_decide_line(design.n_clusters, len(design.domains), ALPHA, m[head_q],
+                                   "interventions" if head_q == "corrected" else "conditions", "the pilot's design")
+    if pilot_say:
+        cannot.append(pilot_say)
+    small = sorted({d["bases"] for d in designs if not d["decidable"][head_q]})
+    if small:
+        cannot.append(f"designs of {', '.join(map(str, small))} bases (at the pilot's bases per interaction) cannot "
+                      f"reach a decision at α {ALPHA:g} over {m[head_q]} "
+                      f"{'interventions' if head_q == 'corrected' else 'conditions'}: their MDE is not attainable")
     target = None
     if target_mde is not None:
         target = choose(designs, target_mde, target_level, headline[0].quantity)
@@ -304,14 +319,39 @@ def plan_rows(rows: Iterable[Any], *, baseline: str = "original", placebo: str |
         "target": target,
         "cost_known": priced,
         "notes": notes,
+        "cannot_decide": cannot,
     }
+
+
+def design_interactions(pilot_interactions: int, pilot_bases: int, bases: int) -> int:
+    """A design's interactions: the pilot's per base, scaled to `bases` (at least 1)."""
+    return max(1, round(pilot_interactions * bases / max(1, pilot_bases)))
+
+
+def can_decide(interactions: int, domains: int, threshold: float) -> bool:
+    """Whether `estimate` on a design of this size can give a p below `threshold` at all: the
+    sign-flip test it runs below 28 degrees of freedom has smallest p 2/2^G (issue 35)."""
+    if interactions - domains >= sf.SIGNFLIP_BELOW_DF:
+        return True
+    return sf.smallest_p(interactions) < threshold
+
+
+def cannot_decide_line(interactions: int, domains: int, alpha: float, m: int, kind: str, which: str) -> str | None:
+    """'with 6 interactions the pilot's design cannot reach a decision at α 0.05 over 2 interventions; …'."""
+    threshold = alpha / max(1, m)
+    if can_decide(interactions, domains, threshold):
+        return None
+    return (f"with {interactions} interactions {which} cannot reach a decision at α {alpha:g} over {m} {kind} (the "
+            f"smallest p a sign-flip test over {interactions} interactions can give, {sf.smallest_p(interactions):.3g}, "
+            f"is not below α/{m} = {threshold:.3g}); collect at least {sf.interactions_needed(threshold)} interactions")
 
 
 def choose(designs: list[dict[str, Any]], target: float, level: str, quantity: str) -> dict[str, Any]:
     """The cheapest design whose MDE (at α, or at the Holm first-step level) is at most `target`
     for every effect of `quantity`; cheapest by projected cost when known, else by calls."""
     key = "mde" if level == "nominal" else "mde_holm"
-    ok = [d for d in designs if all(e[key] <= target for e in d["effects"] if e["quantity"] == quantity)]
+    ok = [d for d in designs if all(e[key] <= target for e in d["effects"] if e["quantity"] == quantity)
+          and d.get("decidable", {}).get(quantity, True)]
     out: dict[str, Any] = {"mde": target, "level": level, "quantity": quantity,
                            "by": "cost" if designs and designs[0]["cost_usd_upper_est"] is not None else "calls"}
     if not ok:

@@ -11,13 +11,15 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
               "every base weighing the same; p(i,c) is base i's block rate under c over its counted repetitions"),
         ("Δ − placebo", "Δc − Δplacebo on the bases present under c, the baseline and the placebo, recomputed in "
                         "every bootstrap replicate: the effect beyond a change that should not matter (the headline)"),
-        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05): a percentile interval of a domain-stratified "
-               "interaction-cluster bootstrap (Rao–Wu "
-                   "rescaled), taken at the t-calibrated level for the interactions the effect uses (the plain "
-                   "percentile interval is too narrow with few interactions)"),
-        ("p", "two-sided bootstrap p-value, unadjusted: the percentile p, min(1, 2·min((1+#{Δ*≤0}), (1+#{Δ*≥0}))/(B+1)), "
-              "t-calibrated as the interval is (the replicates' normal tail where they cannot resolve it); p < α "
-              "exactly when the (1 − α) interval excludes 0"),
+        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05). From 28 degrees of freedom (interactions minus "
+               "domains) up: a percentile interval of a domain-stratified interaction-cluster bootstrap (Rao–Wu "
+               "rescaled) at the t-calibrated level; below: the values a sign-flip randomization test over the "
+               "interactions does not reject (none when its smallest p, 2/2^G, is not below α: the reason is "
+               "given). When every interaction gave the same value: the exact binomial bound, never a point. "
+               "Each decision record's method says which"),
+        ("p", "two-sided p-value, unadjusted, from the same procedure as the CI: the sign-flip test's p, or the "
+              "level at which the bootstrap interval reaches 0 (t-calibrated; the replicates' normal tail where "
+              "they cannot resolve it, never across α); p < α exactly when the (1 − α) interval excludes 0"),
         ("p_Holm", "p adjusted by Holm within the stated family: Δ over the declared family, Δ − placebo (the "
                    "headline) over its interventions; * marks a row whose headline's p_Holm < α"),
         ("+/−/=", "bases whose block rate rose / fell / stayed under the condition, against the baseline"),

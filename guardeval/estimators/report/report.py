@@ -53,24 +53,62 @@ def _who(report: Mapping[str, Any]) -> str:
     return str(g.get("name")) if g.get("name") else "the guard"
 
 
+def up_front(report: Mapping[str, Any]) -> list[str]:
+    """What a reader must know before any effect: a placebo that failed as a control, and the
+    families this design cannot decide at all (issue 35). Said once, first, in every output."""
+    out = []
+    pc = report.get("placebo_check")
+    if pc and pc.get("failed"):
+        out.append(placebo_failed_sentence(pc, _who(report), level(report)))
+    out += list(report.get("cannot_decide") or [])
+    return out
+
+
+def placebo_failed_sentence(pc: Mapping[str, Any], who: str, lv: str = "95%") -> str:
+    p = pc.get("p_holm")
+    return (f"The placebo {pc['condition']} failed as a control: by itself it moved {who}'s block rate by "
+            f"{dc._n(pc['delta'])} ({dc.ci_words(pc.get('ci'), lv)}; differs from 0 after Holm over "
+            f"{pc.get('family')}, p_Holm {'—' if p is None else f'{p:.4g}'}). Every Δ − placebo below is measured "
+            "against a control that itself changed the guard: read each condition's own Δ beside it.")
+
+
+def _against_failed_placebo(c: Mapping[str, Any], report: Mapping[str, Any], eq: Mapping[str, Any] | None) -> str:
+    """The corrected effect of an intervention when the placebo failed: never 'lowers' or 'raises'
+    (that reads as the intervention's doing); its own Δ first."""
+    lv = level(report)
+    own = c["delta"]
+    line = (f"{c['condition']}: its own Δ against the baseline {report['baseline']} is {dc._n(own)} "
+            f"({dc.ci_words(c['ci'], lv)}); against the failed placebo {report['placebo']} its Δ − placebo is "
+            f"{dc._n(c['delta_minus_placebo'])} ({dc.ci_words(c['ci_minus_placebo'], lv)})")
+    if own is not None and abs(own) < 5e-4:
+        line += f", which is the placebo's own effect, not {c['condition']}'s"
+    return f"{line}; {dc._decision_words(eq)}."
+
+
 def headline_sentences(report: Mapping[str, Any]) -> list[str]:
     """One sentence a reader can quote per contrast, for its headline (the placebo-corrected
     effect; Δ for the placebo itself or without a placebo), sign explicit, with its decision and
-    the family it was decided in, then its MDE."""
+    the family it was decided in, then its MDE; after what must be said first (`up_front`)."""
     if "families" not in report:    # a report.json from before the decisions were stated
         return []
-    out = []
+    failed = bool((report.get("placebo_check") or {}).get("failed"))
+    out = up_front(report)
     for c in report["contrasts"]:
         quantity, eq = dc.headline(c)
-        if quantity == "delta_minus_placebo":
-            ref, est, ci = f"beyond the placebo {report['placebo']}", c["delta_minus_placebo"], c["ci_minus_placebo"]
+        if quantity == "delta_minus_placebo" and failed and c["delta_minus_placebo"] is not None:
+            line = _against_failed_placebo(c, report, eq)
         else:
-            ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
-        line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
+            if quantity == "delta_minus_placebo":
+                ref, est, ci = f"beyond the placebo {report['placebo']}", c["delta_minus_placebo"], c["ci_minus_placebo"]
+            else:
+                ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
+            line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
         if eq and eq.get("mde") is not None:
             line += (f" Detectable with 80% power: {eq['mde']:.3f}"
                      + (f" ({eq['mde_holm']:.3f} at the Holm level α/{eq['holm_m']})"
                         if eq.get("mde_holm") is not None and eq.get("holm_m") else "") + ".")
+        if eq and eq.get("ci_note"):
+            line += f" ({eq['ci_note']}.)"
         out.append(line)
     return out
 
@@ -111,8 +149,9 @@ def summary_line(report: Mapping[str, Any]) -> str:
 SHORT_TERMS = (
     ("Δ", "mean over bases of the paired difference in block rate against the baseline"),
     ("Δ − placebo", "Δ minus the placebo's Δ on the same bases (the headline)"),
-    ("CI", "unadjusted, at 1 − α; interaction-cluster bootstrap, percentile at the t-calibrated level"),
-    ("p_Holm", "the headline's bootstrap p, Holm-adjusted over its family"),
+    ("CI", "unadjusted, at 1 − α; below 28 df a sign-flip test's inversion, else the interaction-cluster "
+           "bootstrap at the t-calibrated level (each record's method); excludes 0 exactly when p < α"),
+    ("p_Holm", "the headline's p (same procedure as its CI), Holm-adjusted over its family"),
     ("+/−/=", "bases whose block rate rose / fell / tied"),
     ("bases", "bases paired with the baseline"),
 )
@@ -252,7 +291,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     out += sections.markdown_lines(sections.family_sections(report))
     bs = report["bootstrap"]
     out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
-            f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}", ""]
+            f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}",
+            *([f"- which procedure: {report['inference']['switch']}", f"- sign-flip: {report['inference']['sign_flip']}"]
+              if report.get("inference") else []), ""]
     return "\n".join(out)
 
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardeval.errors import InputError
-from guardeval.estimators.verdicts.equivalence import Equivalence
+from guardeval.estimators.verdicts.equivalence import Equivalence, detectable
 from guardeval.estimators.verdicts.holm import holm
-from guardeval.estimators.verdicts.power import ALPHA, POWER, mde
+from guardeval.estimators.verdicts.power import ALPHA, POWER
 
 DIFFERS = "differs from 0"
 INCONCLUSIVE = "inconclusive"
@@ -73,11 +73,11 @@ def decide_family(records: Sequence[Equivalence | None], family: str, alpha: flo
         r["p_adjusted"], r["p_tost_adjusted"] = a, at
         r["differs"] = a is not None and a < alpha
         r["equivalent"] = at is not None and at < alpha
-        se, df = r["se"], r["df"]
-        if se is not None:
-            x = mde(se, alpha / m, POWER, df)
-            r["mde_holm"] = x if math.isfinite(x) else None
-        r["underpowered"] = r["mde"] is not None and r["margin"] < r["mde"]
+        r["mde_holm"] = detectable(r["se"], alpha / m, r["df"], float(r.get("p_min") or 0.0))
+        # The design cannot decide this member when no p it can give survives Holm's first step.
+        r["decidable"] = float(r.get("p_min") or 0.0) < alpha / m
+        r["underpowered"] = (not r["decidable"] or r["mde"] is None
+                             or r["margin"] < r["mde"])
         r["verdict"] = verdict_text(r["differs"], r["equivalent"], r["margin"])
 
 
@@ -140,8 +140,12 @@ def _decision_words(eq: Mapping[str, Any] | None) -> str:
     words = ("significant" if eq["differs"] else "not significant") + f" {family_words(eq)} (p_Holm {ptxt})"
     if eq.get("equivalent"):
         words += f"; within ±{eq['margin']:g} (equivalence, Holm over the same family)"
-    if eq.get("underpowered") and not eq.get("differs"):
-        words += f"; the design is too small to show equivalence within ±{eq['margin']:g} (MDE {eq['mde']:.3f})"
+    if eq.get("decidable") is False:
+        words += (f"; this design cannot decide it (its smallest attainable p, {eq['p_min']:.3g}, is not below "
+                  f"α/{eq['holm_m']})")
+    elif eq.get("underpowered") and not eq.get("differs"):
+        mde_txt = "" if eq.get("mde") is None else f" (MDE {eq['mde']:.3f})"
+        words += f"; the design is too small to show equivalence within ±{eq['margin']:g}{mde_txt}"
     return words
 
 

@@ -34,6 +34,11 @@ class Equivalence(TypedDict):
     equivalent: bool | None
     underpowered: bool | None       # the margin is below the MDE: the design cannot support "within ±M"
     verdict: str | None
+    method: str | None              # the procedure behind p and the interval: "sign-flip" or "bootstrap"
+    p_min: float | None             # the smallest p that procedure can give on this design
+    decidable: bool | None          # p_min below the Holm threshold α/m of its family (set with the family)
+    ci_note: str | None             # why an interval is absent or is a bound (no variation), in words
+    n_interactions: int | None      # the interactions the quantity uses
 
 
 def check_margin(margin: Any) -> float:
@@ -55,11 +60,22 @@ def equivalence(q: Mapping[str, Any] | None, margin: float, holm_m: int | None,
     if q is None or q.get("estimate") is None:
         return None
     se, df = q.get("se"), q.get("df")
+    p_min = float(q.get("p_min") or 0.0)
     return {
         "margin": margin, "alpha": alpha, "ci90": q.get("ci90"), "p": q.get("p"), "p_tost": q.get("p_tost"),
         "se": se, "df": df,
-        "mde": None if se is None else _finite(mde(se, alpha, POWER, df)),
-        "mde_holm": None if se is None or not holm_m else _finite(mde(se, alpha / holm_m, POWER, df)),
+        "mde": detectable(se, alpha, df, p_min),
+        "mde_holm": None if not holm_m else detectable(se, alpha / holm_m, df, p_min),
         "holm_m": holm_m, "family": None, "p_adjusted": None, "p_tost_adjusted": None,
         "differs": None, "equivalent": None, "underpowered": None, "verdict": None,
+        "method": q.get("method"), "p_min": p_min, "decidable": None, "ci_note": q.get("ci_note"),
+        "n_interactions": q.get("n_interactions"),
     }
+
+
+def detectable(se: float | None, level: float, df: float | None, p_min: float) -> float | None:
+    """The MDE at `level`; None when the design's smallest attainable p is not below it (no true
+    effect, however large, is detected: the design cannot decide)."""
+    if se is None or p_min >= level:
+        return None
+    return _finite(mde(se, level, POWER, df))

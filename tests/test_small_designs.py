@@ -1,0 +1,209 @@
+"""Small designs (issue 35): one procedure per quantity (the interval excludes 0 exactly when
+p < α), a sign-flip test that holds from a handful of interactions, no zero-width intervals, the
+design saying when it cannot decide, a failed placebo said first, ties as ties, and
+`compare --fail-on differs`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from guardeval.estimators import estimate
+from guardeval.estimators import signflip as sf
+from guardeval.estimators import synthetic as sy
+from guardeval.estimators.compare.compare import CompareInput, compare_inputs
+from guardeval.estimators.compare.compare_text import text as compare_text
+from guardeval.estimators.planning.plan import plan_rows
+from guardeval.estimators.report.report import headline_sentences, human_text, markdown
+from guardeval.study.answer import condition_answer
+from guardeval.view.compare import markdown as compare_markdown
+from guardeval.view.tables import in_words
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.fast
+
+ALPHA = 0.05
+
+
+def _brute_p(num: np.ndarray, den: np.ndarray, theta: float) -> float:
+    """The sign-flip p from its definition: every flip s of the centred sums e_g = num_g − θ·den_g,
+    p = 2·min(#{Σ s·e ≥ Σ e}, #{Σ s·e ≤ Σ e}) / 2^G."""
+    e = num - theta * den
+    t = e.sum()
+    flips = np.array(list(itertools.product((1.0, -1.0), repeat=len(e))))
+    ts = flips @ e
+    up, lo = int((ts >= t - 1e-12).sum()), int((ts <= t + 1e-12).sum())
+    return min(1.0, 2 * min(up, lo) / len(flips))
+
+
+def test_subset_means_are_the_sign_flip_test_and_its_inversion():
+    rng = np.random.default_rng(4)
+    den = rng.integers(1, 5, 7).astype(float)             # unbalanced interactions
+    num = den * rng.uniform(-0.2, 0.6, 7)
+    point = float(num.sum() / den.sum())
+    s, n_total, exact = sf.subsets(7, 100, 0)
+    assert exact and n_total == 128
+    out = sf.summarise(sf.subset_means(s, num[:, None], den[:, None])[:, 0], n_total, point, 7,
+                       sf.ratio_se(num, den, point), 1 - ALPHA, 0.1, (-1.0, 1.0))
+    assert out["p"] == pytest.approx(_brute_p(num, den, 0.0))
+    lo, hi = out["ci"]
+    # the interval is exactly the values the test does not reject at α
+    for theta in np.linspace(lo - 0.3, hi + 0.3, 241):
+        inside = lo <= theta <= hi
+        assert (_brute_p(num, den, float(theta)) >= ALPHA) == inside, theta
+    assert out["p_min"] == pytest.approx(2 / 128) and out["method"] == "sign-flip"
+
+
+def _table(design: sy.Design, effects: dict[str, float], seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    return sy.rows(sy.population(design, rng), effects, rng)
+
+
+def test_interval_and_p_agree_on_every_row_of_a_small_design():
+    rows, methods = [], set()
+    for seed in range(6):
+        rep = estimate(_table(sy.design(6, 8), sy.EFFECTS, seed), roles=sy.ROLES, n_boot=300, seed=seed)
+        for c in rep["contrasts"]:
+            for ci, p in ((c["ci"], c["p"]), (c["ci_minus_placebo"], c["p_minus_placebo"])):
+                if p is not None:
+                    rows.append((c["condition"], ci, p))
+            methods.add(c["equivalence"].get("method"))
+    disagree = [r for r in rows if (r[1] is not None and (r[1][0] > 0 or r[1][1] < 0)) != (r[2] < ALPHA)]
+    assert disagree == [] and len(rows) == 6 * 7
+    assert all(ci is None or ci[1] > ci[0] for _, ci, _ in rows)      # never a zero-width interval
+    assert methods == {"sign-flip"}
+
+
+def test_unbalanced_design_with_single_interaction_domains_covers():
+    """One large interaction, two domains holding one interaction: 40 data sets, the 95%
+    intervals of Δ − placebo cover the truth at least 90% of the time (the benchmark: ≥ 0.95)."""
+    d = sy.Design(((6, 1), (1,), (1,), (1, 1)))
+    truth = sy.truth(sy.EFFECTS, d)
+    hits = []
+    rng = np.random.default_rng(8)
+    for s in range(40):
+        rows = sy.rows(sy.population(d, rng), sy.EFFECTS, rng)
+        rep = estimate(rows, roles=sy.ROLES, n_boot=200, seed=s)
+        for c in rep["contrasts"]:
+            if c["condition"] in truth.corrected:
+                ci = c["ci_minus_placebo"]
+                hits.append(ci is None or ci[0] <= truth.corrected[c["condition"]] <= ci[1])
+    assert np.mean(hits) >= 0.90, np.mean(hits)
+
+
+def _flat_rows(n_inter: int, placebo_moves: bool) -> list[dict[str, Any]]:
+    """Deterministic answers: every base allowed under the baseline and marker_rewrite; the
+    placebo blocks every base when `placebo_moves`."""
+    rows = []
+    for g in range(n_inter):
+        for b in range(2):
+            for c in ("original", "format_placebo", "marker_rewrite"):
+                dec = int(placebo_moves and c == "format_placebo")
+                rows.append({"base_id": f"b{g}_{b}", "interaction_id": f"g{g}", "domain": f"d{g % 2}",
+                             "condition": c, "repetition": 0, "decision": dec, "status": "ok"})
+    return rows
+
+
+def test_no_variation_gives_the_binomial_bound_not_a_point():
+    rep = estimate(_flat_rows(8, placebo_moves=False), n_boot=200, seed=0)
+    m = next(c for c in rep["contrasts"] if c["condition"] == "marker_rewrite")
+    assert m["delta"] == 0 and m["p"] == 1.0
+    lo, hi = m["ci"]
+    u = 1 - ALPHA ** (1 / 8)                               # the share of interactions that could differ
+    assert lo == pytest.approx(-u) and hi == pytest.approx(u)
+    assert "no variation observed in 8 interactions" in m["equivalence"]["ci_note"]
+    lo_b, hi_b = rep["block_rate_ci"]["original"]           # a rate of 0: [0, bound], never [0, 0]
+    assert lo_b == 0 and hi_b == pytest.approx(u)
+
+
+def test_a_design_that_cannot_decide_says_so_first_everywhere():
+    rep = estimate(_table(sy.design(6, 8), sy.EFFECTS, 1), roles=sy.ROLES, n_boot=200, seed=0)
+    said = rep["cannot_decide"]
+    assert any(s.startswith("With 6 interactions this design cannot reach a decision at α 0.05 over 3 interventions")
+               and "collect at least 7 interactions" in s.lower() for s in said), said
+    fam = rep["families"]["delta_minus_placebo"]
+    assert fam["decidable"] is False and fam["interactions_needed"] == 7
+    assert headline_sentences(rep)[0] == said[0]
+    md = markdown(rep)
+    assert md.index(said[0]) < md.index("## Effects")
+    assert in_words(rep).index("cannot reach a decision") < in_words(rep).index("provenance_marker")   # report.html
+    assert human_text(rep, width=160).index("cannot reach a decision") < human_text(rep, width=160).index("p_Holm")
+    for c in rep["contrasts"]:
+        assert not c["equivalence_minus_placebo"] or c["equivalence_minus_placebo"]["differs"] is not True
+    plan = plan_rows(_table(sy.design(6, 8), sy.EFFECTS, 1), roles=sy.ROLES)
+    assert plan["cannot_decide"] and plan["cannot_decide"][0].startswith(
+        "with 6 interactions the pilot's design cannot reach a decision at α 0.05 over 3 interventions")
+    assert "collect at least 7 interactions" in plan["cannot_decide"][0]
+    # a design that can decide says nothing of the kind
+    assert estimate(_table(sy.design(16), sy.EFFECTS, 1), roles=sy.ROLES, n_boot=200, seed=0)["cannot_decide"] == []
+
+
+def test_a_failed_placebo_is_said_first_and_no_null_intervention_lowers_the_rate():
+    rep = estimate(_flat_rows(10, placebo_moves=True), n_boot=200, seed=0)
+    assert rep["placebo_check"]["failed"] is True
+    words = headline_sentences(rep)
+    assert words[0].startswith("The placebo format_placebo failed as a control")
+    m = next(w for w in words if w.startswith("marker_rewrite"))
+    assert "lowers" not in m and "raises" not in m, m
+    assert "the placebo's own effect, not marker_rewrite's" in m
+    assert markdown(rep).index("failed as a control") < markdown(rep).index("## Effects")
+    # compare says it first too, per input
+    res = compare_inputs([CompareInput("a", _flat_rows(10, True)), CompareInput("b", _flat_rows(10, True))],
+                         n_boot=200, seed=0)
+    assert compare_text(res).startswith("The placebo format_placebo failed as a control for a")
+    assert compare_markdown(res).split("\n")[2].startswith("> The placebo format_placebo failed as a control for a")
+
+
+def test_equal_effects_are_a_tie_not_most_and_least():
+    rows = _table(sy.design(16), sy.EFFECTS, 3)
+    res = compare_inputs([CompareInput("python-example", rows, sy.ROLES), CompareInput("my-guard", rows, sy.ROLES)],
+                         n_boot=200, seed=0)
+    ans = condition_answer(res, "tool_alias")
+    assert ans["tied"] is True
+    assert "most sensitive" not in ans["text"] and "the least" not in ans["text"]
+    assert "equally sensitive" in ans["text"] and "shared rank" in ans["text"]
+    ranks = [e["rank"]["effect"] for e in res["leaderboard"]["tool_alias"]]
+    assert ranks == [1, 1]
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("differ", [True, False])
+def test_compare_fail_on_differs_exits_3_or_0(tmp_path, differ):
+    d = sy.design(24, 48)
+    rng = np.random.default_rng(2)
+    pop = sy.population(d, rng)
+    other = {**sy.EFFECTS, "tool_alias": 0.25} if differ else sy.EFFECTS
+    a = _write(tmp_path / "a.jsonl", sy.rows(pop, sy.EFFECTS, rng))
+    b = _write(tmp_path / "b.jsonl", sy.rows(pop, other, rng))
+    res = run_cli("compare", "--table", str(a), "--table", str(b), "--placebo", "format_placebo",
+                  "--bootstrap", "400", "--fail-on", "differs", "--json")
+    out = json.loads(res.out)
+    gate = out["gate"]
+    if differ:
+        assert res.code == 3, res.err
+        assert [t["condition"] for t in gate["tripped"]] == ["tool_alias"]
+        assert "--fail-on differs: 1 B − A of Δ − placebo differ after Holm" in res.err
+    else:
+        assert res.code == 0, res.err
+        assert gate["tripped"] == [] and gate["exit"] == 0
+    # the gate reads the verdicts the text prints
+    rows = out["pairs"][0]["conditions"]
+    assert {r["condition"] for r in rows if r["equivalence_minus_placebo"]
+            and r["equivalence_minus_placebo"]["differs"]} == {t["condition"] for t in gate["tripped"]}
+
+
+def test_compare_fail_on_rejects_an_unknown_value(tmp_path):
+    a = _write(tmp_path / "a.jsonl", _flat_rows(4, False))
+    res = run_cli("compare", "--table", str(a), "--table", str(a), "--fail-on", "anything")
+    assert res.code == 2 and "Traceback" not in res.err
+    assert "invalid choice: 'anything'" in res.err and "differs" in res.err
