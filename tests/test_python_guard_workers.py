@@ -159,10 +159,12 @@ def test_through_the_api_the_pool_is_shut_down_when_the_run_ends(tmp_path: Path,
 # -- item 2: worker processes -------------------------------------------------------------------
 
 BEHAVIOURS = '''
-import asyncio, ctypes, sys
+import asyncio, ctypes, subprocess, sys
 from dataclasses import dataclass
 from guardeval.guards.errors import FatalError
 from guardeval.guards.python_guard import Verdict
+
+print("pw_proc imported")
 
 
 @dataclass
@@ -174,6 +176,18 @@ class Mine:
 
 def text(inp):
     print("pid", os.getpid())
+    os.write(1, b"written to descriptor 1\\n")     # as C code would: never into launch --json
+    return ALLOW
+
+
+INSIDE = []
+
+
+def exclusive(inp):
+    INSIDE.append(1)
+    time.sleep(0.02)
+    print("alone" if len(INSIDE) == 1 else "shared")
+    INSIDE.pop()
     return ALLOW
 
 
@@ -211,6 +225,8 @@ def unpicklable(inp):
 
 def stuck_in_c(inp):
     if once("stuck"):
+        child = subprocess.Popen(["sleep", "3600"])     # something the guard started
+        (DIR / "child").write_text(str(child.pid))
         ctypes.CDLL(None).sleep(3600)      # no Python frame to interrupt: only a kill stops it
     return ALLOW
 
@@ -228,6 +244,7 @@ def segfaults(inp):
 
 def leaves(inp):
     if once("crash"):
+        print("leaving")
         os._exit(3)
     return ALLOW
 
@@ -276,10 +293,14 @@ def test_in_worker_processes_each_importing_the_module_once(tmp_path: Path, fn: 
     imports = {p.name: p.read_text() for p in state.glob("imported-*")}
     # The harness imported it (launch pins it), and at most 3 workers did, each once.
     assert 2 <= len(imports) <= 4 and set(imports.values()) == {"x\n"}, imports
+    # What the module prints as it is imported goes to stderr, once per process that imports it.
+    assert r.err.count("pw_proc imported") == len(imports)
     if fn == "text":   # the calls ran in the workers, never in the harness
         pids = {int(_stdout(x).split()[1]) for x in raw}
         assert pids <= {int(p.split("-")[1]) for p in imports} and len(pids) <= 3
         assert len(_worker_pids(state) - pids) == 1   # the one pid that answered nothing: the harness's
+        # Written to descriptor 1 in a worker: on stderr, and stdout is still the JSON alone.
+        assert r.err.count("written to descriptor 1") == 30
     assert run_cli("verify", str(tmp_path / "run"), env=guard[1]).code == 0
 
 
@@ -325,6 +346,7 @@ def test_a_guard_stuck_in_c_is_stopped_and_nothing_of_it_is_left(tmp_path: Path)
     state = Path(guard[1]["PW_DIR"])
     stuck = int((state / "stuck").read_text())
     assert not _alive(stuck)
+    assert not _alive(int((state / "child").read_text()))   # killed with its worker's process group
     assert [pid for pid in _worker_pids(state) if _alive(pid)] == []
 
 
@@ -355,6 +377,7 @@ def test_a_worker_that_dies_fails_one_attempt_which_is_retried(tmp_path: Path, f
     died = [x for x in raw if x["error_class"]]
     assert len(died) == 1 and died[0]["error_class"] == "python_worker_died", died
     assert f"the worker process running pw_proc:{fn} {said} during the call" in died[0]["error"]
+    assert "guard_output" not in died[0]     # what it printed died with it
     # The same call, retried, was answered.
     assert any(x["call_id"] == died[0]["call_id"] and x["error_class"] is None for x in raw)
 
@@ -371,6 +394,22 @@ def test_calls_run_at_once_in_separate_interpreters(tmp_path: Path) -> None:
     assert len(inside) == 2 and inside <= _worker_pids(state)
 
 
+def test_no_two_calls_share_a_worker_process_at_once(tmp_path: Path) -> None:
+    r = _launch(tmp_path, _process(tmp_path, "exclusive", concurrency=4), "--max-calls", "24")
+    assert r.code == 0, r.err
+    assert [_stdout(x) for x in _raw(tmp_path / "run")] == ["alone\n"] * 24
+
+
+def test_a_worker_that_cannot_import_the_module_stops_the_run(tmp_path: Path) -> None:
+    """The harness imports it (the launch pins it); every later import fails."""
+    guard = _guard(tmp_path, "pw_once", 'if not once("imported"):\n    raise RuntimeError("licence file locked")\n'
+                   "def guard(inp):\n    return ALLOW\n", "guard", isolation="process")
+    r = _launch(tmp_path, guard, "--max-calls", "3")
+    assert r.code == 1 and "Traceback" not in r.err, r.err
+    assert "a worker process could not start pw_once:guard" in r.err and "licence file locked" in r.err, r.err
+    assert {x["error_class"] for x in _raw(tmp_path / "run")} == {"python_worker_start"}
+
+
 def test_a_worker_that_imports_changed_source_stops_the_run(tmp_path: Path) -> None:
     """The first call edits the module and ends its worker: the worker started for the retry
     imports other code than the run pinned, so the run stops (fatal, resumable) instead of
@@ -384,22 +423,34 @@ def test_a_worker_that_imports_changed_source_stops_the_run(tmp_path: Path) -> N
     assert json.loads(r.out)["stop_reason"] == "fatal"
 
 
-def test_sigterm_stops_a_run_whose_worker_is_stuck_in_c(tmp_path: Path) -> None:
-    """timeout_s 600, every call stuck in C: SIGTERM ends the launch within seconds, as with
-    threads, and kills the workers."""
+def _stuck_launch(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+    """A launch (in a session of its own, as a terminal's foreground job) whose two workers are
+    both stuck in C, timeout_s 600."""
     cfg, env = _process(tmp_path, "blocks_forever", timeout_s=600, concurrency=2)
-    run = tmp_path / "run"
+    run, state = tmp_path / "run", Path(env["PW_DIR"])
     proc = subprocess.Popen([sys.executable, "-m", "guardeval", "launch", "--cohort", "demo", "--guard", str(cfg),
                              "--reps", "1", "--run-dir", str(run), "--no-progress"], env=cli_env(env), cwd=REPO,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    state = Path(env["PW_DIR"])
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(state.glob("calling-*"))) < 2:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(proc.communicate())
+        time.sleep(0.05)
+    return proc, run, state
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_run_whose_workers_are_stuck_in_c(tmp_path: Path, signum: int) -> None:
+    """SIGTERM to guardeval, or SIGINT to its whole process group (Ctrl-C in a terminal): the
+    run stops within seconds, cleanly, as with threads, and the workers are killed."""
+    proc, run, state = _stuck_launch(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while len(list(state.glob("calling-*"))) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
         took = time.monotonic() - t0
     finally:
@@ -409,9 +460,22 @@ def test_sigterm_stops_a_run_whose_worker_is_stuck_in_c(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "Traceback" not in err, err
     assert "interrupted" in err and took < 15, (took, err)
     st = json.loads(run_cli("status", str(run), "--json").out)
-    assert st["state"] == "stopped" and st["last_stop"]["reason"] == "signal SIGTERM", st   # stopped cleanly
+    name = signal.Signals(signum).name
+    assert st["state"] == "stopped" and st["last_stop"]["reason"] == f"signal {name}", st   # stopped cleanly
     calling = [int(p.name.split("-")[1]) for p in state.glob("calling-*")]
-    assert [pid for pid in calling if _alive(pid)] == []
+    assert len(calling) >= 2 and [pid for pid in calling if _alive(pid)] == []
+
+
+def test_workers_end_when_guardeval_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to guardeval while its workers are stuck in C: the kernel ends them too (Linux)."""
+    proc, _, state = _stuck_launch(tmp_path)
+    proc.kill()
+    proc.communicate()
+    calling = [int(p.name.split("-")[1]) for p in state.glob("calling-*")]
+    deadline = time.monotonic() + 20
+    while [pid for pid in calling if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(calling) >= 2 and [pid for pid in calling if _alive(pid)] == []
 
 
 @pytest.mark.parametrize(("lines", "said"), [

@@ -163,7 +163,8 @@ class ProcessWorkers:
         ready = False
         try:
             await worker.send(pickle.dumps({"path": list(sys.path), "callable": self.callable_name,
-                                            "module": self.module, "max_bytes": self.max_bytes}))
+                                            "module": self.module, "max_bytes": self.max_bytes,
+                                            "parent": os.getpid()}))
             answer = await worker.receive(self.max_message)
             if answer[0] == "failed":
                 raise WorkerStartFailed(str(answer[1]))

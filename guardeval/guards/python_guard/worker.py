@@ -5,8 +5,8 @@ Started as `python -c BOOTSTRAP` in a session of its own (a terminal's Ctrl-C go
 harness, which ends its workers; killing the session's group ends whatever the guard started).
 Its stdin and stdout carry the wire: frames of a 4-byte big-endian length and a pickle.
 
-* The harness sends `{"path": sys.path, "callable": NAME, "module": M, "max_bytes": N}` (`M`: the
-  module its provenance names); the worker takes the harness's import path, imports the
+* The harness sends `{"path": sys.path, "callable": NAME, "module": M, "max_bytes": N, "parent":
+  PID}` (`M`: the module its provenance names); the worker takes the harness's import path, imports the
   callable once (`resolve.load`) and answers `("ready", SHA-256 of M's source as imported here)`
   or `("failed", why)`.
 * Then, per call, a `GuardInput`, answered by one frame, each ending with the call's output
@@ -26,7 +26,6 @@ guard runs to its end on an event loop of the worker's own.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import pickle
@@ -49,6 +48,7 @@ ATTEMPT_CLASSES = ("CallFailed", "FatalError", "TransientError")
 
 
 def main(start: dict[str, Any], wire_in: IO[bytes]) -> None:
+    _end_with_parent(int(start["parent"]))
     wire_out = os.fdopen(os.dup(1), "wb")
     try:
         fn, source_sha256 = _load(str(start["callable"]), str(start["module"]))
@@ -67,6 +67,24 @@ def main(start: dict[str, Any], wire_in: IO[bytes]) -> None:
         _send(wire_out, _answer(call, pickle.loads(frame), max_bytes))
 
 
+def _end_with_parent(parent: int) -> None:
+    """On Linux, the kernel kills this worker when the harness dies, even a SIGKILLed harness and
+    a worker stuck in C code (PR_SET_PDEATHSIG). Elsewhere an idle worker ends when its stdin
+    closes."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:   # the harness died before the line above
+        os._exit(1)
+
+
 def _load(name: str, module: str) -> tuple[Any, str | None]:
     """The callable, and the SHA-256 of the source of `module` (the harness's provenance names
     the module that defines it) as this worker imported it."""
@@ -80,6 +98,8 @@ def _caller(fn: Any) -> Any:
     """`fn` as a plain function: an `async def` one runs on this worker's own loop."""
     if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)):
         return fn
+    import asyncio   # only then: it is a tenth of a worker's start-up
+
     loop = asyncio.new_event_loop()
     return lambda inp: loop.run_until_complete(fn(inp))
 
