@@ -98,7 +98,7 @@ def _caller(fn: Any) -> Any:
     """`fn` as a plain function: an `async def` one runs on this worker's own loop."""
     if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)):
         return fn
-    import asyncio   # only then: it is a tenth of a worker's start-up
+    import asyncio  # only then: it is a tenth of a worker's start-up
 
     loop = asyncio.new_event_loop()
     return lambda inp: loop.run_until_complete(fn(inp))
