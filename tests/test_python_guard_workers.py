@@ -124,11 +124,12 @@ def test_thread_local_state_is_built_once_per_worker_thread(tmp_path: Path) -> N
 
 
 def test_an_abandoned_thread_leaves_the_pool_and_a_fresh_one_takes_its_place(tmp_path: Path) -> None:
-    """The first call sleeps 3 s past timeout_s 1 s: its attempt is a timeout, its thread is
-    never given another call (even after it returns), and a fresh thread joins the pool."""
+    """The first call sleeps 2 s past timeout_s 1 s: its attempt is a timeout, its thread is
+    never given another call (even after it returns: the other calls take 4.5 s at least),
+    and a fresh thread joins the pool."""
     cfg, env = _guard(tmp_path, "pw_local", THREAD_LOCAL, "guard", timeout_s=1, concurrency=2)
-    r = _launch(tmp_path, (cfg, {**env, "PW_STUCK_S": "3", "PW_CALL_S": "0.03"}), "--max-calls", "200")
-    assert r.code == 0 and json.loads(r.out)["statuses"] == {"ok": 200}, r.err
+    r = _launch(tmp_path, (cfg, {**env, "PW_STUCK_S": "2", "PW_CALL_S": "0.03"}), "--max-calls", "300")
+    assert r.code == 0 and json.loads(r.out)["statuses"] == {"ok": 300}, r.err
     raw = _raw(tmp_path / "run")
     timeouts = [x for x in raw if x["error_class"] == "timeout"]
     assert len(timeouts) >= 1
@@ -470,12 +471,17 @@ def test_workers_end_when_guardeval_is_killed(tmp_path: Path) -> None:
     """SIGKILL to guardeval while its workers are stuck in C: the kernel ends them too (Linux)."""
     proc, _, state = _stuck_launch(tmp_path)
     proc.kill()
-    proc.communicate()
+    proc.wait()   # not communicate(): a worker left alive would hold the pipes open
     calling = [int(p.name.split("-")[1]) for p in state.glob("calling-*")]
     deadline = time.monotonic() + 20
-    while [pid for pid in calling if _alive(pid)] and time.monotonic() < deadline:
+    while (left := [pid for pid in calling if _alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(calling) >= 2 and [pid for pid in calling if _alive(pid)] == []
+    for pid in left:    # the test's own clean-up, should it fail
+        os.kill(pid, signal.SIGKILL)
+    for stream in (proc.stdout, proc.stderr):
+        assert stream is not None
+        stream.close()
+    assert len(calling) >= 2 and left == []
 
 
 @pytest.mark.parametrize(("lines", "said"), [
