@@ -106,6 +106,11 @@ def guard(inp):
     print(f"worker {_local.worker}")
     if once("stuck"):                        # the first call blocks past timeout_s, once
         time.sleep(float(os.environ.get("PW_STUCK_S", "0")))
+        (DIR / "returned").write_text("")
+    returned = DIR / "returned"
+    if returned.exists() and time.time() - returned.stat().st_mtime > 0.5:
+        # Well after the stuck call returned: the worker threads alive now.
+        print("pool", sum(t.name.startswith("guardeval-python-guard") for t in threading.enumerate()))
     time.sleep(float(os.environ.get("PW_CALL_S", "0")))
     return ALLOW
 '''
@@ -134,8 +139,11 @@ def test_an_abandoned_thread_leaves_the_pool_and_a_fresh_one_takes_its_place(tmp
     timeouts = [x for x in raw if x["error_class"] == "timeout"]
     assert len(timeouts) >= 1
     stuck = _stdout(timeouts[0]).split("worker ")[1].split()[0]
-    # Its worker number shows in its own attempt only, though the run went on after it returned.
+    # Its worker number shows in its own attempt only, though the run went on after it returned,
+    # and once it has returned, its thread is gone: the pool holds 2 threads again.
     assert [x for x in raw if f"worker {stuck}\n" in _stdout(x)] == [timeouts[0]]
+    pools = [line for x in raw for line in _stdout(x).splitlines() if line.startswith("pool ")]
+    assert pools and set(pools) == {"pool 2"}, pools
     assert "".join(_stdout(x) for x in raw).count("setup ") == 2 + len(timeouts)
 
 
