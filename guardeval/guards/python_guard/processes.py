@@ -114,7 +114,6 @@ class ProcessWorkers:
         self.max_message = 2 * max_bytes + (1 << 20)
         self.idle: list[_Worker] = []
         self.busy: set[_Worker] = set()
-        self.started = 0                           # workers started, for the run's own account
 
     async def call(self, inp: GuardInput, timeout_s: float, source_sha256: str | None) -> tuple[Any, ...]:
         """One call on a worker: its answer (worker.py). TimeoutError past `timeout_s` (the
@@ -159,7 +158,6 @@ class ProcessWorkers:
         proc = await anyio.open_process([sys.executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=None, start_new_session=True)
         worker = _Worker(proc)
-        self.started += 1
         ready = False
         try:
             await worker.send(pickle.dumps({"path": list(sys.path), "callable": self.callable_name,

@@ -110,7 +110,12 @@ class ThreadWorkers:
                 self.live += 1
                 worker = None
         if worker is None:
-            worker = _Worker(self, next(self._numbers))
+            try:
+                worker = _Worker(self, next(self._numbers))
+            except BaseException:   # no thread could start (RuntimeError): the slot stays free
+                with self.lock:
+                    self.live -= 1
+                raise
         worker.jobs.put(job)
         try:
             with anyio.move_on_after(timeout_s):
