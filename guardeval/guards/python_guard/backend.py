@@ -112,8 +112,8 @@ class PythonGuard(Guard):
         self.isolation = config.isolation
         # A function, or an object whose __call__ is `async def` (in a worker process, it runs
         # on the worker's own loop).
-        self.is_async = self.isolation == "thread" and (inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
-            type(self.fn).__call__))
+        coroutine = inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(type(self.fn).__call__)
+        self.is_async = self.isolation == "thread" and coroutine
         self.concurrency = max(1, max_connections)
         self.max_abandoned = self.concurrency
         self._threads = ThreadWorkers(self.concurrency)
