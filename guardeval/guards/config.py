@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from guardeval.bounded import read_bounded
@@ -34,6 +34,10 @@ DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compat
 #   none         no response_format: free decoding
 #   auto         openai-compatible only: the preflight probes the server and records what it accepts
 DIALECTS = ("json_schema", "json_object", "none", "auto")
+# Where a python guard's calls run (guardeval/guards/python_guard): worker threads of this
+# process, or worker processes of their own.
+Isolation = Literal["thread", "process"]
+ISOLATIONS: tuple[str, ...] = get_args(Isolation)
 
 # field -> (accepted python types, required)
 _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -58,6 +62,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "max_response_bytes": ((int,), False),
     "provider": ((dict,), False),
     "callable": ((str,), False),
+    "isolation": ((str,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
     "only": (list,), "order": (list,), "allow_fallbacks": (bool,), "require_parameters": (bool,),
@@ -92,6 +97,9 @@ FIELD_DOCS: dict[str, str] = {
     "max_response_bytes": "the largest response body read, decoded; a larger one is a response_too_large attempt",
     "provider": "OpenRouter routing table (openrouter only): the keys below",
     "callable": "python back-end only: package.module:function, imported when the guard runs",
+    "isolation": "python back-end only: where calls run: thread (worker threads of the harness) or process (worker "
+                 "processes, each importing the module once: stoppable at timeout_s, one interpreter lock each); "
+                 "docs/how-to/python-guard.md says which to choose",
 }
 PROVIDER_DOCS: dict[str, str] = {
     "only": "the providers an answer may come from (an answer from another is quarantined as provider_drift)",
@@ -127,6 +135,7 @@ class GuardConfig:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
     callable: str | None = None   # backend python: "package.module:function"
+    isolation: Isolation = "thread"   # backend python
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +159,8 @@ class GuardConfig:
         d.pop("source", None)
         if d["callable"] is None:
             del d["callable"]   # only python guards have one: other configs hash as before
+        if d["isolation"] == "thread":
+            del d["isolation"]  # the default: runs launched before it existed hash as before
         return d
 
     @property
@@ -467,8 +478,12 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
         raise fail(problem, "base_url")
     if data["backend"] == "python":
         _check_callable(data, fail)
-    elif "callable" in data:
-        raise fail("callable applies only to the python backend", "callable")
+    else:
+        for key in ("callable", "isolation"):
+            if key in data:
+                raise fail(f"{key} applies only to the python backend", key)
+    if "isolation" in data and data["isolation"] not in ISOLATIONS:
+        raise fail(f"expected one of {', '.join(ISOLATIONS)}", "isolation")
     if "api_key_env" in data and looks_like_token(data["api_key_env"]):
         # Probably a pasted key: refuse without echoing it.
         raise fail("must be the NAME of an environment variable (is a key pasted here?)", "api_key_env")

@@ -6,15 +6,26 @@ function's code, so a run re-renders and verifies without importing it; the code
 (`resolve.provenance`: distribution, version, source SHA-256) is pinned by the manifest and
 recorded in every attempt's response.
 
-Sending: an `async def` function is awaited on the event loop, cut at `timeout_s`; one that
-blocks the loop instead of awaiting is interrupted by a watchdog thread (`loop_watch`) and fails
-as `python_blocked_loop`, a fatal error (the run stops, resumable).
-A plain function runs on a daemon thread, at most `--concurrency` at once. Threads cannot be
+Sending, `isolation = "thread"` (the default): an `async def` function is awaited on the event
+loop, cut at `timeout_s`; one that blocks the loop instead of awaiting is interrupted by a
+watchdog thread (`loop_watch`) and fails as `python_blocked_loop`, a fatal error (the run stops,
+resumable). A plain function runs on a pool of at most `--concurrency` worker threads kept for
+the run (`threads`), so what it keeps per thread is built once per worker. Threads cannot be
 killed: one still running at `timeout_s` is abandoned (the attempt is a `timeout`, retried like
-any), keeps running until the function returns, and its result is dropped. At most
-`--concurrency` abandoned threads may be alive at once; an attempt that would need more is a
-fatal error (the run stops, resumable), so stuck threads never pile up past twice the
+any), leaves the pool, keeps running until the function returns, and its result is dropped. At
+most `--concurrency` abandoned threads may be alive at once; an attempt that would need more is
+a fatal error (the run stops, resumable), so stuck threads never pile up past twice the
 concurrency. Daemon threads never hold the process open at exit.
+
+`isolation = "process"`: every call runs in one of at most `--concurrency` worker processes
+kept for the run (`processes`, `worker`), each importing the guard's module once. The input and
+the return cross as pickles; a return that cannot be pickled fails the attempt
+(`python_return_type`, the type named). A call past `timeout_s` is a `timeout` and its worker
+is killed, so nothing of it runs on; a worker that dies during a call (a segfault, `os._exit`)
+fails that attempt (`python_worker_died`, transient: retried on a fresh worker), naming how it
+ended. A worker that cannot import the module (`python_worker_start`), or that imports a source
+other than the run's (`python_source_changed`: its SHA-256 is checked as every worker starts,
+so every attempt's answer comes from the pinned code), stops the run (fatal, resumable).
 
 What the function returns: `str` (the text the prompt's parser reads), or a structured verdict
 (`Verdict`, a dict, a dataclass) written in the parser's own format (`verdict_text`). Anything
@@ -29,27 +40,29 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import threading
-from collections.abc import Callable, Mapping
+import pickle
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import orjson
 
 from guardeval.guards.base import Guard, Reply
 from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import AttemptError, FatalError, TransientError
+from guardeval.guards.errors import AttemptError, CallFailed, FatalError, TransientError
 from guardeval.guards.parsers.common import JSON_FIELDS
 from guardeval.guards.prompts import Prompt
 from guardeval.guards.python_guard import resolve
+from guardeval.guards.python_guard.describe import MAX_ERROR_CHARS, describe_exception
 from guardeval.guards.python_guard.loop_watch import LoopBlocked, LoopWatch
-from guardeval.guards.python_guard.output import Capture, Redirect
+from guardeval.guards.python_guard.output import Capture, Redirect, received_record
+from guardeval.guards.python_guard.processes import ProcessWorkers, SourceChanged, WorkerLost, WorkerStartFailed
+from guardeval.guards.python_guard.threads import Job, ThreadWorkers
 from guardeval.guards.python_guard.types import FIELDS, GuardInput
 from guardeval.guards.redact import Redactor
 
-MAX_ERROR_CHARS = 500        # of an exception's message, in the raw log
+__all__ = ["MAX_ERROR_CHARS", "PythonGuard", "describe_exception", "python_body", "verdict_text"]
+
 MAX_KEPT_BYTES = 2048        # of an answer over max_response_bytes (as for HTTP bodies)
 
 
@@ -86,50 +99,6 @@ def _valid_three(v: Mapping[str, Any]) -> bool:
             and float(harm) in (0.0, 0.5, 1.0))
 
 
-def describe_exception(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
-    """`module.Type: message`, the message cut at `limit` characters; never the traceback."""
-    cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ in ("builtins", None) else f"{cls.__module__}.{cls.__qualname__}"
-    try:
-        said = str(exc)
-    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
-        said = "<unprintable>"
-    cut = said[:limit] + (f"… ({len(said):,} characters)" if len(said) > limit else "")
-    return f"{name[:200]}: {cut}" if said else name[:200]
-
-
-class _Job:
-    """One call of a sync function on its own daemon thread."""
-
-    def __init__(self, fn: Callable[[GuardInput], Any], inp: GuardInput, done: anyio.Event,
-                 token: Any, guard: PythonGuard, capture: Capture) -> None:
-        self.fn, self.inp, self.done, self.token, self.guard = fn, inp, done, token, guard
-        self.capture = capture
-        self.value: Any = None
-        self.error: AttemptError | None = None
-        self.finished = False
-        self.abandoned = False
-
-    def run(self) -> None:
-        self.capture.enter()   # this thread's own context: what it prints is this attempt's
-        try:
-            self.value = self.fn(self.inp)
-        except BaseException as exc:  # noqa: BLE001 - everything a guard raises is recorded, not raised here
-            # Converted here, in the thread: the traceback (and the frames' locals) goes with `exc`.
-            self.error = self.guard.attempt_error(exc)
-        finally:
-            with self.guard.lock:
-                self.finished = True
-                abandoned = self.abandoned
-                self.guard.abandoned.discard(self)
-            self.inp = None  # type: ignore[assignment]
-            if not abandoned:
-                try:
-                    anyio.from_thread.run_sync(self.done.set, token=self.token)
-                except Exception:  # noqa: BLE001 - the loop is gone: nobody waits any more
-                    pass
-
-
 class PythonGuard(Guard):
     """`backend = "python"`, `callable = "package.module:function"`."""
 
@@ -140,13 +109,17 @@ class PythonGuard(Guard):
         assert config.callable is not None
         self.fn = resolve.load(config.callable, where=config.source)
         self.provenance = resolve.provenance(config.callable, self.fn)
-        # A function, or an object whose __call__ is `async def`.
-        self.is_async = inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
-            type(self.fn).__call__)
+        self.isolation = config.isolation
+        # A function, or an object whose __call__ is `async def` (in a worker process, it runs
+        # on the worker's own loop).
+        coroutine = inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(type(self.fn).__call__)
+        self.is_async = self.isolation == "thread" and coroutine
         self.concurrency = max(1, max_connections)
         self.max_abandoned = self.concurrency
-        self.lock = threading.Lock()
-        self.abandoned: set[_Job] = set()
+        self._threads = ThreadWorkers(self.concurrency)
+        self._processes = ProcessWorkers(config.callable, str(self.provenance["module"]), self.concurrency,
+                                         max_bytes=2 * config.max_response_bytes + (64 << 10)) \
+            if self.isolation == "process" else None
         self._limiter: anyio.CapacityLimiter | None = None
         self._provenance_json = orjson.dumps(self.provenance, option=orjson.OPT_SORT_KEYS)
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
@@ -162,6 +135,10 @@ class PythonGuard(Guard):
 
     async def send(self, body: Mapping[str, Any], call_id: str) -> Reply:
         inp = _input(body, call_id)
+        if self._limiter is None:   # made inside the running loop
+            self._limiter = anyio.CapacityLimiter(self.concurrency)
+        if self._processes is not None:
+            return await self._send_to_process(self._processes, inp)
         if not self._redirected:
             Redirect.install()   # what the function prints is kept with its attempt (output.py)
             self._redirected = True
@@ -185,6 +162,9 @@ class PythonGuard(Guard):
     async def aclose(self) -> None:
         if self._watch is not None:
             self._watch.close()
+        self._threads.close()
+        if self._processes is not None:
+            await self._processes.close()
         if self._redirected:
             Redirect.remove()
             self._redirected = False
@@ -214,43 +194,86 @@ class PythonGuard(Guard):
         return value
 
     async def _call_in_thread(self, inp: GuardInput, capture: Capture) -> Any:
-        if self._limiter is None:   # made inside the running loop
-            self._limiter = anyio.CapacityLimiter(self.concurrency)
+        assert self._limiter is not None
         async with self._limiter:
-            with self.lock:
-                stuck = len(self.abandoned)
+            stuck = self._threads.abandoned
             if stuck >= self.max_abandoned:
                 raise FatalError("python_threads", f"{stuck} calls of {self.config.callable} blocked past timeout_s "
                                  f"and their threads are still running (at most {self.max_abandoned}); the run "
                                  "stops here. Fix the function (or raise timeout_s), then resume")
-            done = anyio.Event()
-            job = _Job(self.fn, inp, done, anyio.lowlevel.current_token(), self, capture)
-            thread = threading.Thread(target=job.run, name="guardeval-python-guard", daemon=True)
-            thread.start()
-            try:
-                with anyio.move_on_after(self.config.timeout_s) as scope:
-                    await done.wait()
-            finally:
-                # Timed out or cancelled: the thread cannot be stopped. It runs on, abandoned
-                # (counted until it returns), and its result is dropped.
-                with self.lock:
-                    if not job.finished:
-                        job.abandoned = True
-                        self.abandoned.add(job)
-            if scope.cancelled_caught and job.abandoned:
+            job = Job(self.fn, inp, capture, self.attempt_error)
+            # Timed out or cancelled, the thread cannot be stopped: it runs on, abandoned
+            # (counted until it returns), and its result is dropped.
+            if not await self._threads.run(job, self.config.timeout_s):
                 raise self._timeout()
         if job.error is not None:
             raise job.error
         return job.value
+
+    async def _send_to_process(self, workers: ProcessWorkers, inp: GuardInput) -> Reply:
+        name = self.config.callable
+        assert self._limiter is not None
+        async with self._limiter:
+            try:
+                answer = await workers.call(inp, self.config.timeout_s, self.provenance["source_sha256"])
+            except TimeoutError:
+                raise self._timeout() from None
+            except WorkerLost as exc:
+                raise TransientError("python_worker_died", f"the worker process running {name} {exc} during the "
+                                     "call; a fresh worker takes its place") from None
+            except WorkerStartFailed as exc:
+                said = self._redact(str(exc)[:MAX_ERROR_CHARS])
+                raise FatalError("python_worker_start", f"a worker process could not start {name}: {said}. The run "
+                                 "stops here; fix it, then resume") from None
+            except SourceChanged as exc:
+                raise FatalError("python_source_changed", f"the source of {self.provenance['module']} changed during "
+                                 f"the run (SHA-256 {self.provenance['source_sha256']} at launch, {exc.now} in a worker "
+                                 "started now): its answers would not be the launch's guard. Restore it, or resume "
+                                 "with --allow-changed-callable") from None
+        output = received_record(answer[-1], self._redact)
+        try:
+            reply = self._read_return(self._received(answer), inp.parser)
+        except AttemptError as exc:
+            exc.guard_output = output
+            raise
+        reply.guard_output = output
+        return reply
+
+    def _received(self, answer: tuple[Any, ...]) -> Any:
+        """The value a worker's answer carries (worker.py), or the AttemptError it means."""
+        kind, name = answer[0], self.config.callable
+        if kind == "ok":
+            try:
+                return pickle.loads(answer[2])
+            except Exception as exc:  # noqa: BLE001 - a class that unpickles differently here
+                raise TransientError("python_return_type", f"{name} returned a {answer[1]} that cannot be received "
+                                     f"from its worker process: {describe_exception(exc, 200)}") from None
+        if kind == "unsendable":
+            raise TransientError("python_return_type", f"{name} returned a {answer[1]} that cannot be sent from its "
+                                 f"worker process (it must pickle): {answer[2]}")
+        if kind == "too_large":
+            raise TransientError("response_too_large", f"{name} returned a {answer[1]} of {answer[2]:,} bytes "
+                                 f"pickled, more than max_response_bytes allows ({self.config.max_response_bytes:,} "
+                                 "bytes)")
+        if kind == "raised" and answer[1] == "attempt":
+            cls_name, error_class, message, retry_after = answer[2]
+            cls = {"CallFailed": CallFailed, "FatalError": FatalError}.get(cls_name, TransientError)
+            raise self._cleaned(cls(error_class, message, retry_after=retry_after))
+        if kind == "raised":
+            raise self._described(str(answer[2]), fatal=answer[1] == "exit")
+        raise TransientError("python_worker_died", f"the worker process running {name} answered {kind!r}")
 
     def attempt_error(self, exc: BaseException) -> AttemptError:
         """What an exception from the function means for the attempt (docs/design.md §7)."""
         if isinstance(exc, AttemptError):
             exc.with_traceback(None)
             return self._cleaned(exc)
-        said = describe_exception(exc)
+        # SystemExit, KeyboardInterrupt raised by the guard: fatal.
+        return self._described(describe_exception(exc), fatal=not isinstance(exc, Exception))
+
+    def _described(self, said: str, *, fatal: bool) -> AttemptError:
         safe = self._redact(said)
-        if not isinstance(exc, Exception):   # SystemExit, KeyboardInterrupt raised by the guard
+        if fatal:
             return FatalError("python_exit", safe, redacted=safe is not said)
         return TransientError("python_exception", safe, redacted=safe is not said)
 

@@ -8,7 +8,9 @@ variable says which call): those are kept with the call, the first `MAX_KEPT_CHA
 stream and the count of the rest, and the dispatcher records them in the attempt's raw line
 (`guard_output`). Output written to the file descriptors themselves (C code, a subprocess)
 is not seen here; importing the guard's module runs with stdout sent to stderr
-(`resolve.load`).
+(`resolve.load`). In a worker process (`isolation = "process"`) the same stand-ins keep what
+each call prints, sent back with its answer (`received_record`); there the descriptor 1 itself
+is the harness's stderr, so even C code's writes stay off the command's stdout.
 """
 
 from __future__ import annotations
@@ -104,3 +106,17 @@ class Redirect:
             if isinstance(sys.stderr, _Stream):
                 sys.stderr = cls._saved[1]
             cls._saved = None
+
+
+def received_record(record: Any, redact: Any) -> dict[str, Any] | None:
+    """A worker process's `Capture.record()` (`isolation = "process"`), redacted here; anything
+    but that shape is dropped."""
+    if not isinstance(record, dict):
+        return None
+    out: dict[str, Any] = {}
+    for s in STREAMS:
+        text, chars = record.get(s), record.get(f"{s}_chars")
+        if isinstance(text, str) and type(chars) is int and chars > 0:
+            out[s] = redact(text[:MAX_KEPT_CHARS])
+            out[f"{s}_chars"] = chars
+    return out or None
