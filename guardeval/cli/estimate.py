@@ -157,12 +157,17 @@ def _labels(inputs: list[Any], given: list[str]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from guardeval.estimators.compare.compare import compare_inputs
     from guardeval.estimators.compare.compare_text import text
-    from guardeval.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, open_run
+    from guardeval.estimators.runs import (
+        check_distinct,
+        compare_input_from_run,
+        compare_input_from_table,
+        first_schedule_difference,
+        open_run,
+    )
     from guardeval.estimators.verdicts.decisions import check_alpha
     from guardeval.estimators.verdicts.equivalence import check_margin
-    from guardeval.run.folder.folder import RunFolder
     from guardeval.run.folder.layout import SCHEDULE
-    from guardeval.view.files import make_folder, out_folder
+    from guardeval.view.files import compare_folder, make_folder, out_folder
 
     inspect_bridge.check(args)
     n_inputs = len(args.runs) + len(args.table) + len(args.inspect_log)
@@ -172,13 +177,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.label and len(args.label) != n_inputs:
         raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
                          field="label")
+    if args.out:
+        out_folder(args.out)    # an --out that cannot be a folder: refused before any run is read
     runs = [open_run(r) for r in args.runs]
+    check_distinct(runs)
     for r in runs[1:]:
         line = first_schedule_difference(runs[0], r, row_limits(args))
         if line is not None:
             raise InputError(f"schedule.jsonl of {runs[0].path} and {r.path} differ from line {line}: not runs of "
                              "one schedule", path=r.file(SCHEDULE), line=line)
-    out_dir: Path | RunFolder | None = out_folder(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
+    # Its own folder (never a run's): --out, else compare-A-B beside the first run; with fewer
+    # than two runs (tables, Inspect logs) only --out writes files.
+    out_dir = compare_folder(args.out, [r.path for r in runs]) if args.out or len(runs) >= 2 else None
     inputs = []
     for r in runs:
         inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
@@ -198,11 +208,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if out_dir is not None:
         from guardeval.view.compare import write_compare
 
-        if isinstance(out_dir, Path):
-            make_folder(out_dir)   # made once the comparison holds, not before
+        make_folder(out_dir)   # made once the comparison holds, not before
         written = write_compare(result, out_dir)
-        where = out_dir.path if isinstance(out_dir, RunFolder) else out_dir
-        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {where}"), file=sys.stderr)
+        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}"), file=sys.stderr)
     if not result["complete"]:
         print("guardeval: warning: an incomplete input, compared with --allow-partial", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:

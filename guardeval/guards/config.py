@@ -58,6 +58,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "max_response_bytes": ((int,), False),
     "provider": ((dict,), False),
     "callable": ((str,), False),
+    "label": ((str,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
     "only": (list,), "order": (list,), "allow_fallbacks": (bool,), "require_parameters": (bool,),
@@ -92,6 +93,9 @@ FIELD_DOCS: dict[str, str] = {
     "max_response_bytes": "the largest response body read, decoded; a larger one is a response_too_large attempt",
     "provider": "OpenRouter routing table (openrouter only): the keys below",
     "callable": "python back-end only: package.module:function, imported when the guard runs",
+    "label": "what replicate, compare and the pages call runs of this guard (at most 64 characters, no control "
+             "characters; default: the guard that answered, e.g. the simulator's profile, else name); --label "
+             "overrides",
 }
 PROVIDER_DOCS: dict[str, str] = {
     "only": "the providers an answer may come from (an answer from another is quarantined as provider_drift)",
@@ -127,6 +131,7 @@ class GuardConfig:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     provider: dict[str, Any] | None = None
     callable: str | None = None   # backend python: "package.module:function"
+    label: str | None = None      # what outputs call its runs (guardeval.run.folder.answered.run_name)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +155,8 @@ class GuardConfig:
         d.pop("source", None)
         if d["callable"] is None:
             del d["callable"]   # only python guards have one: other configs hash as before
+        if d["label"] is None:
+            del d["label"]      # likewise: a config without a label hashes as before it existed
         return d
 
     @property
@@ -455,6 +462,8 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
         raise fail(f"unknown backend (expected one of {', '.join(BACKENDS)})", "backend")
     if _CONTROL.search(data["model"]) or len(data["model"]) > 1024:
         raise fail("must be at most 1024 characters, no control characters", "model")
+    if "label" in data and (not data["label"] or _CONTROL.search(data["label"]) or len(data["label"]) > 64):
+        raise fail("must be 1-64 characters, no control characters", "label")
     for key, (lo, hi) in RANGES.items():
         if key in data:
             v = data[key]

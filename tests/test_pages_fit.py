@@ -1,0 +1,75 @@
+"""Pages that fit (issue 37, item 7), measured in a real headless Chromium at 1400 and 1000 pixels:
+report.html's p columns never break a number across lines, and at 1400 its effects table and
+its families' tables (the contrast diagnostics among them) need no sideways scroll."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from chromium import Chromium, find_chromium, load
+from conftest import run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    find_chromium() is None,
+    reason="chromium is not installed here (apt-get install -y chromium; .ci/run installs it when missing)")]
+
+WIDTHS = (1400, 1000)
+
+
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory, sim_module) -> Path:
+    """The demo design (64 bases x 5 conditions x 3 repetitions) on the simulator, estimated."""
+    run = tmp_path_factory.mktemp("fit") / "run"
+    r = run_cli("launch", "--cohort", "demo", "--guard", "sim", "--base-url", sim_module, "--reps", "3", "--seed", "42",
+                "--run-dir", str(run), "--no-progress")
+    assert r.code == 0, r.err
+    r = run_cli("estimate", str(run), "--bootstrap", "2000")
+    assert r.code == 0, r.err
+    return run / "report.html"
+
+
+@pytest.fixture(scope="module")
+def sim_module():
+    from guardeval.guards.sim import SimServerProcess
+
+    from conftest import cli_env
+
+    with SimServerProcess(["--seed", "7"], env=cli_env()) as sim:
+        yield sim.base_url
+
+
+async def _at(page, width: int) -> None:
+    await page.send("Emulation.setDeviceMetricsOverride", width=width, height=1000, deviceScaleFactor=1, mobile=False)
+
+
+# Every p of the effects table (its one-line spans) and how many lines each takes.
+BROKEN = ("Array.from(document.querySelectorAll('table.contrasts span.nw'))"
+          ".filter(s => s.getClientRects().length > 1).map(s => s.textContent)")
+# Tables wider than the box they sit in (a sideways scroll): their class and first header.
+WIDE = ("Array.from(document.querySelectorAll('table.contrasts, table.section'))"
+        ".filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)"
+        ".map(t => t.className + ': ' + t.tHead.rows[0].cells[1].textContent + ' ' + t.scrollWidth + '>' "
+        "+ t.parentElement.clientWidth)")
+
+
+def test_report_html_fits_and_keeps_every_p_whole(demo_report):
+    async def scenario() -> dict[int, tuple[list[str], list[str], int]]:
+        seen = {}
+        async with Chromium() as browser:
+            page = await browser.page()
+            for width in WIDTHS:
+                await _at(page, width)
+                await load(page, demo_report)
+                n_p = await page.evaluate("document.querySelectorAll('table.contrasts span.nw').length")
+                seen[width] = (await page.evaluate(BROKEN), await page.evaluate(WIDE), n_p)
+            await page.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    for width, (broken, _, n_p) in seen.items():
+        assert n_p > 0
+        assert broken == [], (width, broken)
+    assert seen[1400][1] == [], seen[1400][1]
