@@ -73,3 +73,82 @@ def test_report_html_fits_and_keeps_every_p_whole(demo_report):
         assert n_p > 0
         assert broken == [], (width, broken)
     assert seen[1400][1] == [], seen[1400][1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    import subprocess
+    import sys
+
+    from conftest import REPO, cli_env
+
+    out = tmp_path_factory.mktemp("site") / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
+                          env=cli_env({"NO_MKDOCS_2_WARNING": "1"}), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+# Code blocks whose text runs past their box (cut at the right edge, or behind a scrollbar).
+CUT = ("Array.from(document.querySelectorAll('pre > code')).filter(c => c.scrollWidth > c.clientWidth + 1)"
+       ".map(c => c.textContent.slice(0, 60))")
+
+
+def test_the_docs_code_blocks_are_not_cut(site):
+    pages = ("index.html", "tutorial/index.html", "inspect/index.html", "how-to/python-guard/index.html")
+
+    async def scenario() -> dict[tuple[int, str], list[str]]:
+        seen = {}
+        async with Chromium() as browser:
+            page = await browser.page()
+            await page.send("Page.enable")
+            for width in WIDTHS:
+                await _at(page, width)
+                for rel in pages:
+                    await page.send("Page.navigate", url=(site / rel).resolve().as_uri())
+                    await page.wait_for("document.readyState === 'complete' && !!document.querySelector('h1')")
+                    n = await page.evaluate("document.querySelectorAll('pre > code').length")
+                    assert n > 0, rel
+                    seen[(width, rel)] = await page.evaluate(CUT)
+            await page.close()
+        return seen
+
+    cut = {k: v for k, v in asyncio.run(scenario()).items() if v}
+    assert cut == {}, cut
+
+
+# Every table wider than its box: its class and width.
+WIDE_ANY = ("Array.from(document.querySelectorAll('table')).filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)"
+            ".map(t => (t.className || 'table') + ' ' + t.scrollWidth + '>' + t.parentElement.clientWidth)")
+
+
+def test_study_html_leaderboards_show_every_column(tmp_path, small_cohort):
+    """Two guards with long labels on a labelled cohort (so the leaderboard has its accuracy and
+    rank-by-accuracy columns): at 1400 pixels no table of study.html needs a sideways scroll, and
+    at 1000 no leaderboard does."""
+    study = tmp_path / "study"
+    r = run_cli("study", "launch", "--cohort", str(small_cohort), "--guard", "python-example", "--guard",
+                "python-example", "--label", "shortcut-keywords", "--label", "alias-sensitive-keywords", "--reps", "2",
+                "--study-dir", str(study), "--no-progress")
+    assert r.code == 0, r.err
+    r = run_cli("study", "report", str(study), "--bootstrap", "300")
+    assert r.code == 0, r.err
+
+    async def scenario() -> dict[int, tuple[list[str], int]]:
+        seen = {}
+        async with Chromium() as browser:
+            page = await browser.page()
+            await page.send("Page.enable")
+            for width in WIDTHS:
+                await _at(page, width)
+                await page.send("Page.navigate", url=(study / "study.html").resolve().as_uri())
+                await page.wait_for("document.readyState === 'complete' && !!document.querySelector('table.leaderboard')")
+                heads = await page.evaluate("Array.from(document.querySelectorAll('table.leaderboard thead th'))"
+                                            ".filter(h => h.textContent.startsWith('rank by accuracy')).length")
+                seen[width] = (await page.evaluate(WIDE_ANY), heads)
+            await page.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[1400][1] > 0 and seen[1400][0] == [], seen[1400]
+    assert [t for t in seen[1000][0] if t.startswith("leaderboard")] == [], seen[1000]

@@ -72,9 +72,11 @@ def register(sub: Any) -> None:
     p.add_argument("--table", action="append", default=[], metavar="FILE",
                    help="a JSONL decision table of the same bases (repeatable; inputs are the runs, then the tables)")
     p.add_argument("--label", action="append", default=[], metavar="NAME",
-                   help="a name per input, in input order (default: a run's guard name, a table's file name)")
-    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png "
-                                                "(default: the second run folder; with fewer runs, none written)")
+                   help="a name per input, in input order (default: the guard that answered a run, e.g. the "
+                        "simulator's profile, or its config's label; a table's file name; the model a log names)")
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default: "
+                                                "compare-A-B beside the first run, never a run's folder; with fewer "
+                                                "than two runs, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
     inspect_bridge.options(p, "compare")
