@@ -65,7 +65,9 @@ def run_script(script: str, cwd: Path, env: dict[str, str] | None = None, timeou
     env = cli_env(env)
     # `guardeval`, `python` and `inspect` on the PATH, as the set-up command leaves them.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    proc = subprocess.Popen(["bash", "-c", "set -euo pipefail\n" + with_free_ports(script) + "\n"], cwd=cwd, env=env,
+    # A script that fails before its own `kill` still ends its simulators (they hold its stderr open).
+    prologue = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+    proc = subprocess.Popen(["bash", "-c", prologue + with_free_ports(script) + "\n"], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
