@@ -69,7 +69,13 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
     into `out` (default: a folder of its own beside the first run, `compare-A-B`; never a run's).
     A run given twice is refused (InputError)."""
     from guardeval.estimators.compare.compare import compare_inputs
-    from guardeval.estimators.runs import check_distinct, compare_input_from_run, first_schedule_difference, run_dir
+    from guardeval.estimators.runs import (
+        check_distinct,
+        compare_input_from_run,
+        distinguish,
+        first_schedule_difference,
+        run_dir,
+    )
     from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
     from guardeval.view.files import compare_folder, make_folder
 
@@ -87,6 +93,7 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
         raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
     inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
                                      row_limits=row_limits) for i, r in enumerate(folders)]
+    distinguish(inputs)
     result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
                                  failure_rule=failure_rule, missing=missing,
                                  margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,

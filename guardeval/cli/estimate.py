@@ -163,6 +163,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_distinct,
         compare_input_from_run,
         compare_input_from_table,
+        distinguish,
         first_schedule_difference,
         open_run,
     )
@@ -199,6 +200,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
     inputs += inspect_bridge.compare_inputs(args)
+    distinguish(inputs)
     _labels(inputs, args.label)
     result = compare_inputs(inputs, baseline=args.baseline, placebo=args.placebo, family=args.family,
                             n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,

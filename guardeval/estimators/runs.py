@@ -197,11 +197,30 @@ def compare_input_from_run(path: str | Path | RunFolder, label: str | None, *, v
     m = table.manifest
     guard = m.get("guard") or {}
     seen = answered_by(run)
+    name = label or (run_name(guard, seen) if isinstance(guard, dict) else run.path.name)
+    named_by = ("given" if label else "label" if isinstance(guard, dict) and guard.get("label")
+                else "answered" if len(seen) == 1 else "name")
     source = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
               "verified": verification["checked"], "verify_skipped": verification["skipped"],
-              "guard": {"name": guard.get("name"), "model": guard.get("model"), "answered_by": seen}}
-    name = label or (run_name(guard, seen) if isinstance(guard, dict) else run.path.name)
+              "guard": {"name": guard.get("name"), "model": guard.get("model"), "answered_by": seen,
+                        "named_by": named_by}}
     return CompareInput(name, rows, table.roles, table.baseline, table.placebo, table.complete, source)
+
+
+def distinguish(inputs: Sequence[Any]) -> None:
+    """Runs named by the guard that answered them but sharing that name (one simulator profile
+    behind several configs, one model behind several settings) are called by their configs' names
+    instead, when those differ: the names their user gave them."""
+    groups: dict[str, list[Any]] = {}
+    for inp in inputs:
+        guard = (inp.source or {}).get("guard") or {}
+        if guard.get("named_by") == "answered":
+            groups.setdefault(inp.label, []).append(inp)
+    for group in groups.values():
+        names = [str(i.source["guard"].get("name")) for i in group]
+        if len(group) > 1 and len(set(names)) == len(names):
+            for inp, config_name in zip(group, names):
+                inp.label = config_name
 
 
 def compare_input_from_table(path: str | Path, label: str | None,
