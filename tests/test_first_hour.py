@@ -198,7 +198,7 @@ def test_the_api_reference_lists_the_records_fields():
 def test_the_snippets_print_the_headline_and_the_readme_says_what_resume_prints():
     howto = (REPO / "docs" / "how-to" / "python-guard.md").read_text()
     assert "d.difference_minus_placebo, d.significant" in howto and "(d.condition, d.difference)" not in howto
-    assert "e.delta_minus_placebo" in howto
+    assert "value = e.delta if e.delta_minus_placebo is None else e.delta_minus_placebo" in howto
     for page in (REPO / "README.md", REPO / "docs" / "tutorial.md"):
         text = page.read_text()
         assert "names the failed calls" not in text and "counts the failed calls" in text
