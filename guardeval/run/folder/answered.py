@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from guardeval.errors import GuardevalError
 from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import EVENTS, RAW
 
@@ -77,8 +78,8 @@ def _from_events(folder: RunFolder) -> dict[str, int] | None:
                     return None          # a session of an earlier version: the raw log says
                 counts.update({str(k): v for k, v in seen.items() if type(v) is int and v > 0})
                 open_sessions -= 1
-    except (LineTooLong, OSError):
-        return None
+    except (LineTooLong, OSError, GuardevalError):
+        return None   # a damaged log: verify and status say what is wrong with it
     return dict(counts) if open_sessions <= 0 else None
 
 
@@ -97,8 +98,8 @@ def _from_raw(folder: RunFolder) -> dict[str, int]:
                 who = identity(rec.get("response") if isinstance(rec.get("response"), str) else None)
                 if who is not None:
                     counts[who] += 1
-    except (LineTooLong, OSError):
-        pass
+    except (LineTooLong, OSError, GuardevalError):
+        pass   # likewise: named by what was read before the damage
     return dict(counts)
 
 
