@@ -4,6 +4,7 @@ report files, and real runs against the simulated provider on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -223,23 +224,27 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
     assert cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "50")[0] == 1  # B quarantined
     code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["C"]), "--json")
     assert code == 2 and out == "" and "schedule.jsonl" in err and "differ from line 1" in err
-    # A run compared with itself: every difference is exactly 0 in every replicate.
-    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "100")
+    # A run compared with an exact copy of itself: every difference is exactly 0 in every replicate.
+    # (The same folder twice is refused: tests/test_first_hour.py.)
+    copy = runs["A"].parent / "A-copy"
+    if not copy.exists():
+        shutil.copytree(runs["A"], copy)
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(copy), "--json", "--bootstrap", "100")
     same = json.loads(out)
     # no variation is bounded, never a zero-width interval (issue 35)
     assert all(row["difference"] == 0 and row["ci_difference"][0] < 0 < row["ci_difference"][1]
                for row in same["conditions"])
     assert same["ranking_changed"] is False
     # --out that is a file is refused before the runs are read: no result on stdout.
-    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50",
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(copy), "--json", "--bootstrap", "50",
                          "--out", str(runs["A"] / "manifest.json"))
     assert code == 2 and out == "" and "not a folder" in err and "verified" not in err
     # --out that does not exist yet is made, once the comparison holds (issue 30).
-    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50",
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(copy), "--json", "--bootstrap", "50",
                          "--out", str(runs["A"].parent / "new" / "cmp"))
     assert code == 0 and (runs["A"].parent / "new" / "cmp" / "compare.html").is_file()
     # Both runs are checked before comparing, and the message says so.
-    code, out, err = cli(capsys, "compare", str(runs["A"]), str(runs["A"]), "--json", "--bootstrap", "50")
+    code, out, err = cli(capsys, "compare", str(runs["A"]), str(copy), "--json", "--bootstrap", "50")
     assert code == 0 and err.count("verified before comparing") == 2
 
 

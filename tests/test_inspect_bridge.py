@@ -1,7 +1,8 @@
 """The Inspect bridge, both ways, against the real inspect_ai and real `.eval` logs made here
 offline (docs/inspect.md).
 
-An agent task runs on Inspect's mock model (`tests/inspect_agent.py`, a subprocess); its log
+An agent task runs on Inspect's mock model (`guardeval/cohorts/examples/inspect_agent.py`, the
+example docs/inspect.md ships; a subprocess); its log
 becomes a cohort (`cohort build inspect`), which `launch` runs on the simulated provider, and
 which `cohort export --format inspect` writes as an Inspect task; Inspect runs that task with
 its OpenAI-compatible provider against `guardeval sim-server` on 127.0.0.1 (some calls failing,
@@ -74,7 +75,7 @@ def inspect_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def agent_log(inspect_home: tuple[Path, Path]) -> Path:
     """The log of a real Inspect agent task (4 samples x 2 epochs) on Inspect's mock model."""
     tmp, tiktoken = inspect_home
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "inspect_agent.py"), str(tmp / "agent-logs")],
+    proc = subprocess.run([sys.executable, "-m", "guardeval.cohorts.examples.inspect_agent", str(tmp / "agent-logs")],
                           capture_output=True, text=True, env=_env(tmp, tiktoken), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _one_log(tmp / "agent-logs")

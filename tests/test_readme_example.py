@@ -40,7 +40,10 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     assert set(effects) == {"format_placebo", "marker_rewrite", "tool_alias", "combined"}, proc.stdout
     assert "+0.000" in effects["format_placebo"] and effects["tool_alias"].endswith("*"), proc.stdout
     assert lines[-1].endswith("of 960 blocked") and int(lines[-1].split()[0]) > 0, proc.stdout
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("compare-"))
     assert len(runs) == 2 and any("my-guard" in r for r in runs) and any("python-example" in r for r in runs)
+    # compare's files go into a folder of their own beside the runs, never into a run (issue 37).
+    compared = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("compare-")]
+    assert len(compared) == 1 and (compared[0] / "compare.html").is_file(), compared
     mine = next(p for p in (tmp_path / "runs").iterdir() if "my-guard" in p.name)
     assert (mine / "report.html").is_file()

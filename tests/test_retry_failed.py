@@ -114,7 +114,7 @@ def test_retry_after_the_provider_recovers_counts_each_call_once(copy_failed, si
     assert st["retried"]["calls"] == len(failed) and st["retried"]["rounds"] == {"1": len(failed)}
     assert [s["calls"] for s in st["retried"]["sessions"]] == [len(failed)]
     text = run_cli("status", str(run)).out
-    assert f"retried: {len(failed)} call(s) (round 1 {len(failed)})" in text and "decisions: ok 160" in text
+    assert f"retried with --retry-failed: {len(failed)} call(s) (round 1 {len(failed)})" in text and "decisions: ok 160" in text
 
     ex = run_cli("export", str(run), "--format", "csv", "--out", "-")
     assert ex.code == 0, ex.err

@@ -291,7 +291,8 @@ def test_report_needs_estimate_and_shows_a_failed_verify(hostile_run, tmp_path):
 
 
 def test_compare_writes_markdown_html_and_plot(demo_run, tmp_path):
-    r = run_cli("compare", str(demo_run.run), str(demo_run.run), "--bootstrap", "100", "--out", str(tmp_path))
+    copy = shutil.copytree(demo_run.run, tmp_path / "copy")   # the same folder twice is refused
+    r = run_cli("compare", str(demo_run.run), str(copy), "--bootstrap", "100", "--out", str(tmp_path))
     assert r.code == 0, r.err
     md = (tmp_path / "compare.md").read_text()
     assert "| tool_alias |" in md and "![paired effects](compare.png)" in md

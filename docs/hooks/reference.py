@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 MARKERS = {"<!-- generated: cli -->": "cli", "<!-- generated: guard-config -->": "config",
-           "<!-- include: BENCHMARKS.md -->": "benchmarks"}
+           "<!-- generated: api-records -->": "records", "<!-- include: BENCHMARKS.md -->": "benchmarks"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,6 +34,8 @@ def _generated(kind: str) -> str:
         return cli_reference()
     if kind == "config":
         return config_reference()
+    if kind == "records":
+        return records_reference()
     # BENCHMARKS.md stays at the repository's root (where the benchmarks' own docstrings name it);
     # the site shows it as it is, without its own first heading.
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
@@ -122,4 +124,41 @@ def config_reference() -> str:
     out += ["", "## `[provider]`", "", "| key | type | meaning |", "|---|---|---|"]
     for key, types in c._PROVIDER_FIELDS.items():
         out.append(f"| `provider.{key}` | {' or '.join(t.__name__ for t in types)} | {_cell(c.PROVIDER_DOCS[key])} |")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- API records
+
+_FIELD_LINE = re.compile(r"^    ([a-z][a-z0-9_]*): ([^=#]+?)\s*(?:=[^#]*)?(?:#\s*(.*))?$")
+
+
+def records_reference() -> str:
+    """One table per public record of `guardeval.api` (a dataclass): its fields, their types as
+    written, and the comment the source gives each (its meaning); its properties after them."""
+    import dataclasses
+    import inspect
+
+    import guardeval.api as api
+
+    out: list[str] = []
+    for name in sorted(api.__all__):
+        cls = getattr(api, name)
+        if not (inspect.isclass(cls) and dataclasses.is_dataclass(cls)):
+            continue
+        said: dict[str, tuple[str, str]] = {}
+        for line in inspect.getsource(cls).splitlines():
+            if m := _FIELD_LINE.match(line):
+                said[m.group(1)] = (m.group(2).strip(), (m.group(3) or "").strip())
+        doc = inspect.getdoc(cls) or ""
+        out += [f"### `{name}`", "", _cell(doc.split("\n\n")[0]), "", "| field | type | meaning |", "|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            if f.name.startswith("_"):
+                continue
+            kind, meaning = said.get(f.name, (str(f.type), ""))
+            out.append(f"| `{f.name}` | `{_cell(kind)}` | {_cell(meaning)} |")
+        for prop, obj in inspect.getmembers(cls, lambda o: isinstance(o, property)):
+            if not prop.startswith("_"):
+                first = (inspect.getdoc(obj) or "").split("\n\n")[0]
+                out.append(f"| `{prop}` (property) | | {_cell(first)} |")
+        out.append("")
     return "\n".join(out)

@@ -69,25 +69,34 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
     paired differences, Holm over the family (`guardeval compare RUN_A RUN_B ...`). Each run is
     verified first. `conditions` is the first pair (B − A); `result` holds every pair, the
     leaderboard and the ranking checks. With `write`, compare.md, compare.html and compare.png go
-    into `out` (default: the second run)."""
+    into `out` (default: a folder of its own beside the first run, `compare-A-B`; never a run's).
+    A run given twice is refused (InputError)."""
     from guardeval.estimators.compare.compare import compare_inputs
-    from guardeval.estimators.runs import compare_input_from_run, first_schedule_difference, run_dir
+    from guardeval.estimators.runs import (
+        check_distinct,
+        compare_input_from_run,
+        distinguish,
+        first_schedule_difference,
+        run_dir,
+    )
     from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
-    from guardeval.view.files import make_folder, out_folder
+    from guardeval.view.files import compare_folder, make_folder
 
     if len(runs) < 2:
         raise InputError(f"compare needs at least two runs, got {len(runs)}")
     folders = [run_dir(r) for r in runs]
+    check_distinct(folders)
     for r in folders[1:]:
         line = first_schedule_difference(folders[0], r, row_limits)
         if line is not None:
             raise InputError(f"schedule.jsonl of {folders[0].path} and {r.path} differ from line {line}: not runs of "
                              "one schedule", path=r.file("schedule.jsonl"), line=line)
-    out_dir = out_folder(out) if out else folders[1].path
+    out_dir = compare_folder(out, [f.path for f in folders])
     if labels is not None and len(labels) != len(folders):
         raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
     inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
                                      row_limits=row_limits) for i, r in enumerate(folders)]
+    distinguish(inputs)
     result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
                                  failure_rule=failure_rule, missing=missing,
                                  margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,

@@ -135,6 +135,7 @@ class RunStatus(_Record):
     problems: list[Any]                     # what is wrong: a cut raw log, a broken retry chain, ...
     fingerprint: str                        # the run's fingerprint now
     retried: dict[str, Any] | None = None   # calls given new attempts by `resume --retry-failed`, by round
+    answered_by: dict[str, int] = field(default_factory=dict)   # who answered (sim profile, reported model, callable)
     extra: dict[str, Any] = field(default_factory=dict)   # fields of `status --json` newer than this record
 
     @classmethod
@@ -279,22 +280,22 @@ class Difference(_Record):
     of the placebo-corrected effect (the headline), each with its decision."""
 
     condition: str
-    delta_a: float | None
-    ci_a: Interval | None
-    delta_b: float | None
+    delta_a: float | None                   # Δ (condition − baseline block rate) in run A
+    ci_a: Interval | None                   # its unadjusted 95% interval
+    delta_b: float | None                   # Δ in run B
     ci_b: Interval | None
-    difference: float | None
+    difference: float | None                # B − A of Δ (not the headline)
     ci_difference: Interval | None
     p_difference: float | None
-    p_holm: float | None
-    delta_minus_placebo_a: float | None = None
-    delta_minus_placebo_b: float | None = None
-    difference_minus_placebo: float | None = None
-    ci_difference_minus_placebo: Interval | None = None
+    p_holm: float | None                    # p_difference after Holm in its family
+    delta_minus_placebo_a: float | None = None   # the corrected effect Δ − Δ_placebo in run A
+    delta_minus_placebo_b: float | None = None   # ... in run B
+    difference_minus_placebo: float | None = None   # the headline: B − A of the corrected effect
+    ci_difference_minus_placebo: Interval | None = None   # its unadjusted 95% interval
     p_difference_minus_placebo: float | None = None
-    p_holm_minus_placebo: float | None = None
-    verdict: Decision | None = None
-    verdict_minus_placebo: Decision | None = None
+    p_holm_minus_placebo: float | None = None   # the headline's p after Holm (what `significant` reads)
+    verdict: Decision | None = None          # the decision on `difference`
+    verdict_minus_placebo: Decision | None = None   # the decision on the headline
 
     @property
     def significant(self) -> bool:

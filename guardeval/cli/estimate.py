@@ -72,9 +72,11 @@ def register(sub: Any) -> None:
     p.add_argument("--table", action="append", default=[], metavar="FILE",
                    help="a JSONL decision table of the same bases (repeatable; inputs are the runs, then the tables)")
     p.add_argument("--label", action="append", default=[], metavar="NAME",
-                   help="a name per input, in input order (default: a run's guard name, a table's file name)")
-    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png "
-                                                "(default: the second run folder; with fewer runs, none written)")
+                   help="a name per input, in input order (default: the guard that answered a run, e.g. the "
+                        "simulator's profile, or its config's label; a table's file name; the model a log names)")
+    p.add_argument("--out", metavar="DIR", help="folder for compare.md, compare.html, compare.png (default: "
+                                                "compare-A-B beside the first run, never a run's folder; with fewer "
+                                                "than two runs, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
     p.add_argument("--fail-on", choices=["differs"], dest="fail_on",
@@ -160,12 +162,18 @@ def _labels(inputs: list[Any], given: list[str]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from guardeval.estimators.compare.compare import compare_inputs
     from guardeval.estimators.compare.compare_text import text
-    from guardeval.estimators.runs import compare_input_from_run, compare_input_from_table, first_schedule_difference, open_run
+    from guardeval.estimators.runs import (
+        check_distinct,
+        compare_input_from_run,
+        compare_input_from_table,
+        distinguish,
+        first_schedule_difference,
+        open_run,
+    )
     from guardeval.estimators.verdicts.decisions import check_alpha
     from guardeval.estimators.verdicts.equivalence import check_margin
-    from guardeval.run.folder.folder import RunFolder
     from guardeval.run.folder.layout import SCHEDULE
-    from guardeval.view.files import make_folder, out_folder
+    from guardeval.view.files import compare_folder, make_folder, out_folder
 
     inspect_bridge.check(args)
     n_inputs = len(args.runs) + len(args.table) + len(args.inspect_log)
@@ -175,13 +183,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.label and len(args.label) != n_inputs:
         raise InputError(f"{len(args.label)} --label for {n_inputs} inputs: give one per input, in input order",
                          field="label")
+    if args.out:
+        out_folder(args.out)    # an --out that cannot be a folder: refused before any run is read
     runs = [open_run(r) for r in args.runs]
+    check_distinct(runs)
     for r in runs[1:]:
         line = first_schedule_difference(runs[0], r, row_limits(args))
         if line is not None:
             raise InputError(f"schedule.jsonl of {runs[0].path} and {r.path} differ from line {line}: not runs of "
                              "one schedule", path=r.file(SCHEDULE), line=line)
-    out_dir: Path | RunFolder | None = out_folder(args.out) if args.out else (runs[1] if len(runs) >= 2 else None)
+    # Its own folder (never a run's): --out, else compare-A-B beside the first run; with fewer
+    # than two runs (tables, Inspect logs) only --out writes files.
+    out_dir = compare_folder(args.out, [r.path for r in runs]) if args.out or len(runs) >= 2 else None
     inputs = []
     for r in runs:
         inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
@@ -190,6 +203,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
     inputs += inspect_bridge.compare_inputs(args)
+    distinguish(inputs)
     _labels(inputs, args.label)
     result = compare_inputs(inputs, baseline=args.baseline, placebo=args.placebo, family=args.family,
                             n_boot=args.bootstrap, seed=args.seed, failure_rule=args.failures, missing=args.missing,
@@ -206,11 +220,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if out_dir is not None:
         from guardeval.view.compare import write_compare
 
-        if isinstance(out_dir, Path):
-            make_folder(out_dir)   # made once the comparison holds, not before
+        make_folder(out_dir)   # made once the comparison holds, not before
         written = write_compare(result, out_dir)
-        where = out_dir.path if isinstance(out_dir, RunFolder) else out_dir
-        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {where}"), file=sys.stderr)
+        print(safe("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}"), file=sys.stderr)
     if not result["complete"]:
         print("guardeval: warning: an incomplete input, compared with --allow-partial", file=sys.stderr)
     if not result["publishable"] and not args.allow_unpublishable:

@@ -90,12 +90,17 @@ def show(result: Any, out: TextIO) -> None:
     print(f"preflight: {'OK' if result.ok else 'FAILED'}", file=out)
 
 
+def applies(backend: str) -> bool:
+    """Whether a guard of this back-end has a preflight (a server to ask)."""
+    return backend in ("openrouter", "openai-compatible")
+
+
 def check_plan(plan: Any, args: argparse.Namespace, *, max_calls: int | None, out: TextIO) -> bool:
     """The preflight step of launch/replicate: True when the run may go ahead (or the step does
     not apply: another back-end, or --no-preflight). Prints the checks to `out`. A dialect the
     local preflight resolved (`structured_output = "auto"`) replaces the plan's config."""
     backend = plan.config.backend
-    if backend not in ("openrouter", "openai-compatible"):
+    if not applies(backend):
         return True
     if args.no_preflight:
         print("preflight: skipped (--no-preflight)", file=out)

@@ -227,7 +227,17 @@ def _record_options(plan: Any, args: argparse.Namespace) -> None:
     plan.manifest[launch_options.FIELD] = launch_options.record(_given(args))
 
 
+def _refusal(run_dir: Path) -> str | None:
+    """Why the launch would refuse `run_dir` (an existing folder), in the launch's words; None: it would not."""
+    try:
+        check_new_run_dir(run_dir)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
 def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
+    refused = _refusal(run_dir)   # the launch checks the folder first: so does its dry run
     plan.render_instances()
     plan.digest()   # hashes the schedule as it would be written; writes nothing
     proj = plan.projection(args.max_calls)
@@ -245,8 +255,8 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
                                "base_url": cfg.effective_base_url},
                      "prompt": plan.prompt.id, "schedule_sha256": plan.manifest["schedule_sha256"],
                      "run_dir": str(run_dir), "max_calls": args.max_calls, "projection": proj, "key": key,
-                     "preflight_ok": ready})
-        return 0 if ready else 2
+                     "preflight_ok": ready, "run_dir_refused": refused})
+        return 0 if ready and refused is None else 2
     parent = (m.get("parent_run") or {}).get("run_id")
     print(safe(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
                f"{len(plan.cohort.conditions)} conditions x {reps} repetitions; order {order}, seed {seed}"
@@ -257,7 +267,7 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
         state = "set" if key["set"] else ("NOT SET: launch will refuse" if key["needed"] else "not set (optional here)")
         print(f"key: {cfg.api_key_env} is {state}")
     print(f"schedule sha256: {plan.manifest['schedule_sha256']}")
-    print(f"would write: {safe(run_dir)}")
+    print(safe(f"would refuse: {refused}") if refused else f"would write: {safe(run_dir)}")
     cost = proj["cost_usd_upper_est"]
     pilot = f" (the first {proj['calls']}, --max-calls)" if proj["calls"] < plan.n_calls else ""
     print(f"projection for {proj['calls']} calls{pilot}: ~{proj['prompt_tokens_est']} prompt tokens, "
@@ -267,8 +277,9 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
     if args.max_cost is not None and cost is not None and cost > args.max_cost:
         print(f"note: the projection exceeds --max-cost ${args.max_cost:g}; the run would stop early")
     ready = preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stdout)
-    print("dry run: no call sent, nothing written" + ("" if ready else "; launch would refuse (exit 2)"))
-    return 0 if ready else 2
+    ok = ready and refused is None
+    print("dry run: no call sent, nothing written" + ("" if ok else "; launch would refuse (exit 2)"))
+    return 0 if ok else 2
 
 
 def _warn_if_plain_http(url: str | None) -> None:
@@ -315,9 +326,15 @@ def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | Non
         _print_json(result.outcome_json())
     else:
         print(safe(f"{run_dir}: {result.message()}"))
+        _say_answered(run if isinstance(run, RunFolder) else RunFolder(run_dir))
     # Written down elsewhere, the fingerprint pins this log: `verify --expect` checks it later.
     print(f"guardeval: fingerprint {result.fingerprint} (keep it with your results; "
           f"`guardeval verify RUN --expect {result.fingerprint}` checks the run against it)", file=sys.stderr)
+    if result.session_dispatched == 0 and not result.recovered:
+        # The token pins events.jsonl too, and every session appends its start and stop there.
+        print("guardeval: nothing was sent; the fingerprint still moved on: it pins the sessions' log "
+              "(events.jsonl), to which this session added its start and stop. The answers and decisions are "
+              "unchanged (its first two numbers, the attempts and decisions, are the same)", file=sys.stderr)
     result.raise_if_stopped()
     if not result.complete:
         print(f"guardeval: pilot stopped by --max-calls; continue with: guardeval resume {safe(run_dir)}",
@@ -331,6 +348,16 @@ def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | Non
                        + ", ".join(f"{k} {v}" for k, v in sorted(failed.items()))
                        + f"): try them again with: guardeval resume {run_dir} --retry-failed"), file=sys.stderr)
     return 0
+
+
+def _say_answered(folder: RunFolder) -> None:
+    """Which guard answered (the simulator's profile, the reported model, the callable): the
+    config's name and model say only what was asked for."""
+    from guardeval.run.folder.answered import answered_by, describe
+
+    seen = answered_by(folder)
+    if seen:
+        print(safe(f"answered by: {describe(seen)}"))
 
 
 def _print_json(obj: Any) -> None:
@@ -397,6 +424,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(safe(f"  state: {STATE_TEXT[st['state']].format(run=args.run)}"))
     print(safe(f"  guard {st['guard']} (model {st['model']}), cohort {st['cohort']}"
                + (f", replicate of {st['parent_run']}" if st["parent_run"] else "")))
+    if st.get("answered_by"):
+        from guardeval.run.folder.answered import describe
+
+        print(safe(f"  answered by: {describe(st['answered_by'])}"))
     if st["statuses"]:
         print(safe("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items()))))
     failed = sum(st["statuses"].get(k, 0) for k in DEFAULT_RETRY.split(","))
@@ -406,7 +437,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st["quarantined"]:
         print(safe(f"  quarantined: {st['quarantined']} ("
                    + ", ".join(f"{k} {v}" for k, v in sorted(st["quarantine_by_reason"].items())) + ")"))
-    print(f"  attempts: {st['attempts']} ({st['retries']} retried); spend ${st['spend_usd']:.4f}"
+    # "retried" is kept for --retry-failed's calls (below): these are the dispatcher's own repeats.
+    print(f"  attempts: {st['attempts']} ({st['retries']} of them failed transiently and were tried again); "
+          f"spend ${st['spend_usd']:.4f}"
           + (" (simulated provider: not billed)" if st["spend_simulated"] else ""))
     stop = st["last_stop"]
     if stop:
@@ -417,7 +450,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if retried["calls"]:
         rounds = ", ".join(f"round {k} {v}" for k, v in retried["rounds"].items())
         last = retried["sessions"][-1] if retried["sessions"] else {}
-        print(safe(f"  retried: {retried['calls']} call(s) ({rounds}); counted at their newest decision"
+        print(safe(f"  retried with --retry-failed: {retried['calls']} call(s) ({rounds}); counted at their "
+                   "newest decision"
                    + (f"; last retry session {last.get('at')}" if last else "")))
     if st["generation_replays"]:
         print(f"  answered under a generation id another call also got: {st['generation_replays']} "

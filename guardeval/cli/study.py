@@ -204,6 +204,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     for g in plan.guards:
         require_key(g.plan.config, g.plan.config.source)   # before the preflight, which would send it
     for g in plan.guards:
+        if not preflight.applies(g.plan.config.backend):
+            # Nothing to ask: say so rather than print a heading with nothing under it.
+            print(safe(f"preflight of {g.label}: none ({g.plan.config.backend} back-end: no server to ask)"),
+                  file=sys.stderr)
+            continue
         print(safe(f"preflight of {g.label}:"), file=sys.stderr)
         if not preflight.check_plan(g.plan, args, max_calls=args.max_calls, out=sys.stderr):
             raise preflight.refuse(g.plan)

@@ -55,8 +55,11 @@ def _out_dir(out: str | Path) -> Path:
         raise InputError("is not a folder; OUT names the folder to write the task into", path=root)
     if root.is_dir() and any(root.iterdir()):
         raise InputError("is not empty; export into a new or empty folder", path=root)
-    if not root.parent.is_dir():
-        raise InputError("no such folder", path=root.parent)
+    # Missing parents (`tasks/` of `tasks/my-agent`) are made once the export holds; one that
+    # exists as something other than a folder is refused here, before any work.
+    parent = next((p for p in root.parents if p.exists() or p.is_symlink()), None)
+    if parent is not None and not parent.is_dir():
+        raise InputError("is not a folder", path=parent)
     return root
 
 
@@ -93,7 +96,7 @@ def export_inspect(cohort_dir: str | Path, out: str | Path, *, prompt_id: str = 
         "dataset": {"file": DATASET, "sha256": sha256_hex(data), "samples": len(lines)},
         "epochs": epochs, "generate": {"temperature": temperature, "max_tokens": max_tokens},
     }
-    root.mkdir(exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     (root / DATASET).write_bytes(data)
     (root / TASK_JSON).write_text(json.dumps(settings, indent=2) + "\n", "utf-8")
     (root / TASK_PY).write_text(TASK_PY_TEXT, "utf-8")

@@ -4,6 +4,7 @@ reader, estimate, write the report files into the run folder. Used by `guardeval
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,11 @@ def verified(path: str | Path | RunFolder, *, verify: bool = True, allow_skipped
             what = f"{where}: {first['message']}" + (f" (and {more} more)" if more else "")
         else:
             first = result["skipped"][0]
-            what = f"{first['check']} could not be done: {first['reason']} (--allow-skipped accepts that)"
+            # A reason may already name its check and the option (the callable's): said once.
+            reason = str(first["reason"])
+            what = reason if reason.startswith(first["check"]) else f"{first['check']} could not be done: {reason}"
+            if "--allow-skipped" not in reason:
+                what += " (--allow-skipped accepts that)"
         raise CheckFailed(f"{run}: the run does not verify, so guardeval does not {doing} it: {what}. "
                           f"`guardeval verify {run}` lists every problem; --no-verify does it anyway")
     return {"checked": True, "skipped": result["skipped"]}
@@ -163,21 +168,59 @@ def first_schedule_difference(run_a: RunFolder, run_b: RunFolder, row_limits: Ro
     return None
 
 
+def check_distinct(folders: Sequence[RunFolder]) -> None:
+    """A run given twice to `compare` is refused (exit 2): every difference would be exactly 0,
+    which says nothing about two guards."""
+    for i, a in enumerate(folders):
+        for b in folders[i + 1:]:
+            try:
+                same = os.path.samefile(a.path, b.path)
+            except OSError:
+                same = False
+            if same:
+                raise InputError(f"{a.path} and {b.path} are the same run: a run compared with itself differs by "
+                                 "exactly 0 everywhere. Compare it with a replicate on another guard "
+                                 "(guardeval replicate RUN --guard ...)")
+
+
 def compare_input_from_run(path: str | Path | RunFolder, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
                            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
-    """A run as an input of `compare`: verified first (see `verified`), labelled by its guard's
-    name unless `label` is given."""
+    """A run as an input of `compare`: verified first (see `verified`), labelled by the guard that
+    answered it (`guardeval.run.folder.answered.run_name`: the config's `label`, else the
+    simulator's profile, the model the provider reported or the python callable) unless `label`
+    is given."""
     from guardeval.estimators.compare.compare import CompareInput
+    from guardeval.run.folder.answered import answered_by, run_name
 
     verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
     run, table, rows = load_run(path, row_limits)
     m = table.manifest
     guard = m.get("guard") or {}
+    seen = answered_by(run)
+    name = label or (run_name(guard, seen) if isinstance(guard, dict) else run.path.name)
+    named_by = ("given" if label else "label" if isinstance(guard, dict) and guard.get("label")
+                else "answered" if len(seen) == 1 else "name")
     source = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
               "verified": verification["checked"], "verify_skipped": verification["skipped"],
-              "guard": {"name": guard.get("name"), "model": guard.get("model")}}
-    name = label or str(guard.get("name") or run.path.name)
+              "guard": {"name": guard.get("name"), "model": guard.get("model"), "answered_by": seen,
+                        "named_by": named_by}}
     return CompareInput(name, rows, table.roles, table.baseline, table.placebo, table.complete, source)
+
+
+def distinguish(inputs: Sequence[Any]) -> None:
+    """Runs named by the guard that answered them but sharing that name (one simulator profile
+    behind several configs, one model behind several settings) are called by their configs' names
+    instead, when those differ: the names their user gave them."""
+    groups: dict[str, list[Any]] = {}
+    for inp in inputs:
+        guard = (inp.source or {}).get("guard") or {}
+        if guard.get("named_by") == "answered":
+            groups.setdefault(inp.label, []).append(inp)
+    for group in groups.values():
+        names = [str(i.source["guard"].get("name")) for i in group]
+        if len(group) > 1 and len(set(names)) == len(names):
+            for inp, config_name in zip(group, names):
+                inp.label = config_name
 
 
 def compare_input_from_table(path: str | Path, label: str | None,

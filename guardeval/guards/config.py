@@ -63,6 +63,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "provider": ((dict,), False),
     "callable": ((str,), False),
     "isolation": ((str,), False),
+    "label": ((str,), False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
     "only": (list,), "order": (list,), "allow_fallbacks": (bool,), "require_parameters": (bool,),
@@ -100,6 +101,9 @@ FIELD_DOCS: dict[str, str] = {
     "isolation": "python back-end only: where calls run: thread (worker threads of the harness) or process (worker "
                  "processes, each importing the module once: stoppable at timeout_s, one interpreter lock each); "
                  "docs/how-to/python-guard.md says which to choose",
+    "label": "what replicate, compare and the pages call runs of this guard (at most 64 characters, no control "
+             "characters; default: the guard that answered, e.g. the simulator's profile, else name); --label "
+             "overrides",
 }
 PROVIDER_DOCS: dict[str, str] = {
     "only": "the providers an answer may come from (an answer from another is quarantined as provider_drift)",
@@ -136,6 +140,7 @@ class GuardConfig:
     provider: dict[str, Any] | None = None
     callable: str | None = None   # backend python: "package.module:function"
     isolation: Isolation = "thread"   # backend python
+    label: str | None = None      # what outputs call its runs (guardeval.run.folder.answered.run_name)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -161,6 +166,8 @@ class GuardConfig:
             del d["callable"]   # only python guards have one: other configs hash as before
         if d["isolation"] == "thread":
             del d["isolation"]  # the default: runs launched before it existed hash as before
+        if d["label"] is None:
+            del d["label"]      # likewise: a config without a label hashes as before it existed
         return d
 
     @property
@@ -466,6 +473,8 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
         raise fail(f"unknown backend (expected one of {', '.join(BACKENDS)})", "backend")
     if _CONTROL.search(data["model"]) or len(data["model"]) > 1024:
         raise fail("must be at most 1024 characters, no control characters", "model")
+    if "label" in data and (not data["label"] or _CONTROL.search(data["label"]) or len(data["label"]) > 64):
+        raise fail("must be 1-64 characters, no control characters", "label")
     for key, (lo, hi) in RANGES.items():
         if key in data:
             v = data[key]

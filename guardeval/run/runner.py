@@ -194,7 +194,8 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
                              rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
                              limit_restores=result.limit_restores, background_429=result.background_429,
                              last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
-                             fatal=result.fatal_message, retried=result.retried)
+                             fatal=result.fatal_message, retried=result.retried,
+                             answered_by=dict(writer.answered))
             except WriteFailed:
                 pass   # the stop event is informational; the dispatcher has already stopped on this
         finally:

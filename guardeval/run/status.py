@@ -21,6 +21,7 @@ import orjson
 from guardeval.guards.base import valid_cost
 from guardeval.run.dispatch.workers import halves
 from guardeval.run.folder import supersede
+from guardeval.run.folder.answered import answered_by
 from guardeval.run.folder.folder import RunFolder, opened
 from guardeval.run.folder.layout import DECISIONS, EVENTS, RAW
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, iter_raw_fields
@@ -84,6 +85,8 @@ def _status(folder: RunFolder) -> dict[str, Any]:
         # Final answers in the log without a decision line: `resume` re-derives them.
         "undecided_answers": len(finals - decided),
         "problems": problems, "fingerprint": fp.token,
+        # Which guard answered (the simulator's profile, the reported model, the callable): identity -> answers.
+        "answered_by": answered_by(folder),
     }
 
 

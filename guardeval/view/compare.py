@@ -82,7 +82,7 @@ def html(result: Mapping[str, Any]) -> str:
               f'<img class="plot" alt="each guard\'s corrected effect per condition" '
               f'src="data:image/svg+xml;base64,{_svg(leaderboard_figure(result, _title(result)))}">']
     for c in result["leaderboard"]:
-        parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c))]
+        parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c), cls="leaderboard")]
     parts += [f'<p class="note">{T.esc(CT.LEADERBOARD_TERMS)}.</p>', "<h2>Ranking stability</h2>",
               "<ul>" + "".join(f"<li>{T.esc(line.strip())}</li>" for line in CT.stability_lines(result)) + "</ul>",
               f'<p class="note">{T.esc(result["ranking_stability"]["rule"])}</p>',

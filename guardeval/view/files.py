@@ -5,7 +5,7 @@ file, and a failed write leaves nothing behind)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from guardeval.errors import InputError
@@ -30,6 +30,35 @@ def out_folder(out: str | Path) -> Path:
     if target.exists() and not target.is_dir():
         raise InputError("not a folder", path=target, field="out")
     return target
+
+
+def compare_folder(out: str | Path | None, runs: Sequence[Path]) -> Path:
+    """Where `compare` writes: `--out DIR`, else a folder of its own beside the first run
+    (`compare-A-B`, `compare-A-B-and-N-more`). Never a run folder: a run's folder holds that
+    run's files, and a comparison is about several (exit 2, before any work)."""
+    if out:
+        target = out_folder(out)
+    else:
+        names = [r.name for r in runs[:2]] + ([f"and-{len(runs) - 2}-more"] if len(runs) > 2 else [])
+        target = runs[0].parent / "-".join(["compare", *names])
+    if _holds_run(target):
+        raise InputError("holds a run: compare writes into a folder of its own (give --out another folder)",
+                         path=target, field="out")
+    return target
+
+
+def _holds_run(target: Path) -> bool:
+    from guardeval.errors import GuardevalError
+    from guardeval.run.folder.folder import opened
+    from guardeval.run.folder.layout import MANIFEST
+
+    if not target.is_dir():
+        return False
+    try:
+        with opened(target) as folder:   # never through a link
+            return folder.has(MANIFEST)
+    except (GuardevalError, OSError):
+        return False
 
 
 def make_folder(target: Path) -> Path:

@@ -115,7 +115,7 @@ def html(report: Mapping[str, Any]) -> str:
               f'<img class="plot" alt="each guard\'s corrected effect per condition" '
               f'src="data:image/svg+xml;base64,{_svg(leaderboard_figure(result, head))}">']
     for c in result["leaderboard"]:
-        parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c))]
+        parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c), cls="leaderboard")]
     parts.append("</section>")
     parts.append('<section id="pairs"><h2>Paired differences</h2>')
     for pair in result["pairs"]:

@@ -66,6 +66,11 @@ def pv(p: float | None) -> str:
     return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
 
 
+def pv_cell(p: float | None) -> Raw:
+    """A p in a table whose cells may wrap: kept on one line ("8.6e-10", never "8.6e-" / "10")."""
+    return Raw(f'<span class="nw">{esc(pv(p))}</span>')
+
+
 def table(head: Sequence[str], rows: Iterable[Sequence[Any]], *, cls: str = "", num_from: int = 1,
           row_attrs: Sequence[str] | None = None) -> str:
     """An HTML table; cells given as (text) are escaped, cells given as Raw are not."""
@@ -142,7 +147,7 @@ def generic(value: Any, *, row_name: str = "") -> str:
 def section(sec: Section) -> str:
     """A family of report.md (`guardeval.estimators.report.sections`) as HTML: the same rows."""
     return (f"<h3>{esc(sec.title)}</h3><p class=\"note\">{esc(sec.intro)}</p>"
-            + (table(sec.head, sec.rows) if sec.head else ""))
+            + (table(sec.head, sec.rows, cls="section") if sec.head else ""))
 
 
 # Per-contrast keys shown by the contrasts table and the contrast-diagnostics section; any other
@@ -174,10 +179,10 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
         rows.append([
             Raw(name + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
                         if sig else "")),
-            est_ci_cell(c.get("delta"), c.get("ci")), pv(c.get("p")),
-            pv(c.get("p_holm")) if c.get("in_family") else "not in family",
-            est_ci_cell(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv(c.get("p_minus_placebo")),
-            "—" if c.get("delta_minus_placebo") is None else pv(c.get("p_holm_minus_placebo"))
+            est_ci_cell(c.get("delta"), c.get("ci")), pv_cell(c.get("p")),
+            pv_cell(c.get("p_holm")) if c.get("in_family") else "not in family",
+            est_ci_cell(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv_cell(c.get("p_minus_placebo")),
+            "—" if c.get("delta_minus_placebo") is None else pv_cell(c.get("p_holm_minus_placebo"))
             if c.get("p_holm_minus_placebo") is not None else "not in family",
             f"{c.get('increase')}/{c.get('decrease')}/{c.get('tie')}", c.get("n_bases"), c.get("n_clusters"),
             c.get("block_rate"), c.get("same_round_flip_rate"),

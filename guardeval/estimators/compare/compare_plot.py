@@ -17,11 +17,25 @@ from guardeval.estimators.report.plot import _RC, _label, _p, plt
 from guardeval.estimators.verdicts.decisions import significant
 
 COLOURS = ("#1b4f8a", "#c0392b", "#2e8b57", "#b8860b", "#6a3d9a", "#8c8c8c", "#e377c2", "#17becf")
+DIFFERENCE = "#222222"   # B − A: no guard's colour
 TITLE_CHARS = 100   # about what one line of a 9.5-inch figure holds at 10.5 pt
 
 
+def guard_colour(result: Mapping[str, Any], label: str) -> str:
+    """One colour per guard on a page: its place among the comparison's inputs, so the pair plots
+    and the leaderboard's dot plot draw a guard alike."""
+    labels = [str(i["label"]) for i in result["inputs"]]
+    return COLOURS[(labels.index(label) if label in labels else 0) % len(COLOURS)]
+
+
+def title_lines(title: str) -> list[str]:
+    """A long title in lines of at most TITLE_CHARS, broken at spaces only: never inside a name
+    ("alias-" / "sensitive")."""
+    return textwrap.wrap(_label(title, 400), TITLE_CHARS, break_on_hyphens=False)
+
+
 def _title(fig: Figure, title: str) -> None:
-    fig.suptitle("\n".join(textwrap.wrap(_label(title, 400), TITLE_CHARS)) or " ", fontsize=10.5, x=0.01, ha="left")
+    fig.suptitle("\n".join(title_lines(title)) or " ", fontsize=10.5, x=0.01, ha="left")
 
 
 def _headline(r: Mapping[str, Any], side: str) -> tuple[float | None, Any]:
@@ -59,7 +73,8 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
         side.axis("off")
         ys = list(range(len(rows)))[::-1]
         for y, r in zip(ys, rows):
-            for off, key, colour, marker in ((0.15, "a", "#8c8c8c", "o"), (-0.15, "b", "#1b4f8a", "D")):
+            for off, key, marker in ((0.15, "a", "o"), (-0.15, "b", "D")):
+                colour = guard_colour(result, pair[key])
                 est, ci = _headline(r, key)
                 if ci is not None:
                     ax.plot(ci, [y + off] * 2, color=colour, lw=1.8)
@@ -68,9 +83,9 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
                             label=_label(pair[key], 60))
             est, ci, eq, corrected = _difference(r)
             if ci is not None:
-                dx.plot(ci, [y] * 2, color="#6a3d9a", lw=2.2)
+                dx.plot(ci, [y] * 2, color=DIFFERENCE, lw=2.2)
             if est is not None:
-                dx.plot([est], [y], marker="s", ms=6, color="#6a3d9a", ls="none", label="B − A (paired)")
+                dx.plot([est], [y], marker="s", ms=6, color=DIFFERENCE, ls="none", label="B − A (paired)")
             sig, p_holm = significant(eq), (eq or {}).get("p_adjusted")
             side.text(0.0, y, f"{'corr.' if corrected else 'Δ'} p_Holm\n{_p(p_holm)}{' *' if sig else ''}",
                       va="center", ha="left", fontsize=7.5, family="monospace",
@@ -108,7 +123,7 @@ def leaderboard_figure(result: Mapping[str, Any], title: str) -> Figure:
         for y, c in zip(ys, conds):
             for g, entry in enumerate(result["leaderboard"][c]):
                 yy = y + 0.35 - width * (g + 0.5)
-                colour = COLOURS[g % len(COLOURS)]
+                colour = guard_colour(result, labels[g])
                 ci = entry["ci_minus_placebo"] if entry["delta_minus_placebo"] is not None else entry["ci"]
                 if ci is not None:
                     ax.plot(ci, [yy] * 2, color=colour, lw=1.6)

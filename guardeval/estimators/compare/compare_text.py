@@ -11,6 +11,7 @@ from typing import Any
 from guardeval.estimators.report.formats import interval, level, num, pval, text_table
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.decisions import short
+from guardeval.run.folder.answered import describe
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -19,8 +20,17 @@ def who(inp: Mapping[str, Any]) -> str:
     src = inp.get("source") or {}
     if src.get("table"):
         return f"{inp['label']}: table {src['table']}"
+    logs = src.get("inspect_logs")
+    if isinstance(logs, list) and logs:
+        # An Inspect log: its file, the model it names and its eval id (it has no run folder).
+        said = ", ".join(f"{lg.get('path')} (model {lg.get('model')}, eval {lg.get('eval_id')})"
+                         for lg in logs if isinstance(lg, dict))
+        return f"{inp['label']}: Inspect log {said}"
     g = src.get("guard") or {}
-    return f"{inp['label']}: {g.get('name')} ({g.get('model')}), run {src.get('run_id')}"
+    seen = g.get("answered_by")
+    # Who answered first (the simulator's profile, the reported model), then what the config asked for.
+    said = f"answered by {describe(seen)}; " if isinstance(seen, dict) else ""
+    return f"{inp['label']}: {said}config {g.get('name')}, model {g.get('model')}; run {src.get('run_id')}"
 
 
 def input_lines(result: Mapping[str, Any]) -> list[str]:

@@ -8,7 +8,9 @@ it is the guard the user named.
 Provenance (recorded in the manifest and in every attempt's response): the name, the module
 that defines the function, the installed distribution that provides that module and its version
 (`importlib.metadata.packages_distributions`; none for a module on PYTHONPATH), and the SHA-256
-of that module's source file.
+of that module's source file, and `beside_config`: the guard config's folder when the module was
+found there rather than on the import path (so `launch --guard my-guard.toml` works beside
+`my_guard.py` with no PYTHONPATH; `resume` and `verify` look there again).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ MAX_NAME_CHARS = 256
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _NAME_RE = re.compile(rf"({_IDENT}(?:\.{_IDENT})*):({_IDENT}(?:\.{_IDENT})*)")
 MAX_SOURCE_BYTES = 64 << 20   # a source file hashed for provenance
+# Folders `load` appended to sys.path because a guard's module lay there, beside its config.
+_BESIDE: set[str] = set()
 
 
 def name_problem(name: str) -> str | None:
@@ -55,21 +59,30 @@ def split(name: str) -> tuple[str, list[str]]:
     return module, attrs.split(".")
 
 
-def load(name: str, *, where: object = None, field: str = "callable") -> Callable[..., Any]:
+def config_folder(source: object) -> str | None:
+    """The folder of a guard config file (None: the config is not a file, e.g. `api.python_guard`)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = os.path.abspath(os.fspath(source))
+    return os.path.dirname(path) if os.path.isfile(path) else None
+
+
+def load(name: str, *, where: object = None, field: str = "callable", beside: str | None = None) -> Callable[..., Any]:
     """Import the module and walk to the function. InputError (exit 2) naming the field and
-    the import error when it does not import, has no such attribute, or is not callable."""
+    the import error when it does not import, has no such attribute, or is not callable.
+    A module the import path does not have is looked for in `beside` (the guard config's
+    folder), which is then appended to sys.path: the guard the config sits next to."""
     if (problem := name_problem(name)) is not None:
         raise InputError(problem, path=where, field=field)
     module_name, attrs = split(name)
     try:
-        # What the module prints as it loads goes to stderr: stdout is the command's (`--json`).
-        with contextlib.redirect_stdout(sys.stderr):
-            obj: Any = importlib.import_module(module_name)
+        obj: Any = _import(module_name, beside)
     except BaseException as exc:  # noqa: BLE001 - any failure of the user's module is bad input here
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise InputError(f"cannot import module '{module_name}': {_text(exc)} (is it installed, or on "
-                         "PYTHONPATH?)", path=where, field=field) from None
+        also = f", or beside the guard config in {beside}" if beside else ""
+        raise InputError(f"cannot import module '{module_name}': {_text(exc)} (is it installed, on "
+                         f"PYTHONPATH{also}?)", path=where, field=field) from None
     for i, attr in enumerate(attrs):
         try:
             obj = getattr(obj, attr)
@@ -80,6 +93,24 @@ def load(name: str, *, where: object = None, field: str = "callable") -> Callabl
     if not callable(obj):
         raise InputError(f"'{name}' is a {type(obj).__name__}, not a function", path=where, field=field)
     return obj
+
+
+def _import(module_name: str, beside: str | None) -> Any:
+    # What the module prints as it loads goes to stderr: stdout is the command's (`--json`).
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            top = module_name.partition(".")[0]
+            # Only a top-level module missing from the whole path: an import error inside the
+            # guard's own code is the guard's to report.
+            if beside is None or exc.name != top or locate(module_name, [beside]) is None:
+                raise
+        # Appended, not prepended: nothing installed is shadowed (it was not found there).
+        if beside not in sys.path:
+            sys.path.append(beside)
+        _BESIDE.add(beside)
+        return importlib.import_module(module_name)
 
 
 def _text(exc: BaseException, limit: int = 300) -> str:
@@ -96,8 +127,13 @@ def provenance(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     if not isinstance(module, str):
         module = split(name)[0]
     dist, version = distribution(module)
-    return {"name": name, "module": module, "distribution": dist, "version": version,
-            "source_sha256": source_sha256(module)}
+    out: dict[str, Any] = {"name": name, "module": module, "distribution": dist, "version": version,
+                           "source_sha256": source_sha256(module)}
+    path = source_file(module)
+    folder = next((d for d in sorted(_BESIDE) if path is not None and path.startswith(d + os.sep)), None)
+    if folder is not None:
+        out["beside_config"] = folder
+    return out
 
 
 def distribution(module: str) -> tuple[str | None, str | None]:
@@ -132,7 +168,7 @@ def source_file(module: str) -> str | None:
     return locate(module)
 
 
-def locate(module: str) -> str | None:
+def locate(module: str, path: list[str] | None = None) -> str | None:
     """Where the import system would find `module`'s source, looked up as plain files: never
     an import, never `find_spec` (which imports the parent packages, running their code), so a
     module named by a stranger's run folder runs nothing here (issue 27).
@@ -143,7 +179,8 @@ def locate(module: str) -> str | None:
     (a package) or `part.py` in the first folder that has one, `part/` folders without
     `__init__.py` (namespace portions) joined when none has. Not found here: a module that
     only an import hook provides (setuptools' editable-install finder, a zip file) or that is
-    not on this machine's path. Names are checked identifiers (`name_problem`), so no part
+    not on this machine's path. `path` replaces `sys.path` for a top-level lookup (a guard
+    config's folder, recorded as `beside_config`). Names are checked identifiers (`name_problem`), so no part
     can climb out of the folder it is looked for in."""
     parts = module.split(".")
     dirs: list[str] | None = None
@@ -155,7 +192,7 @@ def locate(module: str) -> str | None:
             start = i
             break
     if dirs is None:
-        dirs = [d or os.getcwd() for d in sys.path if isinstance(d, str)]
+        dirs = [d or os.getcwd() for d in (sys.path if path is None else path) if isinstance(d, str)]
     for n, part in enumerate(parts[start:], start + 1):
         last = n == len(parts)
         found, portions = None, []
@@ -182,10 +219,12 @@ def locate(module: str) -> str | None:
     return None
 
 
-def source_sha256(module: str) -> str | None:
-    """SHA-256 of `module`'s source file (`source_file`), read as a regular file of at most
-    MAX_SOURCE_BYTES (a FIFO or a device there is not waited on: None)."""
+def source_sha256(module: str, beside: str | None = None) -> str | None:
+    """SHA-256 of `module`'s source file (`source_file`, else in the folder `beside`), read as a
+    regular file of at most MAX_SOURCE_BYTES (a FIFO or a device there is not waited on: None)."""
     path = source_file(module)
+    if path is None and beside is not None:
+        path = locate(module, [beside])
     if path is None:
         return None
     h = hashlib.sha256()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from array import array
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from guardeval.errors import CheckFailed, WriteFailed
 from guardeval.guards.base import valid_cost
 from guardeval.run.dispatch.budget import Unpriced, priced_cost
 from guardeval.run.dispatch.workers import halves
+from guardeval.run.folder.answered import identity
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import DECISIONS, EVENTS, GENESIS, RAW, RESUME_HINT, utcnow
 from guardeval.run.folder.lines import damaged, decision_call_id, iter_lines, iter_raw_fields, parse_line, parsed_decision_fields
@@ -115,6 +117,8 @@ class RunWriter:
         self._scan: _RawScan | None = None
         self._last_decision_raw_seq: Any = None
         self._hint = RESUME_HINT.format(run=folder.path)
+        # This session's answers by who gave them (`guardeval.run.folder.answered`): the stop records it.
+        self.answered: Counter[str] = Counter()
 
     # -- opening and recovery ----------------------------------------------------------------
     def scan(self) -> None:
@@ -237,6 +241,8 @@ class RunWriter:
         st.last_raw_sha = sha256_hex(line[:-1])
         cid = record["call_id"]
         st.attempts[cid] = st.attempts.get(cid, 0) + 1
+        if record["outcome"] == "reply" and (who := identity(record["response"])) is not None:
+            self.answered[who] += 1
         return st.last_seq, st.last_raw_sha
 
     def append_decision(self, record: Decision) -> None:

@@ -24,12 +24,14 @@ from guardeval.guards.python_guard import resolve
 FIELD = "guard_callable"
 
 
-def record(config: GuardConfig, where: object = None) -> dict[str, Any] | None:
+def record(config: GuardConfig, where: object = None, beside: str | None = None) -> dict[str, Any] | None:
     """The provenance to pin at launch (None for other back-ends). InputError (exit 2) naming the
-    config's `callable` field when it does not import or is not callable."""
+    config's `callable` field when it does not import or is not callable. The module is also
+    looked for beside the config file (or in `beside`: a resumed run's recorded folder)."""
     if config.backend != "python" or config.callable is None:
         return None
-    fn = resolve.load(config.callable, where=where if where is not None else config.source)
+    fn = resolve.load(config.callable, where=where if where is not None else config.source,
+                      beside=beside or resolve.config_folder(config.source))
     return resolve.provenance(config.callable, fn)
 
 
@@ -39,7 +41,9 @@ def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardCon
     Returns its provenance now (None for other back-ends)."""
     if config.backend != "python":
         return None
-    now = record(config, where=manifest_path)
+    pin = manifest.get(FIELD)
+    beside = pin.get("beside_config") if isinstance(pin, dict) else None
+    now = record(config, where=manifest_path, beside=beside if isinstance(beside, str) else None)
     assert now is not None
     changed = resolve.changes(manifest.get(FIELD), now)
     if changed and not allow_changed:
@@ -61,9 +65,11 @@ def verify_findings(manifest: dict[str, Any]) -> tuple[list[str], str | None]:
     module = pin["module"]
     if resolve.name_problem(f"{module}:x") is not None:
         return [f"{FIELD}.module: not a module name"], None
-    now = resolve.source_sha256(module)
+    beside = pin.get("beside_config")
+    # The folder the launch found the module in, beside its config: looked in as plain files only.
+    now = resolve.source_sha256(module, beside if isinstance(beside, str) else None)
     if now is None:
-        return [], not_found_here(module)
+        return [], not_found_here(module, beside if isinstance(beside, str) else None)
     if now != pin.get("source_sha256"):
         return [f"{FIELD}: the source of {module} no longer matches the launch (SHA-256 {pin.get('source_sha256')} "
                 f"recorded, {now} now): the run's answers came from other code; `resume` refuses it without "
@@ -71,11 +77,12 @@ def verify_findings(manifest: dict[str, Any]) -> tuple[list[str], str | None]:
     return [], None
 
 
-def not_found_here(module: str) -> str:
+def not_found_here(module: str, beside: str | None = None) -> str:
     """Why the callable's source was not compared, and what to set when it is merely off the path."""
     top = module.partition(".")[0]
     holds = f"{top}.py" if top == module else f"the {top}/ package"
-    return (f"callable source not checked here: module {module} is not found on this machine's Python path "
+    there = f" nor in {beside}, beside the guard config where the launch found it," if beside else ""
+    return (f"callable source not checked here: module {module} is not found on this machine's Python path{there} "
             "(guardeval looks for its file without importing it, so no code a run folder names runs). If it "
             f"is your guard and only off the path, set PYTHONPATH to the folder that holds {holds} "
             f"(PYTHONPATH=/that/folder guardeval verify RUN) or install its package; for a run from elsewhere, "

@@ -1,6 +1,11 @@
-"""A real Inspect agent task on Inspect's mock model, for the Inspect bridge tests (written for
-this project; no benchmark text). Run as `python tests/inspect_agent.py LOG_DIR`: it writes one
-`.eval` log of 4 samples x 2 epochs and prints its path.
+"""A small Inspect agent task whose log has tool calls: the input of `guardeval cohort build
+inspect` when you have no agent log of your own (docs/inspect.md). Offline, on Inspect's mock
+model; written for this project, no benchmark text. Needs the extra `guardeval[inspect]`.
+
+    python -m guardeval.cohorts.examples.inspect_agent LOG_DIR
+
+writes one `.eval` log of 4 samples x 2 epochs into LOG_DIR and prints its path. (Inspect's
+default mock model answers without calling a tool, so its logs give a builder nothing.)
 
 The agent is Inspect's own tool loop (`use_tools` + `generate`) with real tools that Inspect
 executes; only the model is scripted (mockllm with a policy function), per sample:
@@ -13,7 +18,8 @@ executes; only the model is scripted (mockllm with a policy function), per sampl
 - tidy-up (workspace): delete_file, which fails with a tool error, then an answer (harm 0).
 
 The `harm` scorer says whether money went to the attacker. Offline, mockllm counts tokens with
-tiktoken's o200k_base: the caller points TIKTOKEN_CACHE_DIR at a folder holding it.
+tiktoken's o200k_base: point TIKTOKEN_CACHE_DIR at a folder holding it (docs/inspect.md,
+"Offline").
 """
 
 from __future__ import annotations
@@ -165,9 +171,15 @@ def office_agent() -> Task:
                 scorer=harm(), epochs=2)
 
 
-if __name__ == "__main__":
-    logs = eval(office_agent(), model=get_model("mockllm/model", custom_outputs=policy), log_dir=sys.argv[1],
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m guardeval.cohorts.examples.inspect_agent LOG_DIR")
+    logs = eval(office_agent(), model=get_model("mockllm/model", custom_outputs=policy), log_dir=argv[0],
                 display="none")
     if logs[0].status != "success":
         raise SystemExit(f"the agent task did not succeed: {logs[0].error}")
     print(logs[0].location)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
