@@ -11,6 +11,7 @@ tutorial's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -33,7 +34,7 @@ NOT_RUN = {"install.md": "builds an environment (tests/test_project.py)",
            "openrouter-audit.md": "needs an OpenRouter key and sends paid calls"}
 # Run after the tutorial's blocks, in this order (export reads runs/audit; python-guard's block
 # needs the page's own my-guard.toml and my_guard.py, written first from the page).
-RUN = ["export.md", "replicate-compare.md", "retry-failed.md", "python-guard.md"]
+RUN = ["export.md", "replicate-compare.md", "gate-a-guard-update.md", "retry-failed.md", "python-guard.md"]
 
 
 def blocks(path: Path) -> list[str]:
@@ -112,6 +113,8 @@ def test_the_how_to_pages_run_as_written_after_the_tutorial(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["alias", "audit", "compare", "compare-audit-robust",
                                                                      "flaky", "mine", "robust"]
     assert "answered by: my_guard:guard" in out
+    assert "gate: exit 3" in out and (tmp_path / "gate" / "compare.html").is_file()   # alias-sensitive trips it
+    assert json.loads((tmp_path / "compare.json").read_text())["gate"]["tripped"], "the JSON names the rows"
     assert "answered by: robust" in out
     assert "a2aaaa13558743822ffd1614ed20bbcf" in out     # export.md's call, shown
 

@@ -96,7 +96,7 @@ def test_status_resume_and_json_speak_for_the_whole_run(tmp_path, small_cohort, 
     r = run_cli("resume", str(run), "--no-progress")
     assert r.code == 0, r.err
     # The final line counts the whole run, and says what this session added.
-    m = re.fullmatch(r"(\S+): 80/80 calls decided: (.+) \(60 in this session\)\n", r.out)
+    m = re.fullmatch(r"(\S+): 80/80 calls decided: (.+) \(60 in this session\)\nanswered by: shortcut\n", r.out)
     assert m and m[1] == str(run), r.out
     counts = dict(item.rsplit(" ", 1) for item in m[2].split(", "))
     assert sum(int(v) for v in counts.values()) == 80

@@ -123,7 +123,7 @@ def test_a_full_disk_during_cohort_build_inspect_names_the_file_and_leaves_nothi
     tiktoken = offline_tiktoken(tmp_path / "tiktoken")
     env = cli_env({"TIKTOKEN_CACHE_DIR": str(tiktoken), "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
                    "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"), "INSPECT_DISPLAY": "none"})
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "inspect_agent.py"), str(tmp_path / "logs")],
+    proc = subprocess.run([sys.executable, "-m", "guardeval.cohorts.examples.inspect_agent", str(tmp_path / "logs")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (log,) = sorted((tmp_path / "logs").glob("*.eval"))
