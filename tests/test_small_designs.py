@@ -18,6 +18,7 @@ from guardeval.estimators import signflip as sf
 from guardeval.estimators import synthetic as sy
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs
 from guardeval.estimators.compare.compare_text import text as compare_text
+from guardeval.estimators.compare.compare_text import words as compare_words
 from guardeval.estimators.planning.plan import plan_rows
 from guardeval.estimators.report.report import headline_sentences, human_text, markdown
 from guardeval.study.answer import condition_answer
@@ -158,6 +159,13 @@ def test_a_failed_placebo_is_said_first_and_no_null_intervention_lowers_the_rate
                          n_boot=200, seed=0)
     assert compare_text(res).startswith("The placebo format_placebo failed as a control for a")
     assert compare_markdown(res).split("\n")[2].startswith("> The placebo format_placebo failed as a control for a")
+    # ... and each corrected difference is read beside the B − A of Δ, which does not lean on it
+    said = [w for w in compare_words(res) if w.startswith("marker_rewrite")]
+    assert said and all("The placebo failed as a control for a and b, so read beside it the B − A of Δ" in w
+                        for w in said), said
+    clean = compare_inputs([CompareInput("a", _flat_rows(10, False)), CompareInput("b", _flat_rows(10, False))],
+                           n_boot=200, seed=0)
+    assert not any("failed as a control" in w for w in compare_words(clean))
 
 
 def test_equal_effects_are_a_tie_not_most_and_least():

@@ -81,14 +81,24 @@ def words(result: Mapping[str, Any]) -> list[str]:
     stated family."""
     if "families" not in result:
         return []
+    failed = {pc["label"] for pc in result.get("placebo_checks") or [] if pc.get("failed")}
     out = []
     for pair in result["pairs"]:
         for r in pair["conditions"]:
             if r.get("difference_minus_placebo") is not None or r.get("equivalence_minus_placebo") is not None:
-                out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_minus_placebo_a"],
+                sentence = dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_minus_placebo_a"],
                                                   r["delta_minus_placebo_b"], r["difference_minus_placebo"],
                                                   r["ci_difference_minus_placebo"], r["equivalence_minus_placebo"],
-                                                  "Δ − placebo", level(result)))
+                                                  "Δ − placebo", level(result))
+                broken = [x for x in (pair["a"], pair["b"]) if x in failed]
+                if broken:
+                    # The corrected difference leans on a control that moved the guard: the B − A of
+                    # Δ itself, with its own decision, is read beside it (issue 35 §4).
+                    sentence += (f" The placebo failed as a control for {' and '.join(broken)}, so read beside it the "
+                                 "B − A of Δ: " + dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"],
+                                                                         r["delta_b"], r["difference"], r["ci_difference"],
+                                                                         r["equivalence"], "Δ", level(result)))
+                out.append(sentence)
             else:
                 out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"], r["delta_b"],
                                                   r["difference"], r["ci_difference"], r["equivalence"], "Δ",
