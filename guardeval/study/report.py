@@ -25,7 +25,7 @@ from guardeval.estimators.runs import compare_input_from_run, estimate_run
 from guardeval.run.folder.folder import write_into
 from guardeval.run.folder.layout import RAW, REPORT_HTML, utcnow
 from guardeval.run.folder.manifest import read_manifest
-from guardeval.run.integrity.fingerprint import not_a_later_session, run_fingerprint
+from guardeval.run.integrity.fingerprint import run_fingerprint
 from guardeval.run.status import run_status
 from guardeval.study.answer import answer
 from guardeval.study.record import (
@@ -73,20 +73,17 @@ def _n(x: float | None, sign: bool = True) -> str:
 def _refuse_inconsistent(study: Any, record: dict[str, Any], folders: dict[str, Any]) -> None:
     """A study that fails `study verify` gets no report, as a run that fails `verify` gets none:
     the record's own checks and each run's identity here (each run is verified by its estimate)."""
-    from guardeval.study.status import identity_problems, record_problems
+    from guardeval.study.status import identity_problems, record_problems, rewritten_problem
 
     found = list(record_problems(study, record))
     for entry in record["runs"]:
         folder = folders[entry["label"]]
         manifest = read_manifest(folder)
         found += [(folder.file("manifest.json"), what) for what in identity_problems(entry, manifest, record)]
-        # A run rewritten in place since the last report (same sessions, other bytes) is not
-        # compared; a resumed or retried run is a later session of the one reported, and is.
-        if entry["fingerprint"] is not None:
-            why = not_a_later_session(entry["fingerprint"], run_fingerprint(folder, manifest).token)
-            if why is not None:
-                found.append((folder.file(RAW), f"run {entry['label']!r} changed since the study's report and not by "
-                                                f"a later session ({why})"))
+        # A run rewritten in place since the last report is not compared (a resumed one is).
+        token = run_fingerprint(folder, manifest).token if entry["fingerprint"] is not None else None
+        if (rewritten := rewritten_problem(entry, token)) is not None:
+            found.append((folder.file(RAW), rewritten))
     if found:
         where, message = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

@@ -33,6 +33,17 @@ from guardeval.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record
 _PARTIAL = re.compile(r"\..+\.partial-[0-9]+")
 
 
+def rewritten_problem(entry: Mapping[str, Any], token: str | None) -> str | None:
+    """A run whose log was rewritten in place since the study's report (same sessions, other
+    bytes, or cut): said by `study verify`, refused by `study report`. None when the run is the
+    one reported or a later session of it (a resume, a retry), or either fingerprint is unknown."""
+    if entry["fingerprint"] is None or token is None:
+        return None
+    why = not_a_later_session(entry["fingerprint"], token)
+    return None if why is None else (f"run {entry['label']!r} changed since the study's report and not by a later "
+                                     f"session ({why})")
+
+
 def identity_problems(entry: Mapping[str, Any], manifest: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
     """What makes a run not the study's: another run, another cohort, schedule or prompt."""
     out = []
@@ -182,10 +193,9 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                     problem(folder.file(MANIFEST), what)
                 token = runs[label]["fingerprint"]
                 tokens[label] = token
-                rewritten = None if entry["fingerprint"] is None or token is None \
-                    else not_a_later_session(entry["fingerprint"], token)
+                rewritten = rewritten_problem(entry, token)
                 if rewritten is not None:
-                    problem(folder.file(RAW), f"changed since the study's report and not by a later session: {rewritten}")
+                    problem(folder.file(RAW), rewritten)
                 elif entry["fingerprint"] is not None and token is not None and entry["fingerprint"] != token:
                     # A later session of the same run (a resume, a retry): the run holds, the report is
                     # stale. Said here; `--expect` with the report's fingerprint fails on it.
