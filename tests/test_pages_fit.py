@@ -1,6 +1,8 @@
 """Pages that fit (issue 37, item 7), measured in a real headless Chromium at 1400 and 1000 pixels:
-report.html's p columns never break a number across lines, and at 1400 its effects table and
-its families' tables (the contrast diagnostics among them) need no sideways scroll."""
+report.html's p columns never break a number across lines, and at both widths its effects table,
+its families' tables (the contrast diagnostics among them) and the table of every field of its
+accuracy need no sideways scroll; study.html's tables (its pairs' B − A tables among them) need none
+either."""
 
 from __future__ import annotations
 
@@ -45,12 +47,12 @@ async def _at(page, width: int) -> None:
     await page.send("Emulation.setDeviceMetricsOverride", width=width, height=1000, deviceScaleFactor=1, mobile=False)
 
 
-# Every word of the effects table's number cells that the layout broke across lines ("8.6e-" /
-# "10"): each one's text range has more than one line box. (Read from the text, not from any
-# class the page gives its cells.)
+# Every word of the effects table's number cells (all but the condition's, which may wrap inside a
+# long name) that the layout broke across lines ("8.6e-" / "10"): each one's text range has more
+# than one line box. (Read from the text, not from any class the page gives its cells.)
 BROKEN = """(() => {
   const out = [];
-  for (const td of document.querySelectorAll('table.contrasts td')) {
+  for (const td of document.querySelectorAll('table.contrasts td:not(:first-child)')) {
     const walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
     for (let n = walk.nextNode(); n; n = walk.nextNode()) {
       for (const m of n.data.matchAll(/\\S+/g)) {
@@ -63,19 +65,25 @@ BROKEN = """(() => {
   }
   return out;
 })()"""
-# The effects table and the contrast-diagnostics tables (found by their headings) wider than the
-# box they sit in (a sideways scroll).
+# The effects table, the contrast-diagnostics tables (found by their headings) and the table of
+# report.json's accuracy fields (found by its row_f1; its <details> opened) wider than the box they
+# sit in (a sideways scroll).
 WIDE = """(() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
   const tables = [['effects', document.querySelector('table.contrasts')]];
+  const f1 = Array.from(document.querySelectorAll('table'))
+    .find(t => Array.from(t.querySelectorAll('th, td')).some(c => c.textContent.trim() === 'row_f1'));
+  tables.push(['row_f1', f1]);
   for (const h of document.querySelectorAll('h3')) {
     if (!h.textContent.startsWith('Contrast diagnostics')) continue;
     let e = h.nextElementSibling;
     while (e && e.tagName !== 'TABLE' && !e.querySelector('table')) e = e.nextElementSibling;
     if (e) tables.push([h.textContent, e.tagName === 'TABLE' ? e : e.querySelector('table')]);
   }
+  if (!f1) return ['row_f1 table not found'];
   return tables.filter(([, t]) => t.scrollWidth > t.parentElement.clientWidth + 1)
                .map(([name, t]) => name + ' ' + t.scrollWidth + '>' + t.parentElement.clientWidth)
-               .concat(tables.length < 3 ? ['contrast diagnostics not found'] : []);
+               .concat(tables.length < 4 ? ['contrast diagnostics not found'] : []);
 })()"""
 
 
@@ -97,7 +105,7 @@ def test_report_html_fits_and_keeps_every_p_whole(demo_report):
     for width, (broken, _, n_p) in seen.items():
         assert n_p > 0
         assert broken == [], (width, broken)
-    assert seen[1400][1] == [], seen[1400][1]
+    assert {w: s[1] for w, s in seen.items()} == {w: [] for w in WIDTHS}, seen
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +162,8 @@ BOARD_WIDE = ("Array.from(document.querySelectorAll('#leaderboard table'))"
 
 def test_study_html_leaderboards_show_every_column(tmp_path, small_cohort):
     """Two guards with long labels on a labelled cohort (so the leaderboard has its accuracy and
-    rank-by-accuracy columns): at 1400 pixels no table of study.html needs a sideways scroll, and
-    at 1000 no leaderboard does."""
+    rank-by-accuracy columns): at 1400 and at 1000 pixels no table of study.html (its leaderboards
+    and its pair's B − A tables among them) needs a sideways scroll."""
     study = tmp_path / "study"
     r = run_cli("study", "launch", "--cohort", str(small_cohort), "--guard", "python-example", "--guard",
                 "python-example", "--label", "shortcut-keywords", "--label", "alias-sensitive-keywords", "--reps", "2",
@@ -175,10 +183,12 @@ def test_study_html_leaderboards_show_every_column(tmp_path, small_cohort):
                 await page.wait_for("document.readyState === 'complete' && !!document.querySelector('#leaderboard table')")
                 heads = await page.evaluate("Array.from(document.querySelectorAll('#leaderboard table thead th'))"
                                             ".filter(h => h.textContent.startsWith('rank by accuracy')).length")
-                seen[width] = (await page.evaluate(WIDE_ANY), heads, await page.evaluate(BOARD_WIDE))
+                n_pair = await page.evaluate("document.querySelectorAll('#pairs table').length")
+                seen[width] = (await page.evaluate(WIDE_ANY), heads, await page.evaluate(BOARD_WIDE), n_pair)
             await page.close()
         return seen
 
     seen = asyncio.run(scenario())
-    assert seen[1400][1] > 0 and seen[1400][0] == [], seen[1400]
-    assert seen[1000][2] == [], seen[1000]
+    for width in WIDTHS:
+        assert seen[width][1] > 0 and seen[width][3] >= 2, seen[width]
+        assert seen[width][0] == [] and seen[width][2] == [], (width, seen[width])

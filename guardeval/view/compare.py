@@ -75,7 +75,7 @@ def html(result: Mapping[str, Any]) -> str:
                   f'<img class="plot" alt="paired effects of {T.esc(pair["a"])} and {T.esc(pair["b"])}" '
                   f'src="data:image/svg+xml;base64,{_svg(fig)}">',
                   "<p class=\"lead\">Headline: B − A of the placebo-corrected effect.</p>",
-                  T.table(*CT.corrected_table(pair, lv)), "<p>B − A of Δ</p>", T.table(*CT.delta_table(pair, lv)),
+                  T.pair_table(*CT.corrected_table(pair, lv)), "<p>B − A of Δ</p>", T.pair_table(*CT.delta_table(pair, lv)),
                   f'<p class="note">{T.esc(CT.TABLE_TERMS)}.</p>',
                   "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in CT.ranking_lines(pair, result)) + "</ul>"]
     parts += ["<h2>Leaderboard</h2>",

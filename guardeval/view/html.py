@@ -349,7 +349,8 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         "<h2>Quarantine</h2>", T.quarantine_table(report), T.definitions("quarantine"),
         "<h2>Against labels</h2>" + shown(S.labels(report) + S.accuracy(report))
         + "<details><summary>every field of report.json's accuracy</summary>"
-        + T.generic(accuracy, row_name="condition") + "</details>" + T.definitions("accuracy") if accuracy else "",
+        + T.generic(accuracy, row_name="condition", fields_as_rows=True) + "</details>"
+        + T.definitions("accuracy") if accuracy else "",
         shown(S.worst_case(report), "worst case"),
         "<h2>Component rates</h2>" + T.generic(components, row_name="condition") if components else "",
         "<h2>More in report.json</h2>" + more if more else "",

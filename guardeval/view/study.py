@@ -123,8 +123,8 @@ def html(report: Mapping[str, Any]) -> str:
         parts += [f"<h3>{T.esc(CT.pair_title(pair))}</h3>",
                   f'<img class="plot" alt="paired effects of {T.esc(pair["a"])} and {T.esc(pair["b"])}" '
                   f'src="data:image/svg+xml;base64,{_svg(fig)}">',
-                  "<p class=\"lead\">B − A of the placebo-corrected effect</p>", T.table(*CT.corrected_table(pair)),
-                  "<p class=\"lead\">B − A of Δ</p>", T.table(*CT.delta_table(pair)), _ul(CT.ranking_lines(pair))]
+                  "<p class=\"lead\">B − A of the placebo-corrected effect</p>", T.pair_table(*CT.corrected_table(pair)),
+                  "<p class=\"lead\">B − A of Δ</p>", T.pair_table(*CT.delta_table(pair)), _ul(CT.ranking_lines(pair))]
     parts.append("</section>")
     parts += ['<section id="stability"><h2>Ranking stability</h2>',
               _ul([line.strip() for line in CT.stability_lines(result)]),

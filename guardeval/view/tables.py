@@ -55,11 +55,19 @@ def est_ci(x: float | None, ci: Sequence[float] | None) -> str:
 
 
 def est_ci_cell(x: float | None, ci: Sequence[float] | None) -> Raw:
-    """An estimate and its interval that may wrap between the two (never inside a number)."""
+    """An estimate and its interval that may wrap between the two, or inside the interval after
+    its comma (so the effects table fits 1000 pixels), never inside a number."""
     if ci is None:
         return Raw(esc(signed(x)))
-    return Raw(f'<span class="nw">{esc(signed(x))}</span> <span class="nw">[{esc(signed(ci[0]))}, '
-               f'{esc(signed(ci[1]))}]</span>')
+    return Raw(f'<span class="nw">{esc(signed(x))}</span> <span class="nw">[{esc(signed(ci[0]))},</span> '
+               f'<span class="nw">{esc(signed(ci[1]))}]</span>')
+
+
+def whole_words(rows: Iterable[Sequence[Any]]) -> list[list[Any]]:
+    """Cells that may wrap at their spaces only: each word kept on one line ("8.6e-10", never
+    "8.6e-" / "10"), for a table whose number cells wrap (class "wraps")."""
+    return [[c if isinstance(c, Raw) else Raw(" ".join(f'<span class="nw">{esc(w)}</span>' for w in fmt(c).split(" ")))
+             for c in r] for r in rows]
 
 
 def pv(p: float | None) -> str:
@@ -86,6 +94,12 @@ def table(head: Sequence[str], rows: Iterable[Sequence[Any]], *, cls: str = "", 
         out.append(f"<tr{attrs}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
+
+
+def pair_table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A pair's table of B − A (compare.html, study.html): headers and cells wrap at spaces, so
+    it fits a 1000-pixel window."""
+    return table(head, whole_words(rows), cls="wraps")
 
 
 class Raw:
@@ -122,14 +136,19 @@ def _cells(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def generic(value: Any, *, row_name: str = "") -> str:
-    """Any JSON value as HTML: tables where the shape allows, else its text."""
+def generic(value: Any, *, row_name: str = "", fields_as_rows: bool = False) -> str:
+    """Any JSON value as HTML: tables where the shape allows, else its text. `fields_as_rows`: an
+    object of objects with many fields and few keys (report.json's accuracy: some 20 fields per
+    condition) as a row per field and a column per key, which fits a 1000-pixel window."""
     if isinstance(value, Mapping):
         if value and all(isinstance(v, Mapping) for v in value.values()):
             flat = {k: _cells(v) for k, v in value.items()}
             cols: list[str] = []
             for f in flat.values():
                 cols += [c for c in f if c not in cols]
+            if fields_as_rows:
+                return table([f"field \\ {row_name}" if row_name else "", *flat],
+                             [[c, *(f.get(c) for f in flat.values())] for c in cols], cls="fields")
             return table([row_name, *cols], [[k, *(f.get(c) for c in cols)] for k, f in flat.items()])
         return table(["", ""], [[k, v if not isinstance(v, (Mapping, list)) else Raw(generic(v))]
                                 for k, v in value.items()])

@@ -6,8 +6,9 @@ instead of running off the figure, and the p-values sit in their own column, cle
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -21,11 +22,32 @@ DIFFERENCE = "#222222"   # B − A: no guard's colour
 TITLE_CHARS = 100   # about what one line of a 9.5-inch figure holds at 10.5 pt
 
 
+def _slot(label: str) -> int:
+    """A guard's own place in COLOURS: a stable hash of its label (not Python's salted hash())."""
+    return int.from_bytes(hashlib.sha256(label.encode("utf-8")).digest()[:4], "big") % len(COLOURS)
+
+
+def guard_colours(labels: Iterable[str]) -> dict[str, str]:
+    """Each guard's colour on a page, from its label alone, so the order the inputs come in
+    changes nothing: guards claim their hashed slot in label order, and a guard whose slot is
+    taken takes the next free one (two guards on a page never share a colour while COLOURS lasts)."""
+    taken: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for label in sorted(set(labels), key=lambda x: (_slot(x), x)):
+        slot = _slot(label)
+        if len(taken) < len(COLOURS):
+            while slot in taken:
+                slot = (slot + 1) % len(COLOURS)
+        taken[slot] = label
+        out[label] = COLOURS[slot]
+    return out
+
+
 def guard_colour(result: Mapping[str, Any], label: str) -> str:
-    """One colour per guard on a page: its place among the comparison's inputs, so the pair plots
-    and the leaderboard's dot plot draw a guard alike."""
+    """One colour per guard on a page (compare.html, study.html: every input of the comparison),
+    the same in the pair plots and the leaderboard's dot plot, whatever the inputs' order."""
     labels = [str(i["label"]) for i in result["inputs"]]
-    return COLOURS[(labels.index(label) if label in labels else 0) % len(COLOURS)]
+    return guard_colours([*labels, label])[label]
 
 
 def title_lines(title: str) -> list[str]:
