@@ -87,6 +87,43 @@ WIDE = """(() => {
 })()"""
 
 
+# Every other table of the page (its <details> opened) wider than its box, named by the heading
+# above it; the calls browser and the side-by-side pairs scroll by design.
+WIDE_ALL = """(() => {
+  for (const d of document.querySelectorAll('details')) d.open = true;
+  const out = [];
+  for (const t of document.querySelectorAll('table')) {
+    if (t.closest('.calls, .side') || !t.offsetParent) continue;
+    if (t.scrollWidth <= t.parentElement.clientWidth + 1) continue;
+    let name = '';
+    for (let e = t; e && !name; e = e.parentElement) {
+      let s = e.previousElementSibling;
+      while (s && !/^H[1-4]$/.test(s.tagName)) s = s.previousElementSibling;
+      if (s) name = s.textContent;
+    }
+    out.push(name + ' ' + t.scrollWidth + '>' + t.parentElement.clientWidth);
+  }
+  return out;
+})()"""
+
+
+def test_no_table_of_report_html_scrolls_sideways(demo_report):
+    async def scenario() -> dict[int, list[str]]:
+        seen = {}
+        async with Chromium() as browser:
+            page = await browser.page()
+            for width in WIDTHS:
+                await _at(page, width)
+                await load(page, demo_report)
+                n = await page.evaluate("document.querySelectorAll('table').length")
+                assert n > 10, n
+                seen[width] = await page.evaluate(WIDE_ALL)
+            await page.close()
+        return seen
+
+    assert asyncio.run(scenario()) == {w: [] for w in WIDTHS}
+
+
 def test_report_html_fits_and_keeps_every_p_whole(demo_report):
     async def scenario() -> dict[int, tuple[list[str], list[str], int]]:
         seen = {}

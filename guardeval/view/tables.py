@@ -149,7 +149,10 @@ def generic(value: Any, *, row_name: str = "", fields_as_rows: bool = False) -> 
             if fields_as_rows:
                 return table([f"field \\ {row_name}" if row_name else "", *flat],
                              [[c, *(f.get(c) for f in flat.values())] for c in cols], cls="fields")
-            return table([row_name, *cols], [[k, *(f.get(c) for c in cols)] for k, f in flat.items()])
+            # Headers and cells wrap at spaces, each word whole (a compact cell such as coverage's
+            # failures_by_status is a long list): the table fits a 1000-pixel window.
+            return table([row_name, *cols], whole_words([[k, *(f.get(c) for c in cols)] for k, f in flat.items()]),
+                         cls="wraps")
         return table(["", ""], [[k, v if not isinstance(v, (Mapping, list)) else Raw(generic(v))]
                                 for k, v in value.items()])
     if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
@@ -157,7 +160,7 @@ def generic(value: Any, *, row_name: str = "", fields_as_rows: bool = False) -> 
         cols = []
         for f in flat_rows:
             cols += [c for c in f if c not in cols]
-        return table(cols, [[f.get(c) for c in cols] for f in flat_rows], num_from=1)
+        return table(cols, whole_words([[f.get(c) for c in cols] for f in flat_rows]), num_from=1, cls="wraps")
     return f"<p>{esc(fmt(value))}</p>"
 
 
@@ -244,7 +247,8 @@ def strata_tables(report: Mapping[str, Any]) -> str:
             cs = s.get("contrasts") or {}
             rows.append([name, s.get("n_bases"),
                          *(est_ci((cs.get(c) or {}).get("delta"), (cs.get(c) or {}).get("ci")) for c in conds)])
-        out.append(f"<h4>{esc(titles.get(kind, 'by ' + kind))}</h4>" + table(head, rows))
+        # Wraps at spaces, each word whole: an interval breaks between its numbers, never inside one.
+        out.append(f"<h4>{esc(titles.get(kind, 'by ' + kind))}</h4>" + table(head, whole_words(rows), cls="wraps"))
         rates = {name: s["block_rate"] for name, s in strata.items() if isinstance(s.get("block_rate"), Mapping)}
         if rates:
             out.append(f"<details><summary>block rates {esc(titles.get(kind, 'by ' + kind))}</summary>"
