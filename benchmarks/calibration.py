@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 
 from guardeval.estimators import estimate  # noqa: E402
 from guardeval.estimators import synthetic as sy  # noqa: E402

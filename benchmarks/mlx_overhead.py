@@ -17,8 +17,8 @@ or, with `--gguf [FILE]`, imports a real model with `guardeval models import-ggu
 
 The guard runs with `structured_output = false`, so it decodes exactly what bare mlx-lm does.
 
-    PYTHONPATH=. python benchmarks/mlx_overhead.py [--calls 30] [--max-tokens 64] [--json]
-    PYTHONPATH=. python benchmarks/mlx_overhead.py --gguf [FILE] [--calls 4] [--max-tokens 24]
+    PYTHONPATH=harness python benchmarks/mlx_overhead.py [--calls 30] [--max-tokens 64] [--json]
+    PYTHONPATH=harness python benchmarks/mlx_overhead.py --gguf [FILE] [--calls 4] [--max-tokens 24]
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ from pathlib import Path
 import anyio
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
-from guardeval.guards.config import GuardConfig  # noqa: E402
-from guardeval.guards.gguf.convert import import_gguf  # noqa: E402
-from guardeval.guards.mlx_backend import MlxGuard  # noqa: E402
-from guardeval.guards.prompts import load_prompt  # noqa: E402
 from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.tiny_model import tiny_model_dir  # noqa: E402
+
+from guardeval.backends.config import GuardConfig  # noqa: E402
+from guardeval.backends.gguf.convert import import_gguf  # noqa: E402
+from guardeval.backends.mlx_backend import MlxGuard  # noqa: E402
+from guardeval.backends.prompts import load_prompt  # noqa: E402
 
 
 def instance(i: int) -> dict:

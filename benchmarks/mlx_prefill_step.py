@@ -1,5 +1,5 @@
 """Prefill step size on mlx's CPU path: mlx-lm's default (2048 prompt tokens per step, no stop
-possible inside one) against guardeval's (`guardeval.guards.mlx_backend.PREFILL_STEP`, a stop checked
+possible inside one) against guardeval's (`guardeval.backends.mlx_backend.PREFILL_STEP`, a stop checked
 between steps). One prompt of --tokens ids, one generated token, the two step sizes alternated
 --rounds times (the machine's load moves absolute figures; compare within a round).
 
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
-from guardeval.guards.mlx_backend import PREFILL_STEP  # noqa: E402
+from guardeval.backends.mlx_backend import PREFILL_STEP  # noqa: E402
 
 
 def main() -> int:

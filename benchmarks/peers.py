@@ -102,10 +102,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
+from guardeval.backends.sim import SimServerProcess  # noqa: E402
 from guardeval.canon import canonical_sha256  # noqa: E402
-from guardeval.guards.sim import SimServerProcess  # noqa: E402
 
 PEER_PACKAGE = "inspect-ai"
 PEER_VERSION = "0.3.285"          # the version these numbers were first measured with
@@ -273,7 +273,7 @@ def messages_key(messages: Any) -> str:
 def write_dataset(guard: Path, n: int, path: Path) -> Counter[str]:
     """The inspect dataset: the messages of guardeval's first `n` scheduled calls, rendered by
     the guard itself. Returns the multiset of message hashes for the same-content check."""
-    from guardeval.guards.registry import make_guard
+    from guardeval.backends.registry import make_guard
     from guardeval.run.planning import plan_launch
 
     plan = plan_launch(cohort_dir=COHORT, guard_path=guard, reps=reps_for(n), seed=SEED, order="rounds",
@@ -340,7 +340,7 @@ def peer_versions(py: Path) -> dict[str, str | None]:
 def child_env(*, guardeval: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPENROUTER_API_KEY", "OPENAI_API_KEY")}
     if guardeval:
-        env["PYTHONPATH"] = str(REPO)   # the checkout's code, whatever the venv's editable install points at
+        env["PYTHONPATH"] = str(REPO / "harness")   # the checkout's code, whatever the venv's editable install points at
     return env
 
 
@@ -618,7 +618,7 @@ def check_rate_features() -> list[str]:
     """What the checkout lacks for rate-cap mode (the sim-server's cap, launch --fixed-concurrency)."""
     missing = []
     env = child_env(guardeval=True)
-    sim_help = subprocess.run([sys.executable, "-m", "guardeval.guards.sim", "--help"], capture_output=True,
+    sim_help = subprocess.run([sys.executable, "-m", "guardeval.backends.sim", "--help"], capture_output=True,
                               text=True, env=env, cwd=REPO).stdout
     if "--rps-cap" not in sim_help:
         missing.append("sim-server --rps-cap")

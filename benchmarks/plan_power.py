@@ -3,7 +3,7 @@
 Two pilots:
 
 * **sim**: the demo cohort (64 bases, 44 interactions, 4 domains) x 5 conditions x 3
-  repetitions against the simulated provider (`guardeval/guards/sim`, 960 calls), or `--pilot RUN`;
+  repetitions against the simulated provider (`harness/guardeval/backends/sim`, 960 calls), or `--pilot RUN`;
 * **synthetic**: a decision table of the same shape drawn from a model with all three
   components non-zero (`guardeval.estimators.planning.plan_sim.TwoPoint`, a = 0.1, b = 0.15, q = 0.4,
   θ = 0.1); its estimates are printed beside the truth;
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
 from guardeval.estimators.bootstrap import bootstrap_p, iter_counts  # noqa: E402
 from guardeval.estimators.planning.plan import Components  # noqa: E402
@@ -53,7 +53,7 @@ DESIGNS = ((1, 3), (2, 1), (4, 2))   # (multiple of the pilot's bases, repetitio
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(REPO / "harness") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -66,7 +66,7 @@ def _cli(*args: str) -> str:
 
 
 def sim_pilot(folder: Path) -> Path:
-    from guardeval.guards.sim import SimServerProcess
+    from guardeval.backends.sim import SimServerProcess
 
     guard = folder / "g.toml"
     with SimServerProcess(["--seed", "7"], env=_env()) as sim:

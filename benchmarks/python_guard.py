@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
-from guardeval.guards.python_guard.types import GuardInput  # noqa: E402
+from guardeval.backends.python_guard.types import GuardInput  # noqa: E402
 
 Key = tuple[str, str, "int | None"]     # (guard function, isolation, --concurrency or None: the default)
 TARGET_S = 0.005          # one unit of work
@@ -185,7 +185,7 @@ def main() -> None:
     lib.mkdir()
     (lib / "pgb_guard.py").write_text(GUARD)
     os.environ.update(PGB_UNIT=str(unit), PGB_SETUP_UNITS=str(SETUP_UNITS))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(lib)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "harness"), str(lib)])}
     out: dict[str, Any] = {"calls": calls, "repeats": repeats, "unit_iterations": unit, "cpus": os.cpu_count(),
                            "tables": {}}
     started = time.monotonic()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from benchmarks.scale_build import write_guard  # noqa: E402

@@ -33,10 +33,11 @@ from pathlib import Path
 import orjson
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
 from benchmarks.scale_build import write_guard  # noqa: E402
-from guardeval.guards.sim import SimServerProcess  # noqa: E402
+
+from guardeval.backends.sim import SimServerProcess  # noqa: E402
 
 N_CONDITIONS = 5   # the demo conditions the synthetic cohort is crossed with
 GNU_TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
@@ -92,7 +93,7 @@ def _pss_kib(pid: int) -> int:
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(REPO / "harness") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 

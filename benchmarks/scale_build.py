@@ -29,19 +29,19 @@ from typing import Any
 import orjson
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "harness"))
 
+from guardeval.backends.config import GuardConfig  # noqa: E402
+from guardeval.backends.parsers import get_parser  # noqa: E402
+from guardeval.backends.registry import make_guard  # noqa: E402
+from guardeval.backends.sim import guard as sim_guard  # noqa: E402
+from guardeval.backends.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
+from guardeval.backends.sim.profiles import SHORTCUT_PROFILE  # noqa: E402
+from guardeval.backends.sim.router import metadata as router_metadata  # noqa: E402
 from guardeval.canon import canonical_bytes, sha256_hex  # noqa: E402
 from guardeval.cohorts.builders.common import build_rows  # noqa: E402
 from guardeval.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
 from guardeval.cohorts.model import write_cohort  # noqa: E402
-from guardeval.guards.config import GuardConfig  # noqa: E402
-from guardeval.guards.parsers import get_parser  # noqa: E402
-from guardeval.guards.registry import make_guard  # noqa: E402
-from guardeval.guards.sim import guard as sim_guard  # noqa: E402
-from guardeval.guards.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  # noqa: E402
-from guardeval.guards.sim.profiles import SHORTCUT_PROFILE  # noqa: E402
-from guardeval.guards.sim.router import metadata as router_metadata  # noqa: E402
 from guardeval.run.dispatch.decide import decide  # noqa: E402
 from guardeval.run.folder.folder import RunFolder  # noqa: E402
 from guardeval.run.folder.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402

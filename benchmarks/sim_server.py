@@ -2,7 +2,7 @@
 
     python benchmarks/sim_server.py [--requests 5000] [--concurrency 64] [--faults SPEC]
 
-Starts `python -m guardeval.guards.sim` in its own process, sends guard-sized chat-completions
+Starts `python -m guardeval.backends.sim` in its own process, sends guard-sized chat-completions
 bodies (~3.5 KB, distinct call ids) with a bare aiohttp client, prints `req/s: X` and the
 server's CPU-seconds per 1,000 requests (from /proc, Linux only). By default every request has
 a distinct body (the server's per-body cache never hits: the worst case); `--reps 3` sends each
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from guardeval.guards.sim import SimServerProcess  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
+from guardeval.backends.sim import SimServerProcess  # noqa: E402
 
 
 def sample_body(i: int) -> dict:

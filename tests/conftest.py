@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from guardeval.guards.sim import SimServerProcess
+from guardeval.backends.sim import SimServerProcess
 
 from hostile_server import MARKUP, serving
 
@@ -74,7 +74,7 @@ class CliResult:
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(REPO / "harness") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("OPENROUTER_API_KEY", None)
     env.update(extra or {})
     return env

@@ -1,6 +1,6 @@
 """Write GGUF files for the tests: a small writer, block encoders and a tiny llama model.
 
-Written from the format's facts (docs in guardeval/guards/gguf/reader.py), independently of the reader:
+Written from the format's facts (docs in harness/guardeval/backends/gguf/reader.py), independently of the reader:
 the tests compare what the reader returns with values computed here. The tiny llama model has
 random weights, grouped-query attention (4 heads, 2 key/value heads), a byte-level BPE
 vocabulary of 256 bytes + a few merges + ChatML control tokens, and each tensor type the

@@ -122,7 +122,7 @@ def leaked(text: str, key: str, run: int = 12) -> str | None:
     """A run of `run` characters of `key` found in `text` plain, after undoing JSON escapes
     (once or twice, as a JSON string inside a JSON file holds them), or after undoing percent
     encoding, in any case, reversed, or in a stretch of hex or base64 decoded; None when there
-    is none. Written apart from guardeval/guards/redact.py on purpose."""
+    is none. Written apart from harness/guardeval/backends/redact.py on purpose."""
     def unjson(t: str) -> str:
         # One left-to-right pass, as a JSON reader does: `\\u0073` is a backslash, then text.
         return re.sub(r'\\(u[0-9a-fA-F]{4}|[/"\\bfnrt])',

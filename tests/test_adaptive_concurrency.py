@@ -21,7 +21,7 @@ import anyio
 import httpx
 import pytest
 
-from guardeval.guards.sim.server import TokenBucket
+from guardeval.backends.sim.server import TokenBucket
 from guardeval.run.dispatch.adaptive import RateController, Tally, WireGate, best_log_likelihood, binomial_tail
 
 from conftest import run_cli, write_guard

@@ -86,18 +86,18 @@ def test_calls_frame(run: Path, library: str) -> None:
 
 def test_guard_configs_in_code_are_checked_like_files() -> None:
     with pytest.raises(api.InputError, match="guard.timeout_s"):
-        api.python_guard("g", "guardeval.guards.examples.keyword:guard", timeout_s=-1)
+        api.python_guard("g", "keyword_guard:guard", timeout_s=-1)
     with pytest.raises(api.InputError, match="guard.callable.*dunder"):
         api.python_guard("g", "os:__dict__")
     with pytest.raises(api.InputError, match="field 'callable'.*cannot import module 'no_such_mod_q'"):
         api.plan_launch("demo", api.python_guard("g", "no_such_mod_q:guard"))
-    cfg = api.python_guard("g", "guardeval.guards.examples.keyword:guard", concurrency=2)
-    assert cfg.backend == "python" and cfg.concurrency == 2 and cfg.model == "guardeval.guards.examples.keyword:guard"
+    cfg = api.python_guard("g", "keyword_guard:guard", concurrency=2)
+    assert cfg.backend == "python" and cfg.concurrency == 2 and cfg.model == "keyword_guard:guard"
 
 
 def test_a_stopped_run_raises_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "pg_api_fatal.py").write_text(
-        "from guardeval.guards.errors import FatalError\n"
+        "from guardeval.backends.errors import FatalError\n"
         "def guard(inp):\n    raise FatalError('quota', 'no more quota today')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     result = api.launch("demo", api.python_guard("f", "pg_api_fatal:guard"), reps=1, run_dir=tmp_path / "r")
@@ -109,7 +109,7 @@ def test_a_stopped_run_raises_when_asked(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.slow
 def test_compare_takes_two_or_more_runs(run: Path, tmp_path: Path) -> None:
-    other = api.replicate(run, api.python_guard("other", "guardeval.guards.examples.keyword:guard"), run_dir=tmp_path / "b")
+    other = api.replicate(run, api.python_guard("other", "keyword_guard:guard"), run_dir=tmp_path / "b")
     third = api.replicate(run, "python-example", run_dir=tmp_path / "c")
     with pytest.raises(api.InputError, match="at least two runs"):
         api.compare(run)

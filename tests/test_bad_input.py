@@ -230,7 +230,7 @@ def test_api_key_env_that_looks_like_a_token_is_refused_unechoed(tmp_path, small
 
 
 def test_ordinary_variable_names_are_accepted():
-    from guardeval.guards.config import looks_like_token
+    from guardeval.backends.config import looks_like_token
 
     for name in ("OPENROUTER_API_KEY", "HF_TOKEN", "hf_token", "MY_KEY_2", "GUARDEVAL_TEST_KEY", "sk_key"):
         assert not looks_like_token(name), name

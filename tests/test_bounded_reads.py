@@ -1,5 +1,5 @@
 """Small files an outsider controls (a run's manifest.json and report.json, configs, pin lists)
-are read up to a bound: a huge one is refused naming it, never loaded (guardeval/bounded.py)."""
+are read up to a bound: a huge one is refused naming it, never loaded (harness/guardeval/bounded.py)."""
 
 from __future__ import annotations
 

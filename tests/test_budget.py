@@ -1,4 +1,4 @@
-"""guardeval/run/dispatch/budget.py: spend from untrusted cost numbers and the --max-cost gate."""
+"""harness/guardeval/run/dispatch/budget.py: spend from untrusted cost numbers and the --max-cost gate."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from guardeval.guards.base import valid_cost
+from guardeval.backends.base import valid_cost
 from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
 
 pytestmark = pytest.mark.fast

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from guardeval.guards.chat_http import OpenAICompatibleGuard, parse_retry_after
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import CallFailed, FatalError, TransientError
-from guardeval.guards.prompts import load_prompt
+from guardeval.backends.chat_http import OpenAICompatibleGuard, parse_retry_after
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.errors import CallFailed, FatalError, TransientError
+from guardeval.backends.prompts import load_prompt
 
 from app_server import start
 

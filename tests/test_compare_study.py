@@ -218,7 +218,7 @@ def test_tables_through_the_cli_and_bad_input(tmp_path, capsys):
 def three_runs(tmp_path_factory, small_cohort) -> dict[str, Path]:
     """One schedule answered by three simulated guards (three sim servers with their own seeds):
     a launch and two replicates."""
-    from guardeval.guards.sim import SimServerProcess
+    from guardeval.backends.sim import SimServerProcess
 
     from conftest import cli_env, run_cli, write_guard
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardeval.guards.constrained import AnswerTrie, TrieLogitsProcessor, answer_set, build_trie
-from guardeval.guards.parsers import get_parser
-from guardeval.guards.prompts import load_prompt
+from guardeval.backends.constrained import AnswerTrie, TrieLogitsProcessor, answer_set, build_trie
+from guardeval.backends.parsers import get_parser
+from guardeval.backends.prompts import load_prompt
 
 pytestmark = pytest.mark.fast
 
@@ -56,7 +56,7 @@ def test_open_or_huge_schemas_have_no_answer_set(schema: object) -> None:
 def test_a_count_past_int64_is_huge_not_small() -> None:
     # 64 booleans: 2**64 answers, which numpy's int64 product wrapped to 0 (under the cap), and
     # the enumeration then ran without end. A child process, so that failure is a timeout.
-    code = ("from guardeval.guards.constrained import answer_set; k = [f'k{i}' for i in range(64)]; "
+    code = ("from guardeval.backends.constrained import answer_set; k = [f'k{i}' for i in range(64)]; "
             "print(answer_set({'type': 'object', 'additionalProperties': False, 'required': k, "
             "'properties': {n: {'type': 'boolean'} for n in k}}))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)

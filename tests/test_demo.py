@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(INSTALLED_WHEEL)]
 
 
 def test_the_installed_package_is_the_wheel(installed) -> None:
-    code = "import guardeval, guardeval.guards; print(guardeval.__file__); print(guardeval.guards.__file__)"
+    code = "import guardeval, guardeval.backends; print(guardeval.__file__); print(guardeval.backends.__file__)"
     out = subprocess.run([str(installed.venv / "bin" / "python"), "-c", code], cwd=installed.outside,
                          capture_output=True, text=True, check=True).stdout.split()
     assert all(Path(p).is_relative_to(installed.venv) for p in out), out
@@ -25,7 +25,7 @@ def test_the_installed_package_is_the_wheel(installed) -> None:
 
 
 def test_the_installed_package_names_its_presets_and_demo_cohort(installed) -> None:
-    """Outside a checkout there is no guardeval/guards/presets/ or cohorts/demo/ to point at: the shipped
+    """Outside a checkout there is no guards/ or cohorts/demo/ to point at: the shipped
     ones answer to their names when no file of that name exists."""
     r = installed.run("launch", "--cohort", "demo", "--guard", "haiku-4.5", "--reps", "3", "--dry-run",
                       "--no-preflight", "--json")

@@ -46,7 +46,7 @@ def test_guardeval_installs_beside_pypis_harness_and_guards(installed, tmp_path)
         r = subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index", "-q",
                             str(wheel)], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
-    probe = ("import harness, guards, guardeval, guardeval.guards.config; "
+    probe = ("import harness, guards, guardeval, guardeval.backends.config; "
              "print(harness.WHO); print(guards.WHO); print(guardeval.__version__)")
     out = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr

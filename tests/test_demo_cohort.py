@@ -47,7 +47,7 @@ def test_shape(cohort):
 
 
 def test_rebuild_is_byte_identical(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "harness")}
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "guardeval", "cohort", "build", "demo", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -115,7 +115,7 @@ def test_inspect_reports_counts_and_fails_on_a_broken_invariant(tmp_path):
     write_cohort(tmp_path / "bad", name="demo", version="x", description="", conditions=cohort.conditions, rows=rows)
     bad = inspect(load_cohort(tmp_path / "bad"))
     assert not bad["invariance"]["ok"] and "demo-banking-03.s2" in bad["invariance"]["problems"][0]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "harness")}
     p = subprocess.run([sys.executable, "-m", "guardeval", "cohort", "inspect", str(tmp_path / "bad")],
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "markers remain" in p.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guardeval.guards.config import load_guard_config
+from guardeval.backends.config import load_guard_config
 
 from conftest import run_cli, write_guard
 

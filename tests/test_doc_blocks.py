@@ -47,7 +47,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-SIM_PRESET_PORT = "8089"   # guardeval/guards/presets/sim.toml's base_url
+SIM_PRESET_PORT = "8089"   # guards/sim.toml's base_url
 
 
 def with_free_ports(script: str) -> str:

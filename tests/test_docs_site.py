@@ -62,7 +62,7 @@ def test_every_command_and_option_is_on_the_cli_page(site):
 
 
 def test_every_guard_config_key_is_on_its_page(site):
-    from guardeval.guards import config
+    from guardeval.backends import config
 
     page = _text(site / "reference" / "guard-config" / "index.html")
     for key in config._FIELDS:

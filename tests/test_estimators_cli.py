@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_estimators_effects import hand_rows
 
+from guardeval.backends.sim import SimServerProcess
 from guardeval.cli import main
-from guardeval.guards.sim import SimServerProcess
+from test_estimators_effects import hand_rows
 
 from conftest import cli_env, run_cli, write_guard
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import pytest
 from scipy.stats import beta
-from test_estimators_effects import hand_rows
 
 from guardeval.errors import CheckFailed, InputError
 from guardeval.estimators import estimate
+from test_estimators_effects import hand_rows
 
 pytestmark = pytest.mark.fast
 

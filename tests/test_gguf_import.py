@@ -22,16 +22,17 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
-from guardeval.errors import InputError
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.gguf.convert import build_model
-from guardeval.guards.gguf.reader import GgufFile
-from guardeval.guards.mlx_backend import MlxGuard
-from guardeval.guards.parsers import get_parser
-from guardeval.guards.prompts import load_prompt
 from tests import gguf_files as gf
 from tests.bpe_reference import ReferenceBpe
 from tests.llama_reference import forward
+
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.gguf.convert import build_model
+from guardeval.backends.gguf.reader import GgufFile
+from guardeval.backends.mlx_backend import MlxGuard
+from guardeval.backends.parsers import get_parser
+from guardeval.backends.prompts import load_prompt
+from guardeval.errors import InputError
 
 from conftest import REPO, run_cli
 
@@ -93,7 +94,7 @@ def test_logits_match_the_numpy_reference(tiny_gguf: Path, imported: Path) -> No
 
 
 def test_q8_weights_are_within_one_step_of_the_source(tiny_gguf: Path, imported: Path) -> None:
-    from guardeval.guards.gguf import llama
+    from guardeval.backends.gguf import llama
 
     stored = mx.load(str(imported / "model.safetensors"))
     with GgufFile(tiny_gguf) as f:
@@ -114,7 +115,7 @@ def test_q8_weights_are_within_one_step_of_the_source(tiny_gguf: Path, imported:
 
 def test_the_check_catches_a_missing_row_reorder(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without undoing llama.cpp's query/key row order, the logits are far off: the test can fail."""
-    from guardeval.guards.gguf import llama
+    from guardeval.backends.gguf import llama
 
     monkeypatch.setattr(llama, "unpermute_rows", lambda w, n: w)
     with GgufFile(tiny_gguf) as f:
@@ -176,7 +177,7 @@ def test_refusals_through_the_cli_exit_2_and_write_nothing(tmp_path: Path, tiny_
     ({"llama.context_length": None}, "field 'llama.context_length': missing"),
 ])
 def test_refusals_name_the_field(tmp_path: Path, overrides: dict, match: str) -> None:
-    from guardeval.guards.gguf.convert import import_gguf
+    from guardeval.backends.gguf.convert import import_gguf
 
     path = tmp_path / "bad.gguf"
     gf.tiny_llama(path, overrides=overrides)
@@ -219,7 +220,7 @@ def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
     data[at:at + 4] = (14).to_bytes(4, "little")
     path.write_bytes(bytes(data))
     with pytest.raises(InputError, match=r"'blk\.1\.ffn_down\.weight' is Q6_K"):
-        from guardeval.guards.gguf.convert import import_gguf
+        from guardeval.backends.gguf.convert import import_gguf
 
         import_gguf(path, tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -9,10 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from guardeval.errors import InputError
-from guardeval.guards.gguf import quants
-from guardeval.guards.gguf.reader import GgufFile
 from tests.gguf_files import (
     ARRAY,
     BF16,
@@ -35,6 +31,10 @@ from tests.gguf_files import (
     encode,
     gguf_bytes,
 )
+
+from guardeval.backends.gguf import quants
+from guardeval.backends.gguf.reader import GgufFile
+from guardeval.errors import InputError
 
 pytestmark = pytest.mark.fast
 

@@ -8,9 +8,10 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from guardeval.guards.gguf.reader import GgufFile
-from guardeval.guards.gguf.tokenizer import build_tokenizer, read_vocabulary, tokenizer_config
 from tests import gguf_files as gf
+
+from guardeval.backends.gguf.reader import GgufFile
+from guardeval.backends.gguf.tokenizer import build_tokenizer, read_vocabulary, tokenizer_config
 
 pytestmark = pytest.mark.fast
 

@@ -39,7 +39,7 @@ def _guard(tmp_path: Path, name: str, source: str, fn: str = "guard", **extra: o
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text(f'name = "{name}"\nbackend = "python"\ncallable = "{name}:{fn}"\nmodel = "rules"\n'
                    'prompt = "guardeval-json-v1"\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()))
-    return cfg, {"PYTHONPATH": f"{REPO}:{lib}", ENTERED: str(tmp_path / "entered")}
+    return cfg, {"PYTHONPATH": f"{REPO / 'harness'}:{lib}", ENTERED: str(tmp_path / "entered")}
 
 
 def _launch(run: Path, guard: tuple[Path, dict[str, str]], *extra: str, timeout: float = 120) -> CliResult:

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from guardeval.guards.base import valid_cost
-from guardeval.guards.chat_http import OpenAICompatibleGuard, OpenRouterGuard, parse_retry_after
-from guardeval.guards.config import DEFAULT_MAX_RESPONSE_BYTES, GuardConfig
-from guardeval.guards.errors import AttemptError, FatalError, TransientError
-from guardeval.guards.prompts import load_prompt
+from guardeval.backends.base import valid_cost
+from guardeval.backends.chat_http import OpenAICompatibleGuard, OpenRouterGuard, parse_retry_after
+from guardeval.backends.config import DEFAULT_MAX_RESPONSE_BYTES, GuardConfig
+from guardeval.backends.errors import AttemptError, FatalError, TransientError
+from guardeval.backends.prompts import load_prompt
 from guardeval.run.dispatch.dispatch import _Wait
 
 from hostile_server import Hostile, leaked, serving

@@ -1,7 +1,7 @@
 """The Inspect bridge, both ways, against the real inspect_ai and real `.eval` logs made here
 offline (docs/inspect.md).
 
-An agent task runs on Inspect's mock model (`guardeval/cohorts/examples/inspect_agent.py`, the
+An agent task runs on Inspect's mock model (`harness/guardeval/cohorts/examples/inspect_agent.py`, the
 example docs/inspect.md ships; a subprocess); its log
 becomes a cohort (`cohort build inspect`), which `launch` runs on the simulated provider, and
 which `cohort export --format inspect` writes as an Inspect task; Inspect runs that task with
@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
+from guardeval.backends.sim import SimServerProcess
 from guardeval.cli.app import main
-from guardeval.guards.sim import SimServerProcess
 
 from conftest import REPO, CliResult, cli_env, run_cli, write_guard
 from inspect_env import offline_tiktoken, require_inspect
@@ -203,8 +203,8 @@ def test_launch_runs_a_cohort_built_from_an_inspect_log(inspect_cohort: Path, tm
 # --- item 3: a cohort as an Inspect task ----------------------------------------------------------
 
 def test_export_writes_the_rendered_stimuli_with_their_metadata(inspect_cohort: Path, exported: Path) -> None:
+    from guardeval.backends.prompts import load_prompt
     from guardeval.cohorts.model import load_cohort
-    from guardeval.guards.prompts import load_prompt
     from guardeval.inspect_logs import stimulus_sha256
 
     settings = json.loads((exported / "task.json").read_text())
@@ -231,7 +231,7 @@ def _independent_table(log_path: Path, out: Path) -> Path:
     directly, not through guardeval's import."""
     from inspect_ai.log import read_eval_log
 
-    from guardeval.guards.parsers import parse_json_three_field
+    from guardeval.backends.parsers import parse_json_three_field
 
     lines = []
     for s in read_eval_log(str(log_path)).samples:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardeval.guards.parsers import composite, parse_json_three_field
+from guardeval.backends.parsers import composite, parse_json_three_field
 
 pytestmark = pytest.mark.fast
 

@@ -10,16 +10,17 @@ import pytest
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parent.parent
+SRC = REPO / "harness"   # the folder that holds the package (a module's name is its path below it)
 
 # Top to bottom; a layer may import only from layers below it (and from itself).
 # guardeval.api (the public Python API) sits between the CLI, which calls it, and the view;
 # guardeval.study (several runs as one study) below the API: it dispatches runs, estimates and
 # compares them and writes its report through the view.
 LAYERS = ["guardeval.cli", "guardeval.api", "guardeval.study", "guardeval.view", "guardeval.estimators",
-          "guardeval.run", "guardeval.cohorts", "guardeval.guards", "ground"]
-ALLOWED_UP = {("guardeval/__main__.py", "guardeval.cli")}   # the `python -m guardeval` entry point
+          "guardeval.run", "guardeval.cohorts", "guardeval.backends", "ground"]
+ALLOWED_UP = {("harness/guardeval/__main__.py", "guardeval.cli")}   # the `python -m guardeval` entry point
 # `import guardeval as ge; ge.launch(...)`: the package's own names are the API's, loaded on first use.
-ALLOWED_UP |= {("guardeval/__init__.py", "guardeval.api")}
+ALLOWED_UP |= {("harness/guardeval/__init__.py", "guardeval.api")}
 
 
 def layer(module: str) -> str | None:
@@ -43,11 +44,11 @@ def imported(tree: ast.AST) -> list[str]:
 
 def test_no_module_imports_from_a_layer_above_its_own():
     upward = []
-    files = sorted((REPO / "guardeval").rglob("*.py"))
+    files = sorted((REPO / "harness" / "guardeval").rglob("*.py"))
     assert len(files) > 50
     for f in files:
         rel = f.relative_to(REPO).as_posix()
-        own = layer(".".join(f.relative_to(REPO).with_suffix("").parts))
+        own = layer(".".join(f.relative_to(SRC).with_suffix("").parts))
         assert own is not None
         for mod in imported(ast.parse(f.read_text(encoding="utf-8"))):
             target = layer(mod)
@@ -60,8 +61,8 @@ def test_no_module_imports_from_a_layer_above_its_own():
 
 def _module_graph() -> dict[str, set[str]]:
     """module -> the project modules it imports, at the top or inside a function alike."""
-    files = sorted((REPO / "guardeval").rglob("*.py"))
-    names = {".".join(f.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): f for f in files}
+    files = sorted((REPO / "harness" / "guardeval").rglob("*.py"))
+    names = {".".join(f.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): f for f in files}
     graph: dict[str, set[str]] = {}
     for name, f in names.items():
         deps: set[str] = set()
@@ -95,7 +96,7 @@ def test_no_import_circle():
 
 # -- the run folder is opened by one object (issue 19 §1) ---------------------------------------
 # What opens, reads, writes, lists or probes a file by its path. Where a run folder's files are
-# concerned, only `guardeval/run/folder/folder.py` (RunFolder) may do these: it opens the folder once and
+# concerned, only `harness/guardeval/run/folder/folder.py` (RunFolder) may do these: it opens the folder once and
 # every file relative to it, never through a link, only regular files, every read bounded.
 PATH_CALLS = {"open", "read_bounded", "read_json", "file_sha256", "write_atomically"}
 OS_CALLS = {"os.open", "os.fdopen", "os.scandir", "os.listdir", "mmap.mmap"}
@@ -103,29 +104,30 @@ PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir
                 "symlink_to", "is_file", "exists"}
 # The layers that handle run folders, and the few places in them that open files that are not
 # a run folder's (each with its reason). Anything else there that opens a path fails this test.
-RUN_LAYERS = ("guardeval/run/", "guardeval/view/", "guardeval/estimators/", "guardeval/cli/", "guardeval/study/")
+RUN_LAYERS = ("harness/guardeval/run/", "harness/guardeval/view/", "harness/guardeval/estimators/", "harness/guardeval/cli/",
+              "harness/guardeval/study/")
 OPENS_ELSEWHERE = {
-    "guardeval/run/folder/folder.py": "RunFolder: the one place a run folder's files are opened",
+    "harness/guardeval/run/folder/folder.py": "RunFolder: the one place a run folder's files are opened",
     # The runs folder around a new run; the new run itself is built through RunFolder.
-    "guardeval/run/folder/create.py:build_beside": "opens the parent folder that the partial folder is made in",
-    "guardeval/run/folder/create.py:check_new_run_dir": "probes the path the user named for the new run",
-    "guardeval/run/folder/create.py:_make_parents": "makes the missing parents of that path",
-    "guardeval/run/folder/create.py:remove_stale_partials": "lists the partial folders of dead launches beside it",
-    "guardeval/run/folder/create.py:_partial_is_live": "tries a partial folder's lock (never through a link)",
-    "guardeval/run/integrity/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
-    "guardeval/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
-    "guardeval/view/files.py:out_folder": "an --out folder the user named (compare), outside any run folder",
-    "guardeval/view/html.py:asset": "the package's own CSS and JS",
-    "guardeval/view/html.py:_write": "report.html (or the page saying why there is none) to an --out file the user named",
-    "guardeval/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",
-    "guardeval/estimators/audits.py": "audit inputs (--table files)",
-    "guardeval/cli/cohort.py": "cohort build/inspect: cohort folders and source files",
-    "guardeval/cli/prompts.py": "prompt import: a template file and the prompts folder",
-    "guardeval/cli/estimate.py:cmd_estimate": "the hash of an --table file",
-    "guardeval/cli/plan.py:cmd_plan": "the hash of an --table file",
-    "guardeval/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
-    "guardeval/cli/demo.py:_estimate": "the path of the report.html the demo just wrote, for its message",
-    "guardeval/run/inspect_task.py:_settings": "an exported Inspect task's own task.json and dataset.jsonl",
+    "harness/guardeval/run/folder/create.py:build_beside": "opens the parent folder that the partial folder is made in",
+    "harness/guardeval/run/folder/create.py:check_new_run_dir": "probes the path the user named for the new run",
+    "harness/guardeval/run/folder/create.py:_make_parents": "makes the missing parents of that path",
+    "harness/guardeval/run/folder/create.py:remove_stale_partials": "lists the partial folders of dead launches beside it",
+    "harness/guardeval/run/folder/create.py:_partial_is_live": "tries a partial folder's lock (never through a link)",
+    "harness/guardeval/run/integrity/verify_raw.py:_write_facts": "the worker's own anonymous temporary file",
+    "harness/guardeval/view/files.py:write_atomically": "an --out file the user named, outside any run folder",
+    "harness/guardeval/view/files.py:out_folder": "an --out folder the user named (compare), outside any run folder",
+    "harness/guardeval/view/html.py:asset": "the package's own CSS and JS",
+    "harness/guardeval/view/html.py:_write": "report.html (or the page saying why there is none) to an --out file the user named",
+    "harness/guardeval/estimators/table.py": "estimate --table FILE: a decision table, not a run folder",
+    "harness/guardeval/estimators/audits.py": "audit inputs (--table files)",
+    "harness/guardeval/cli/cohort.py": "cohort build/inspect: cohort folders and source files",
+    "harness/guardeval/cli/prompts.py": "prompt import: a template file and the prompts folder",
+    "harness/guardeval/cli/estimate.py:cmd_estimate": "the hash of an --table file",
+    "harness/guardeval/cli/plan.py:cmd_plan": "the hash of an --table file",
+    "harness/guardeval/estimators/runs.py:compare_input_from_table": "the hash of a compare --table file",
+    "harness/guardeval/cli/demo.py:_estimate": "the path of the report.html the demo just wrote, for its message",
+    "harness/guardeval/run/inspect_task.py:_settings": "an exported Inspect task's own task.json and dataset.jsonl",
 }
 RUN_NAMES = {"MANIFEST", "SCHEDULE", "STIMULI", "RAW", "DECISIONS", "EVENTS", "LOCK", "COHORT_DIR", "PROMPT_DIR",
              "REPORT_JSON", "REPORT_MD", "EFFECTS_PNG", "REPORT_HTML", "COMPARE_MD", "COMPARE_HTML", "COMPARE_PNG",
@@ -181,7 +183,7 @@ def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
 
 def test_only_the_run_folder_object_opens_a_run_folders_files():
     offenders = []
-    for f in sorted((REPO / "guardeval").rglob("*.py")):
+    for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")):
         rel = f.relative_to(REPO).as_posix()
         if not rel.startswith(RUN_LAYERS) or rel in OPENS_ELSEWHERE:
             continue

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from guardeval.cohorts.model import instance_hash, write_cohort
 from tests.conftest import REPO, cli_env, run_cli
 from tests.gguf_files import smollm2_gguf
 from tests.llama_server import ALIAS, LlamaServer, llama_cpp_available, llama_server, skip_reason
 from tests.short_cohort import CONDITIONS, rows
+
+from guardeval.cohorts.model import instance_hash, write_cohort
 
 _REQUIRES = pytest.mark.skipif(not llama_cpp_available(), reason=skip_reason())
 pytestmark = [pytest.mark.slow, _REQUIRES]

@@ -32,8 +32,9 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
-from guardeval.canon import sha256_hex
 from tests.tiny_model import tiny_model_dir
+
+from guardeval.canon import sha256_hex
 
 from conftest import DATA, DEMO_COHORT, REPO, SHARED, cli_env, run_cli, write_guard
 

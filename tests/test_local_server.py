@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-
-from guardeval.guards.chat_http import OpenAICompatibleGuard
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import FatalError
-from guardeval.guards.invalid_request import MAX_REASON, invalid_request
-from guardeval.guards.prompts import load_prompt
 from tests.short_cohort import write_short_cohort
+
+from guardeval.backends.chat_http import OpenAICompatibleGuard
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.errors import FatalError
+from guardeval.backends.invalid_request import MAX_REASON, invalid_request
+from guardeval.backends.prompts import load_prompt
 
 from app_server import in_thread, start
 from conftest import run_cli
@@ -148,7 +148,7 @@ async def test_a_validation_500_is_a_configuration_error_not_a_transient_one() -
 # -- the dialects in the request ------------------------------------------------------------------
 
 def test_dialects_render_their_shapes() -> None:
-    from guardeval.guards.chat_body import chat_body
+    from guardeval.backends.chat_body import chat_body
 
     prompt = load_prompt("guardeval-json-v1")
     inst = {"user_request": "x", "history": [], "current_action": {}, "tool_descriptions": []}
@@ -182,7 +182,7 @@ def test_bad_dialects_are_refused_with_file_line_and_field(tmp_path: Path, cohor
 
 
 def test_a_recorded_true_means_json_schema(tmp_path: Path) -> None:
-    from guardeval.guards.config import config_from_manifest
+    from guardeval.backends.config import config_from_manifest
 
     cfg = config_from_manifest({"name": "x", "backend": "openai-compatible", "model": "m", "prompt": "p",
                                 "structured_output": True}, tmp_path / "manifest.json")

@@ -25,15 +25,16 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
+from tests.tiny_model import tiny_model_dir
+
+from guardeval.backends.base import Reply
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.errors import CallFailed
+from guardeval.backends.mlx_backend import MlxGuard
+from guardeval.backends.parsers import get_parser
+from guardeval.backends.prompts import Prompt, load_prompt
 from guardeval.canon import canonical_bytes, sha256_hex
 from guardeval.errors import InputError
-from guardeval.guards.base import Reply
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import CallFailed
-from guardeval.guards.mlx_backend import MlxGuard
-from guardeval.guards.parsers import get_parser
-from guardeval.guards.prompts import Prompt, load_prompt
-from tests.tiny_model import tiny_model_dir
 
 pytestmark = pytest.mark.fast
 
@@ -221,9 +222,9 @@ def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
         import anyio, signal, sys
         from pathlib import Path
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from guardeval.guards.config import GuardConfig
-        from guardeval.guards.mlx_backend import MlxGuard
-        from guardeval.guards.prompts import load_prompt
+        from guardeval.backends.config import GuardConfig
+        from guardeval.backends.mlx_backend import MlxGuard
+        from guardeval.backends.prompts import load_prompt
         cfg = GuardConfig(name="t", backend="mlx", model={str(chatty_dir)!r}, prompt="p", max_tokens=7000,
                           structured_output=False)  # free decoding: a long answer to interrupt
         guard = MlxGuard(cfg, load_prompt("guardeval-json-v1", Path({str(REPO / "prompts")!r})))
@@ -237,7 +238,7 @@ def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
         anyio.run(main)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO / "harness")})
     try:
         assert proc.stdout.readline().strip() == "generating"
         time.sleep(0.5)
@@ -254,7 +255,7 @@ def test_ctrl_c_does_not_hang(chatty_dir: Path, prompt: Prompt) -> None:
 
 
 async def test_folder_without_chat_template_stops_the_run(tmp_path: Path, tiny_dir: Path, prompt: Prompt) -> None:
-    from guardeval.guards.errors import FatalError
+    from guardeval.backends.errors import FatalError
 
     folder = tmp_path / "no-template"
     shutil.copytree(tiny_dir, folder)

@@ -119,7 +119,7 @@ def test_models_folder_is_ignored_by_git():
     r = subprocess.run(["git", "check-ignore", "-q", "models/smollm2-q8/model.safetensors"], cwd=REPO)
     assert r.returncode == 0
     # Only the top-level folder: the package's own modules named models stay tracked.
-    r = subprocess.run(["git", "check-ignore", "-q", "guardeval/cli/models.py"], cwd=REPO)
+    r = subprocess.run(["git", "check-ignore", "-q", "harness/guardeval/cli/models.py"], cwd=REPO)
     assert r.returncode == 1
 
 

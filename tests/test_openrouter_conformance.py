@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from guardeval.guards.chat_http import OpenRouterGuard
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.errors import CallFailed, FatalError, TransientError
-from guardeval.guards.parsers import get_parser
-from guardeval.guards.prompts import load_prompt
+from guardeval.backends.chat_http import OpenRouterGuard
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.errors import CallFailed, FatalError, TransientError
+from guardeval.backends.parsers import get_parser
+from guardeval.backends.prompts import load_prompt
 from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.dispatch.decide import decide
 

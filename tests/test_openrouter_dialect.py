@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.openrouter import providers
-from guardeval.guards.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
-from guardeval.guards.prompts import load_prompt
-from guardeval.guards.registry import make_renderer
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.openrouter import providers
+from guardeval.backends.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
+from guardeval.backends.prompts import load_prompt
+from guardeval.backends.registry import make_renderer
 from guardeval.run.dispatch.budget import reported_cost
 
 pytestmark = pytest.mark.fast

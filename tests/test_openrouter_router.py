@@ -1,5 +1,5 @@
 """OpenRouter's router end to end (issue 21): launches against the simulated provider with its
-response cache, router metadata and availability errors (guardeval/guards/sim/router.py), and the
+response cache, router metadata and availability errors (harness/guardeval/backends/sim/router.py), and the
 preflight's router and guardrail checks."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from guardeval.guards.openrouter.availability import CODES
-from guardeval.guards.sim.router import AVAILABILITY
+from guardeval.backends.openrouter.availability import CODES
+from guardeval.backends.sim.router import AVAILABILITY
 
 from app_server import in_thread
 from conftest import run_cli, write_guard
@@ -160,7 +160,7 @@ def test_a_retryable_availability_error_is_retried_and_answered(tmp_path, small_
 # ------------------------------------------------------------------------- preflight
 
 def _preflight(base_url: str) -> dict[str, Any]:
-    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", base_url, "--json")
+    r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url", base_url, "--json")
     return {"code": r.code, **json.loads(r.out)}
 
 
@@ -184,7 +184,7 @@ def test_preflight_reports_an_availability_error():
     app = web.Application()
     app.router.add_get("/models/{a}/{s}/endpoints", endpoints)
     with in_thread(app) as url:
-        r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", url)
+        r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url", url)
     assert r.code == 2 and "model availability model_deprecated (not retryable)" in r.out, r.out
     assert "see https://openrouter.ai/docs/x" in r.out and "\x1b" not in r.out + r.err
 
@@ -192,10 +192,10 @@ def test_preflight_reports_an_availability_error():
 # ------------------------------------------------------------------------- hostile metadata
 
 async def test_oversized_router_metadata_is_kept_slim_and_still_judged(tmp_path):
-    from guardeval.guards.chat_http import OpenRouterGuard
-    from guardeval.guards.config import GuardConfig
-    from guardeval.guards.parsers import get_parser
-    from guardeval.guards.prompts import load_prompt
+    from guardeval.backends.chat_http import OpenRouterGuard
+    from guardeval.backends.config import GuardConfig
+    from guardeval.backends.parsers import get_parser
+    from guardeval.backends.prompts import load_prompt
     from guardeval.run.dispatch.decide import decide
 
     from app_server import start

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from guardeval.guards.config import load_guard_config
-from guardeval.guards.openrouter.preflight import EMPTY_INSTANCE, Workload, run_preflight
-from guardeval.guards.prompts import load_prompt
-from guardeval.guards.registry import make_renderer
-from guardeval.guards.sim import SimServerProcess
+from guardeval.backends.config import load_guard_config
+from guardeval.backends.openrouter.preflight import EMPTY_INSTANCE, Workload, run_preflight
+from guardeval.backends.prompts import load_prompt
+from guardeval.backends.registry import make_renderer
+from guardeval.backends.sim import SimServerProcess
 from guardeval.run.planning import plan_launch
 from guardeval.run.runtable import load_run_table
 
@@ -135,7 +135,7 @@ def test_drift_and_unknown_provider_are_told_apart(tmp_path, small_cohort, sim_f
 
 def test_preflight_against_the_simulator(sim_factory):
     sim = sim_factory("--key-limit", "50")
-    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", sim.base_url,
+    r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url", sim.base_url,
                 "--cohort", "cohorts/demo", "--json")
     assert r.code == 0, r.err
     res = json.loads(r.out)
@@ -174,9 +174,9 @@ def preflight_sims() -> Iterator[dict[str, SimServerProcess]]:
 ])
 def test_preflight_refuses_what_cannot_be_served(preflight_sims, monkeypatch, sim, with_cohort, words):
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
-    config = load_guard_config(REPO / "guardeval/guards/presets/haiku-4.5.toml").with_base_url(preflight_sims[sim].base_url)
+    config = load_guard_config(REPO / "guards/haiku-4.5.toml").with_base_url(preflight_sims[sim].base_url)
     if with_cohort:
-        work = plan_launch(cohort_dir=DEMO_COHORT, guard_path=REPO / "guardeval/guards/presets/haiku-4.5.toml", reps=3, seed=0,
+        work = plan_launch(cohort_dir=DEMO_COHORT, guard_path=REPO / "guards/haiku-4.5.toml", reps=3, seed=0,
                            order="rounds", base_url=config.base_url).workload()
     else:
         work = Workload(body=make_renderer(config, load_prompt(config.prompt))(EMPTY_INSTANCE))
@@ -186,7 +186,7 @@ def test_preflight_refuses_what_cannot_be_served(preflight_sims, monkeypatch, si
 
 
 def test_preflight_cli_exit_codes(preflight_sims):
-    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url",
+    r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url",
                 preflight_sims["no_structured_outputs"].base_url)
     assert r.code == 2 and "fail  endpoint anthropic: does not support structured_outputs" in r.out
     assert "preflight failed" in r.err and "Traceback" not in r.err
@@ -194,7 +194,7 @@ def test_preflight_cli_exit_codes(preflight_sims):
 
 def test_preflight_without_network_fails_fast(tmp_path, small_cohort):
     t0 = time.monotonic()
-    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", "http://127.0.0.1:9")
+    r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url", "http://127.0.0.1:9")
     assert r.code == 2 and "cannot reach 127.0.0.1" in r.out and "Traceback" not in r.err
     # A launch is refused before its run folder exists.
     r2, run = _launch(tmp_path, small_cohort, "http://127.0.0.1:9", "offline")
@@ -242,7 +242,7 @@ def test_preflight_refuses_a_provider_name_it_cannot_match(plain_server):
         return web.json_response({"data": {"limit": None, "limit_remaining": None}})
 
     srv = plain_server({"/models/{a}/{s}/endpoints": endpoints, "/key": key})
-    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", srv.url)
+    r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url", srv.url)
     assert r.code == 2 and "a name guardeval does not match" in r.out
     assert "\x1b" not in r.out + r.err                   # provider text is shown escaped
     assert "skip  credit" in r.out                       # a key without a limit is not a failure
@@ -368,7 +368,7 @@ def test_preflight_never_shows_the_key(plain_server):
                             content_type="application/json")
 
     srv = plain_server({"/models/{a}/{s}/endpoints": endpoints})
-    r = run_cli("preflight", "--guard", "guardeval/guards/presets/haiku-4.5.toml", "--base-url", srv.url,
+    r = run_cli("preflight", "--guard", "guards/haiku-4.5.toml", "--base-url", srv.url,
                 env={"OPENROUTER_API_KEY": secret})
     assert r.code == 2 and "HTTP 401" in r.out and "[redacted]" in r.out
     assert secret not in r.out + r.err and secret[9:21] not in r.out + r.err

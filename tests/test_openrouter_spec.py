@@ -20,11 +20,11 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from guardeval.guards.chat_http import OpenRouterGuard
-from guardeval.guards.config import load_guard_config
-from guardeval.guards.prompts import load_prompt
-from guardeval.guards.sim import SimServerProcess
-from guardeval.guards.sim.config import NAMED_FAULTS
+from guardeval.backends.chat_http import OpenRouterGuard
+from guardeval.backends.config import load_guard_config
+from guardeval.backends.prompts import load_prompt
+from guardeval.backends.sim import SimServerProcess
+from guardeval.backends.sim.config import NAMED_FAULTS
 
 from conftest import DEMO_COHORT, REPO, cli_env, shared_or_skip
 
@@ -75,7 +75,7 @@ def chat_schema(spec: dict[str, Any], status: int, body: Any) -> str:
 # ------------------------------------------------------------------------------ the request
 
 def test_the_rendered_request_matches_chat_request(spec: dict[str, Any]) -> None:
-    config = load_guard_config(REPO / "guardeval" / "guards" / "presets" / "haiku-4.5.toml")
+    config = load_guard_config(REPO / "guards" / "haiku-4.5.toml")
     prompt = load_prompt(config.prompt)
     row = json.loads((DEMO_COHORT / "instances.jsonl").read_text("utf-8").splitlines()[0])
     body = OpenRouterGuard(config, prompt).render(row)

@@ -35,7 +35,7 @@ def demo_report(tmp_path_factory, sim_module) -> Path:
 
 @pytest.fixture(scope="module")
 def sim_module():
-    from guardeval.guards.sim import SimServerProcess
+    from guardeval.backends.sim import SimServerProcess
 
     from conftest import cli_env
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
 from tests.conftest import REPO, cli_env
 
 pytestmark = pytest.mark.slow

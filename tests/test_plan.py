@@ -168,7 +168,7 @@ def test_target_picks_the_cheapest_design_that_reaches_it() -> None:
 def pilot_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A finished two-repetition run of the demo cohort (64 bases, 44 interactions, 4 domains)
     against the simulated provider (640 calls), and its guard config."""
-    from guardeval.guards.sim import SimServerProcess
+    from guardeval.backends.sim import SimServerProcess
 
     base = tmp_path_factory.mktemp("pilot")
     with SimServerProcess(["--seed", "5"], env=cli_env()) as sim:
@@ -339,7 +339,7 @@ def test_cli_escapes_names_from_the_table(tmp_path: Path) -> None:
 def test_plan_knows_the_cohort_and_a_pilot_cut_inside_round_one(pilot_run: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 26 §8: a design larger than the cohort is marked as needing a larger cohort, and a
     pilot stopped inside its first round is told to finish, not to launch with more repetitions."""
-    from guardeval.guards.sim import SimServerProcess
+    from guardeval.backends.sim import SimServerProcess
 
     run, _ = pilot_run
     r = run_cli("plan", str(run), "--bases", "32,64,512", "--reps", "2", "--json", "--target-mde", "0.09")

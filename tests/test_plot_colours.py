@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from matplotlib.colors import to_hex
-from test_compare_study import A_RATES, synthetic
 
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs
 from guardeval.estimators.compare.compare_plot import COLOURS, leaderboard_figure, paired_figure
+from test_compare_study import A_RATES, synthetic
 
 pytestmark = pytest.mark.fast
 

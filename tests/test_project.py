@@ -56,7 +56,7 @@ def test_version_is_the_package_metadata(capsys):
 
     assert guardeval.__version__ == version("guardeval")
     assert f'\nversion = "{guardeval.__version__}"\n' in (REPO / "pyproject.toml").read_text()
-    assert "__version__ =" not in (REPO / "guardeval" / "__init__.py").read_text()   # written once, in pyproject
+    assert "__version__ =" not in (REPO / "harness" / "guardeval" / "__init__.py").read_text()   # written once, in pyproject
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out == f"guardeval {guardeval.__version__}\n"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import guardeval.cli.prompts as prompts_cli
+from guardeval.backends.prompts import load_prompt
 from guardeval.canon import file_sha256
 from guardeval.cli import main
 from guardeval.cli.prompts import TS_GUARD_SHA256
-from guardeval.guards.prompts import load_prompt
 
 from conftest import DATA, shared_or_skip
 

@@ -17,7 +17,7 @@ from conftest import INSTALLED_WHEEL, REPO, run_cli
 pytestmark = pytest.mark.fast
 
 GOOD = '''
-from guardeval.guards.python_guard import Verdict
+from guardeval.backends.python_guard import Verdict
 
 def guard(inp):
     risky = "send_money" in str(inp.current_action)
@@ -69,11 +69,11 @@ def test_demo_with_the_shipped_python_example_from_the_installed_wheel(installed
     assert v.code == 0 and "verify: OK" in v.out, v.out + v.err
     manifest = json.loads((run / "manifest.json").read_text())
     pin = manifest["guard_callable"]
-    assert pin["name"] == "guardeval.guards.examples.keyword:guard" and pin["module"] == "guardeval.guards.examples.keyword"
+    assert pin["name"] == "keyword_guard:guard" and pin["module"] == "keyword_guard"
     assert pin["distribution"] == "guardeval" and pin["version"]
     import hashlib
 
-    installed_src = next(installed.venv.rglob("guardeval/guards/examples/keyword.py"))
+    installed_src = next(installed.venv.rglob("guardeval/backends/presets/keyword_guard.py"))
     assert pin["source_sha256"] == hashlib.sha256(installed_src.read_bytes()).hexdigest()
 
 
@@ -81,7 +81,7 @@ def test_demo_with_the_shipped_python_example_from_the_installed_wheel(installed
 def test_changed_source_is_caught_by_verify_and_refused_by_resume(tmp_path: Path) -> None:
     lib = _module(tmp_path, "pg_changing", GOOD)
     cfg = _config(tmp_path, "pg_changing:guard", concurrency=4)
-    env = {"PYTHONPATH": f"{REPO}:{lib}"}
+    env = {"PYTHONPATH": f"{REPO / 'harness'}:{lib}"}
     run = tmp_path / "run"
     r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
                 "--max-calls", "40", "--no-progress", env=env)
@@ -107,9 +107,9 @@ def test_changed_source_is_caught_by_verify_and_refused_by_resume(tmp_path: Path
     starts = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] == "start"]
     assert starts[-1]["callable"]["source_sha256"] != launch_sha
     # Without the module on this machine, the comparison is a skipped check, not OK by default.
-    v = run_cli("verify", str(run), env={"PYTHONPATH": str(REPO)})
+    v = run_cli("verify", str(run), env={"PYTHONPATH": str(REPO / "harness")})
     assert v.code == 1 and "skipped: callable source" in v.out, v.out
-    r = run_cli("resume", str(run), "--no-progress", env={"PYTHONPATH": str(REPO)})
+    r = run_cli("resume", str(run), "--no-progress", env={"PYTHONPATH": str(REPO / "harness")})
     assert r.code == 2 and "field 'callable': cannot import module 'pg_changing'" in r.err, r.err
 
 
@@ -120,7 +120,7 @@ def test_replicate_onto_a_python_guard_and_compare(tmp_path: Path) -> None:
                    "--no-progress").code == 0
     lib = _module(tmp_path, "pg_other", GOOD)
     cfg = _config(tmp_path, "pg_other:guard")
-    env = {"PYTHONPATH": f"{REPO}:{lib}"}
+    env = {"PYTHONPATH": f"{REPO / 'harness'}:{lib}"}
     rep = tmp_path / "b"
     r = run_cli("replicate", str(run), "--guard", str(cfg), "--run-dir", str(rep), "--no-progress", env=env)
     assert r.code == 0 and "320/320 calls decided: ok 320" in r.out, r.err
@@ -152,7 +152,7 @@ def test_a_bad_callable_is_exit_2_naming_the_field_before_a_folder_exists(tmp_pa
     cfg = _config(tmp_path, name)
     run = tmp_path / "run"
     r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--run-dir", str(run), "--no-progress",
-                env={"PYTHONPATH": f"{REPO}:{lib}"})
+                env={"PYTHONPATH": f"{REPO / 'harness'}:{lib}"})
     assert r.code == 2, r.err
     assert "field 'callable'" in r.err and said in r.err, r.err
     assert "Traceback" not in r.err and not run.exists() and not any(tmp_path.glob(".run.partial-*"))
@@ -172,8 +172,8 @@ def test_callable_field_rules(tmp_path: Path) -> None:
 BEHAVIOURS = '''
 import asyncio, os, time
 from dataclasses import dataclass
-from guardeval.guards.errors import FatalError
-from guardeval.guards.python_guard import Verdict
+from guardeval.backends.errors import FatalError
+from guardeval.backends.python_guard import Verdict
 
 ALLOW = '{"malicious_user_request": false, "third_party_attack": false, "current_action_harmfulness": 0}'
 
@@ -230,7 +230,7 @@ def _launch_one(tmp_path: Path, fn: str, *, reps: int = 1, max_calls: int | None
     if max_calls:
         args += ["--max-calls", str(max_calls)]
     t0 = time.monotonic()
-    r = run_cli(*args, env={"PYTHONPATH": f"{REPO}:{lib}", "PG_SECRET": "pgsecret-" + "Zq8" * 8})
+    r = run_cli(*args, env={"PYTHONPATH": f"{REPO / 'harness'}:{lib}", "PG_SECRET": "pgsecret-" + "Zq8" * 8})
     return r, run, time.monotonic() - t0
 
 
@@ -246,7 +246,7 @@ def test_what_a_guard_may_return(tmp_path: Path, fn: str, decision: int) -> None
     raw = _raw(run)
     assert orjson.loads(raw[0]["response"])["returned"] in ("str", "dict", "Mine", "Verdict")
     # The run's own bodies are untouched by what the function did to its copy.
-    v = run_cli("verify", str(run), env={"PYTHONPATH": f"{REPO}:{tmp_path / 'lib'}"})
+    v = run_cli("verify", str(run), env={"PYTHONPATH": f"{REPO / 'harness'}:{tmp_path / 'lib'}"})
     assert v.code == 0, v.out
     assert all(x["request"]["messages"] and x["request"]["fields"]["current_action"] for x in raw)
 
@@ -304,8 +304,8 @@ def test_an_async_function_is_cut_at_timeout(tmp_path: Path) -> None:
 
 
 def test_a_structured_verdict_is_written_in_each_parsers_format() -> None:
-    from guardeval.guards.parsers import parse_json_three_field, parse_ts_guard_tags
-    from guardeval.guards.python_guard.backend import verdict_text
+    from guardeval.backends.parsers import parse_json_three_field, parse_ts_guard_tags
+    from guardeval.backends.python_guard.backend import verdict_text
 
     for v in ({"malicious_user_request": True, "third_party_attack": False, "current_action_harmfulness": 0.5},
               {"malicious_user_request": False, "third_party_attack": True, "current_action_harmfulness": 1}):

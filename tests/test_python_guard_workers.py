@@ -58,7 +58,7 @@ def _guard(tmp_path: Path, name: str, source: str, fn: str, **fields: object) ->
     cfg = tmp_path / f"{name}-{fn}.toml"
     cfg.write_text(f'name = "{name}"\nbackend = "python"\ncallable = "{name}:{fn}"\nmodel = "rules"\n'
                    'prompt = "guardeval-json-v1"\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()))
-    return cfg, {"PYTHONPATH": f"{REPO}:{lib}", "PW_DIR": str(state), "PW_SECRET": "pwsecret-" + "Zq8" * 8}
+    return cfg, {"PYTHONPATH": f"{REPO / 'harness'}:{lib}", "PW_DIR": str(state), "PW_SECRET": "pwsecret-" + "Zq8" * 8}
 
 
 def _launch(tmp_path: Path, guard: tuple[Path, dict[str, str]], *extra: str, run: str = "run"):
@@ -170,8 +170,8 @@ def test_through_the_api_the_pool_is_shut_down_when_the_run_ends(tmp_path: Path,
 BEHAVIOURS = '''
 import asyncio, ctypes, subprocess, sys
 from dataclasses import dataclass
-from guardeval.guards.errors import FatalError
-from guardeval.guards.python_guard import Verdict
+from guardeval.backends.errors import FatalError
+from guardeval.backends.python_guard import Verdict
 
 print("pw_proc imported")
 

@@ -1,4 +1,4 @@
-"""guardeval/guards/redact.py: the key in any spelling, as a whole or as a run of 12+ characters."""
+"""harness/guardeval/backends/redact.py: the key in any spelling, as a whole or as a run of 12+ characters."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardeval.guards.redact import MARK, Redactor
+from guardeval.backends.redact import MARK, Redactor
 
 from hostile_server import key_form, leaked
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from guardeval.backends.sim import SimServerProcess
 from guardeval.canon import dumps_line, sha256_hex
 from guardeval.cli import run as cli_run
-from guardeval.guards.sim import SimServerProcess
 from guardeval.run.folder import supersede
 from guardeval.run.integrity.verify import verify_run
 

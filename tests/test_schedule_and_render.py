@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
+from guardeval.backends.chat_http import OpenRouterGuard
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.prompts import load_prompt
 from guardeval.canon import dumps_line
 from guardeval.cohorts.model import build_row, load_cohort
-from guardeval.guards.chat_http import OpenRouterGuard
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.prompts import load_prompt
 from guardeval.run.schedule import call_id_for, iter_schedule
 
 from conftest import DEMO_COHORT

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from guardeval.backends.config import load_guard_config
+from guardeval.backends.prompts import load_prompt
+from guardeval.backends.registry import make_renderer
+from guardeval.backends.sim import SimServerProcess
+from guardeval.backends.sim import guard as sim_guard
+from guardeval.backends.sim.config import ServerConfig
+from guardeval.backends.sim.profiles import PROFILES, SHORTCUT_PROFILE, load_profile
+from guardeval.backends.sim.truth import expected_block_probabilities, true_effects
 from guardeval.canon import canonical_sha256
 from guardeval.cohorts.model import load_cohort
 from guardeval.errors import InputError
-from guardeval.guards.config import load_guard_config
-from guardeval.guards.prompts import load_prompt
-from guardeval.guards.registry import make_renderer
-from guardeval.guards.sim import SimServerProcess
-from guardeval.guards.sim import guard as sim_guard
-from guardeval.guards.sim.config import ServerConfig
-from guardeval.guards.sim.profiles import PROFILES, SHORTCUT_PROFILE, load_profile
-from guardeval.guards.sim.truth import expected_block_probabilities, true_effects
 
 from conftest import DEMO_COHORT, cli_env, run_cli
 

@@ -19,13 +19,13 @@ import httpx
 import pytest
 from httpx_aiohttp import AiohttpTransport
 
+from guardeval.backends.parsers import composite, parse_json_three_field
+from guardeval.backends.prompts import load_prompt
+from guardeval.backends.sim import SimServerProcess
+from guardeval.backends.sim import guard as sim_guard
+from guardeval.backends.sim.config import parse_faults, parse_latency
 from guardeval.canon import canonical_sha256
 from guardeval.errors import InputError
-from guardeval.guards.parsers import composite, parse_json_three_field
-from guardeval.guards.prompts import load_prompt
-from guardeval.guards.sim import SimServerProcess
-from guardeval.guards.sim import guard as sim_guard
-from guardeval.guards.sim.config import parse_faults, parse_latency
 
 pytestmark = pytest.mark.fast
 
@@ -338,7 +338,7 @@ def test_fault_spec_parsing() -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    [sys.executable, "-m", "guardeval.guards.sim", "--faults", "teapot=0.5"],
+    [sys.executable, "-m", "guardeval.backends.sim", "--faults", "teapot=0.5"],
     [sys.executable, "-m", "guardeval", "sim-server", "--faults", "429=abc"],
     [sys.executable, "-m", "guardeval", "sim-server", "--faults", "429=0.7,503=0.7"],
 ])
@@ -351,7 +351,7 @@ def test_bad_options_exit_2_without_traceback(argv: list[str]) -> None:
 
 def test_an_unknown_unsupported_param_exits_2() -> None:
     # A misspelt name used to be dropped in silence: the listed endpoints then supported everything.
-    r = subprocess.run([sys.executable, "-m", "guardeval.guards.sim", "--unsupported-params", "seed,structured_output"],
+    r = subprocess.run([sys.executable, "-m", "guardeval.backends.sim", "--unsupported-params", "seed,structured_output"],
                        cwd=ROOT, capture_output=True, timeout=30)
     assert r.returncode == 2 and r.stdout == b"" and b"Traceback" not in r.stderr
     assert b"--unsupported-params" in r.stderr and b"'structured_output'" in r.stderr

@@ -26,15 +26,16 @@ try:
 except ImportError:  # pragma: no cover
     pytest.skip("mlx has no working native library here", allow_module_level=True)
 
-from guardeval.guards.config import GuardConfig
-from guardeval.guards.gguf.convert import build_model
-from guardeval.guards.gguf.reader import GgufFile
-from guardeval.guards.mlx_backend import MlxGuard
-from guardeval.guards.parsers import get_parser
-from guardeval.guards.prompts import load_prompt
 from tests.bpe_reference import ReferenceBpe
 from tests.gguf_files import smollm2_gguf
 from tests.llama_reference import forward
+
+from guardeval.backends.config import GuardConfig
+from guardeval.backends.gguf.convert import build_model
+from guardeval.backends.gguf.reader import GgufFile
+from guardeval.backends.mlx_backend import MlxGuard
+from guardeval.backends.parsers import get_parser
+from guardeval.backends.prompts import load_prompt
 
 from conftest import REPO, run_cli
 

@@ -107,9 +107,9 @@ def test_verify_of_a_guard_merely_off_pythonpath_says_what_to_set(tmp_path):
                    'prompt = "guardeval-json-v1"\n')
     run = tmp_path / "run"
     r = run_cli("launch", "--cohort", "demo", "--guard", str(cfg), "--reps", "1", "--run-dir", str(run),
-                "--max-calls", "5", "--no-progress", env={"PYTHONPATH": f"{REPO}:{lib}"})
+                "--max-calls", "5", "--no-progress", env={"PYTHONPATH": f"{REPO / 'harness'}:{lib}"})
     assert r.code == 0, r.err
-    assert run_cli("verify", str(run), env={"PYTHONPATH": f"{REPO}:{lib}"}).code == 0
+    assert run_cli("verify", str(run), env={"PYTHONPATH": f"{REPO / 'harness'}:{lib}"}).code == 0
     v = run_cli("verify", str(run))
     assert v.code == 1, v.out
     assert "callable source not checked here: module my_guard is not found on this machine's Python path" in v.out

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from guardeval.backends.sim import SimServerProcess
+from guardeval.backends.sim.profiles import PROFILES
 from guardeval.canon import canonical_sha256
-from guardeval.guards.sim import SimServerProcess
-from guardeval.guards.sim.profiles import PROFILES
 
 from conftest import CliResult, cli_env, run_cli, write_guard
 from tamper import rechain_with_zero_costs

@@ -1,7 +1,7 @@
 """Estimates land on the truth (issue 28, done-when): ten seeded studies of the three shipped
 profiles on the demo cohort, each a real study (three simulated providers on 127.0.0.1, dispatched
 together, compared); for every profile and every intervention, the 95% interval of the estimated
-placebo-corrected effect covers the profile's true effect (guardeval.guards.sim.truth) in at least 9 of 10."""
+placebo-corrected effect covers the profile's true effect (guardeval.backends.sim.truth) in at least 9 of 10."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from guardeval import api
+from guardeval.backends.sim import SimServerProcess
+from guardeval.backends.sim.profiles import PROFILES
+from guardeval.backends.sim.truth import true_effects
 from guardeval.cohorts.model import load_cohort
-from guardeval.guards.sim import SimServerProcess
-from guardeval.guards.sim.profiles import PROFILES
-from guardeval.guards.sim.truth import true_effects
 
 from conftest import DEMO_COHORT, cli_env, write_guard
 

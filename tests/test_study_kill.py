@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from guardeval.guards.sim import SimServerProcess
+from guardeval.backends.sim import SimServerProcess
 
 from conftest import REPO, cli_env, run_cli, write_guard
 

@@ -2,14 +2,14 @@
 
 Surrounding text: the template asks for a `<Think> ... <\\Think>` block before the three tags,
 so that block (any text inside) is accepted; any other text before, between or after the
-blocks makes the answer `unparseable` (see guardeval/guards/parsers/tsguard.py for why).
+blocks makes the answer `unparseable` (see harness/guardeval/backends/parsers/tsguard.py for why).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from guardeval.guards.parsers import JSON_FIELDS, PARSERS, get_parser
+from guardeval.backends.parsers import JSON_FIELDS, PARSERS, get_parser
 
 pytestmark = pytest.mark.fast
 
@@ -114,6 +114,6 @@ def test_no_content() -> None:
 
 
 def test_registered_under_its_name() -> None:
-    from guardeval.guards.parsers import tsguard as tsguard_parser
+    from guardeval.backends.parsers import tsguard as tsguard_parser
 
     assert PARSERS["ts-guard-tags"] is tsguard_parser.parse_ts_guard_tags

@@ -108,12 +108,12 @@ def cli_reference() -> str:
 def config_reference() -> str:
     import dataclasses
 
-    from guardeval.guards import config as c
+    from guardeval.backends import config as c
 
     defaults = {f.name: f.default for f in dataclasses.fields(c.GuardConfig)
                 if f.default is not dataclasses.MISSING}
     out = ["Every key of a guard config (a TOML file), generated from the config's own definitions "
-           "(`guardeval/guards/config.py`) when the site is built: types, whether required, defaults, allowed ranges.", "",
+           "(`harness/guardeval/backends/config.py`) when the site is built: types, whether required, defaults, allowed ranges.", "",
            "| key | type | required | default | range | meaning |", "|---|---|---|---|---|---|"]
     for key, (types, required) in c._FIELDS.items():
         default = defaults.get(key)

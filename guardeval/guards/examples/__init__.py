@@ -1,1 +1,0 @@
-"""Example guards shipped with guardeval (`--guard python-example`)."""

@@ -1,0 +1,193 @@
+"""Plan, launch, resume and replicate runs; read their status; verify them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from guardeval.api.types import LaunchPlan, Problem, Projection, RunResult, RunStatus, Skipped, VerifyReport
+from guardeval.backends.config import GuardConfig
+from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
+from guardeval.errors import InputError
+from guardeval.run.folder.folder import RunFolder
+
+Guard = str | Path | GuardConfig   # a TOML file, a preset name, or a GuardConfig
+
+
+def run_folder(run: str | Path | RunFolder) -> Path | RunFolder:
+    """`run` as a run folder (InputError, exit 2, when it holds no manifest.json, or is a link:
+    the check is `RunFolder`'s, which never follows one). An open RunFolder is returned as given."""
+    from guardeval.run.folder.folder import opened
+    from guardeval.run.folder.layout import MANIFEST
+
+    with opened(run if isinstance(run, RunFolder) else Path(run)) as folder:
+        if not folder.has(MANIFEST):
+            raise InputError("not a run folder (no manifest.json)", path=folder.path)
+        return run if isinstance(run, RunFolder) else folder.path
+
+
+def _summary(plan: Any, run_dir: Path) -> LaunchPlan:
+    plan.digest()   # the schedule's hash as it would be written; writes nothing
+    m, cfg = plan.manifest, plan.config
+    parent = m.get("parent_run") or {}
+    return LaunchPlan(run_id=m["run_id"], run_dir=run_dir, n_calls=plan.n_calls, bases=len(plan.cohort.base_ids),
+                      conditions=[c.name for c in plan.cohort.conditions], reps=int(m["reps"]), order=m["order"],
+                      seed=int(m["seed"]), guard=cfg.name, backend=cfg.backend, model=cfg.model,
+                      prompt=plan.prompt.id, schedule_sha256=m["schedule_sha256"], parent_run=parent.get("run_id"),
+                      projection=Projection(**plan.projection()), _plan=plan)
+
+
+def plan_launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",
+         run_dir: str | Path | None = None, base_url: str | None = None,
+         row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> LaunchPlan:
+    """Prepare a launch: load and check the cohort and the guard (a python guard's callable is
+    imported), render every instance, hash the schedule. Writes nothing; `launch_plan` runs it.
+    `cohort` is a folder or `"demo"`; `guard` a TOML file, a preset name or a GuardConfig."""
+    from guardeval.run.planning import plan_launch as runner_plan
+    from guardeval.run.planning import resolve_run_dir
+
+    p = runner_plan(cohort_dir=cohort, guard_path=guard, reps=reps, seed=seed, order=order,
+                    base_url=base_url, row_limits=row_limits)
+    return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
+
+
+def plan_replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = None,
+                   base_url: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> LaunchPlan:
+    """Prepare a replicate: `run`'s schedule, byte for byte, on another guard. Writes nothing."""
+    from guardeval.run.planning import plan_replicate as runner_plan
+    from guardeval.run.planning import resolve_run_dir
+
+    p = runner_plan(run_folder(run), guard_path=guard, base_url=base_url, row_limits=row_limits)
+    return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
+
+
+def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency: int | None = None,
+                rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
+                fixed_concurrency: bool = False, progress: bool = False,
+                row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
+    """Write the planned run folder and send its calls. The OpenRouter preflight is the CLI's
+    (`guardeval preflight`); refusals (a bad folder, an unset key) raise InputError first."""
+    from guardeval.run import launch_options
+    from guardeval.run.folder.create import check_new_run_dir, discard_unstarted
+    from guardeval.run.planning import materialise
+
+    check_new_run_dir(planned.run_dir)
+    # Recorded as the CLI's launch records them, so a later resume (any caller) reuses them.
+    planned._plan.manifest[launch_options.FIELD] = launch_options.record(
+        {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency or None, "rpm": rpm,
+         "max_cost": max_cost, "rate_limit_stop_s": None})
+    materialise(planned._plan, planned.run_dir)
+    try:
+        return _execute(planned.run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                        max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
+                        row_limits=row_limits)
+    except InputError:
+        discard_unstarted(planned.run_dir)   # refused before anything was sent: nothing left behind
+        raise
+
+
+def launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",
+           run_dir: str | Path | None = None, base_url: str | None = None, concurrency: int | None = None,
+           rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
+           fixed_concurrency: bool = False, progress: bool = False,
+           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
+    """`plan_launch` then `launch_plan`: a new run folder (default `runs/<run-id>/`), every call sent
+    (or the first `max_calls`). A stop (fatal error, budget, signal) is in the result:
+    `result.raise_if_stopped()` raises it as the CLI does."""
+    planned = plan_launch(cohort, guard, reps=reps, seed=seed, order=order, run_dir=run_dir, base_url=base_url,
+                   row_limits=row_limits)
+    return launch_plan(planned, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                       max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,
+                       row_limits=row_limits)
+
+
+def replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = None, base_url: str | None = None,
+              concurrency: int | None = None, rpm: float | None = None, max_cost: float | None = None,
+              fixed_concurrency: bool = False, progress: bool = False,
+              row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
+    """`run`'s schedule on another guard, into a new run folder (`compare` the two afterwards)."""
+    planned = plan_replicate(run, guard, run_dir=run_dir, base_url=base_url, row_limits=row_limits)
+    return launch_plan(planned, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                       fixed_concurrency=fixed_concurrency, progress=progress, row_limits=row_limits)
+
+
+def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | None = None,
+           rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
+           fixed_concurrency: bool | None = None, progress: bool = False, allow_changed_callable: bool = False,
+           retry_failed: Sequence[str] | None = None, rate_limit_stop_s: float | None = None,
+           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
+    """Send a stopped or crashed run's undecided calls; with `retry_failed` (failure statuses,
+    e.g. `("exhausted",)`), also the calls whose decision has one of them (`resume --retry-failed`).
+    An option left None (`concurrency`, `fixed_concurrency`, `rpm`, `max_cost`,
+    `rate_limit_stop_s`) is the launch's, as recorded in its manifest: a budget is never forgotten.
+    Refuses (InputError) a changed prompt rendering, or a python guard whose code changed since
+    launch unless `allow_changed_callable`."""
+    from guardeval.run import launch_options
+    from guardeval.run.folder.folder import opened
+
+    folder = run_folder(run)
+    with opened(folder) as f:
+        o, _ = launch_options.for_resume(f, {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency,
+                                             "rpm": rpm, "max_cost": max_cost, "rate_limit_stop_s": rate_limit_stop_s})
+    statuses = None
+    if retry_failed is not None:
+        from guardeval.run.folder.supersede import parse_statuses
+
+        try:
+            statuses = parse_statuses(",".join(retry_failed))
+        except ValueError as exc:
+            raise InputError(str(exc), field="retry_failed") from None
+    return _execute(folder, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"], max_cost=o["max_cost"],
+                    max_calls=max_calls, fixed_concurrency=bool(o["fixed_concurrency"]), progress=progress,
+                    allow_changed_callable=allow_changed_callable, retry_failed=statuses,
+                    rate_limit_stop_s=o["rate_limit_stop_s"], row_limits=row_limits)
+
+
+def _execute(run_dir: Path | RunFolder, *, base_url: str | None, concurrency: int | None, rpm: float | None,
+             max_cost: float | None, max_calls: int | None, fixed_concurrency: bool, progress: bool,
+             row_limits: RowLimits, allow_changed_callable: bool = False,
+             retry_failed: tuple[str, ...] | None = None, rate_limit_stop_s: float | None = None) -> RunResult:
+    from guardeval.run.runner import execute
+
+    o = execute(run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                max_calls=max_calls, progress=progress, adaptive=not fixed_concurrency, row_limits=row_limits,
+                allow_changed_callable=allow_changed_callable, retry_failed=retry_failed,
+                rate_limit_stop_s=rate_limit_stop_s,
+                handle_signals=_main_thread())
+    r = o.result
+    return RunResult(run_dir=o.run_dir, total=o.total, decided=o.decided, complete=o.complete,
+                     statuses=dict(o.statuses), session_dispatched=r.dispatched, session_decided=r.decided,
+                     recovered=o.recovered, torn=list(o.torn), stop_reason=r.stop_reason,
+                     fatal_message=r.fatal_message, fingerprint=o.fingerprint, _outcome=o)
+
+
+def _main_thread() -> bool:
+    # Signal handlers can only be installed from the main thread (a notebook's may not be).
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def status(run: str | Path | RunFolder) -> RunStatus:
+    """Decided and pending calls, statuses, quarantine, attempts, spend, and whether a process
+    runs it now (`guardeval status`)."""
+    from guardeval.run.status import run_status
+
+    return RunStatus.from_dict(run_status(run_folder(run)))
+
+
+def verify(run: str | Path | RunFolder, *, allow_skipped: bool = False, expect: str | None = None,
+           row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> VerifyReport:
+    """Every hash, the schedule, the stimuli, the chain, every decision, a python guard's code
+    (`guardeval verify`); with `expect`, the run's fingerprint must be that one
+    (`verify --expect`)."""
+    from guardeval.run.integrity.fingerprint import parse_token
+    from guardeval.run.integrity.verify import verify_run
+
+    token = parse_token(expect) if expect is not None else None
+    rep = verify_run(run_folder(run), allow_skipped=allow_skipped, row_limits=row_limits, expect=token)
+    return VerifyReport(ok=rep["ok"], problems=[Problem(p["file"], p.get("line"), p["message"]) for p in rep["problems"]],
+                        skipped=[Skipped(s["check"], s["reason"]) for s in rep["skipped"]], checked=rep["checked"],
+                        n_calls=rep.get("n_calls"), n_raw=rep.get("n_raw"), n_decisions=rep.get("n_decisions"),
+                        undecided_answers=rep.get("undecided_answers"), fingerprint=rep.get("fingerprint"))

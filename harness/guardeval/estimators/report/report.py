@@ -1,0 +1,310 @@
+"""Report files (report.json, report.md, effects.png) and the human effects table."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from guardeval.estimators.report import sections
+from guardeval.estimators.report.formats import headline_p, interval, level, md_table, num, pval, rules_differ, significant
+from guardeval.estimators.verdicts import decisions as dc
+from guardeval.run.folder.folder import RunFolder, write_into
+from guardeval.run.folder.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
+from guardeval.terminal import safe as terminal_safe
+
+JSON_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps_json(report: Mapping[str, Any]) -> str:
+    """Pretty JSON; non-finite floats cannot occur (undefined values are null)."""
+    return orjson.dumps(report, option=JSON_OPTS).decode("utf-8")
+
+
+def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    margin = report.get("margin")
+    lv = level(report)
+    head = ["condition", "delta", f"{lv} CI (unadjusted)", "p", "p_Holm (delta)", "delta-placebo",
+            f"{lv} CI (corr., unadjusted)", "p (corr.)", "p_Holm (corr.)", "+/-/=", "bases", "drop", "fail-closed",
+            "fail-open", f"delta: ±{margin:g} verdict; MDE" if margin else "delta: verdict; MDE",
+            "corr.: verdict; MDE"]
+    rows = []
+    for c in report["contrasts"]:
+        corr_holm = c.get("p_holm_minus_placebo")
+        rows.append([
+            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else "") + (" *" if significant(c) else ""),
+            num(c["delta"]), interval(c["ci"]), pval(c["p"]),
+            pval(c["p_holm"]) if c["in_family"] else "(not in family)",
+            num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]), pval(c["p_minus_placebo"]),
+            "—" if c["delta_minus_placebo"] is None else pval(corr_holm) if corr_holm is not None else "(not in family)",
+            f"{c['increase']}/{c['decrease']}/{c['tie']}", str(c["n_bases"]),
+            *(num(c["by_rule"][r]) for r in report["failure_rules"]),
+            dc.short(c.get("equivalence")), dc.short(c.get("equivalence_minus_placebo")),
+        ])
+    return head, rows
+
+
+def _who(report: Mapping[str, Any]) -> str:
+    g = (report.get("source") or {}).get("guard") or {}
+    return str(g.get("name")) if g.get("name") else "the guard"
+
+
+def up_front(report: Mapping[str, Any]) -> list[str]:
+    """What a reader must know before any effect: a placebo that failed as a control, and the
+    families this design cannot decide at all (issue 35). Said once, first, in every output."""
+    out = []
+    pc = report.get("placebo_check")
+    if pc and pc.get("failed"):
+        out.append(placebo_failed_sentence(pc, _who(report), level(report)))
+    out += list(report.get("cannot_decide") or [])
+    return out
+
+
+def placebo_failed_sentence(pc: Mapping[str, Any], who: str, lv: str = "95%") -> str:
+    p = pc.get("p_holm")
+    return (f"The placebo {pc['condition']} failed as a control: by itself it moved {who}'s block rate by "
+            f"{dc._n(pc['delta'])} ({dc.ci_words(pc.get('ci'), lv)}; differs from 0 after Holm over "
+            f"{pc.get('family')}, p_Holm {'—' if p is None else f'{p:.4g}'}). Every Δ − placebo below is measured "
+            "against a control that itself changed the guard: read each condition's own Δ beside it.")
+
+
+def _against_failed_placebo(c: Mapping[str, Any], report: Mapping[str, Any], eq: Mapping[str, Any] | None) -> str:
+    """The corrected effect of an intervention when the placebo failed: never 'lowers' or 'raises'
+    (that reads as the intervention's doing); its own Δ first."""
+    lv = level(report)
+    own = c["delta"]
+    line = (f"{c['condition']}: its own Δ against the baseline {report['baseline']} is {dc._n(own)} "
+            f"({dc.ci_words(c['ci'], lv)}); against the failed placebo {report['placebo']} its Δ − placebo is "
+            f"{dc._n(c['delta_minus_placebo'])} ({dc.ci_words(c['ci_minus_placebo'], lv)})")
+    if own is not None and abs(own) < 5e-4:
+        line += f", which is the placebo's own effect, not {c['condition']}'s"
+    return f"{line}; {dc._decision_words(eq)}."
+
+
+def headline_sentences(report: Mapping[str, Any]) -> list[str]:
+    """One sentence a reader can quote per contrast, for its headline (the placebo-corrected
+    effect; Δ for the placebo itself or without a placebo), sign explicit, with its decision and
+    the family it was decided in, then its MDE; after what must be said first (`up_front`)."""
+    if "families" not in report:    # a report.json from before the decisions were stated
+        return []
+    failed = bool((report.get("placebo_check") or {}).get("failed"))
+    out = up_front(report)
+    for c in report["contrasts"]:
+        quantity, eq = dc.headline(c)
+        if quantity == "delta_minus_placebo" and failed and c["delta_minus_placebo"] is not None:
+            line = _against_failed_placebo(c, report, eq)
+        else:
+            if quantity == "delta_minus_placebo":
+                ref, est, ci = f"beyond the placebo {report['placebo']}", c["delta_minus_placebo"], c["ci_minus_placebo"]
+            else:
+                ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
+            line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
+        if eq and eq.get("mde") is not None:
+            line += (f" Detectable with 80% power: {eq['mde']:.3f}"
+                     + (f" ({eq['mde_holm']:.3f} at the Holm level α/{eq['holm_m']})"
+                        if eq.get("mde_holm") is not None and eq.get("holm_m") else "") + ".")
+        if eq and eq.get("ci_note"):
+            line += f" ({eq['ci_note']}.)"
+        out.append(line)
+    return out
+
+
+def decision_lines(report: Mapping[str, Any]) -> list[str]:
+    """How every verdict was decided: the level, each family (fixed before the data), and the
+    family-wide equivalence claims."""
+    fams = report.get("families")
+    if not fams:
+        return []
+    parts = [f"{'Δ − placebo' if q == 'delta_minus_placebo' else 'Δ'} over the {f['name']} ({', '.join(f['members'])})"
+             for q, f in fams.items()]
+    out = [f"Decisions: Holm at α {report['alpha']:g} within each family, fixed before the data: " + "; ".join(parts)
+           + ". * marks an intervention whose headline (Δ − placebo; Δ without a placebo) differs from 0 in its "
+             "family; the placebo's own Δ is a check of the placebo, decided in the Δ family and said in its "
+             f"sentence. Intervals are unadjusted {level(report)} (1 − α)."]
+    for eqf in (report.get("equivalence_family") or {}).values():
+        out.append(f"{eqf['claim'][0].upper()}{eqf['claim'][1:]} (intersection–union: every member's own TOST at "
+                   f"α {eqf['alpha']:g}): {'yes' if eqf['holds'] else 'no'}"
+                   + (f"; the margin is below the MDE of {', '.join(eqf['underpowered'])}: this design cannot "
+                      "support that claim" if eqf.get("underpowered") else "") + ".")
+    return out
+
+
+def summary_line(report: Mapping[str, Any]) -> str:
+    q = report["quarantine"]
+    return (f"{report['n_bases']} bases, {report['n_interactions']} interactions, {report['n_calls']} calls; "
+            f"baseline {report['baseline']}, placebo {report['placebo'] or 'none'}; "
+            f"headline failure rule {report['failure_rule']}; "
+            f"quarantined {q['count']} ({q['fraction']:.2%}){'' if q['publishable'] else ' — NOT PUBLISHABLE'}"
+            f"{'' if report['complete'] else '; INCOMPLETE run (partial estimate)'}"
+            + (f"; {n} calls counted at a retry's decision (later measurements)"
+               if (n := (report.get("retried") or {}).get("n_calls")) else ""))
+
+
+# The table's column names, defined once under it (the long forms: docs/estimators.md and
+# harness/guardeval/estimators/report/definitions.py, shown in report.html).
+SHORT_TERMS = (
+    ("Δ", "mean over bases of the paired difference in block rate against the baseline"),
+    ("Δ − placebo", "Δ minus the placebo's Δ on the same bases (the headline)"),
+    ("CI", "unadjusted, at 1 − α; below 28 df a sign-flip test's inversion, else the interaction-cluster "
+           "bootstrap at the t-calibrated level (each record's method); excludes 0 exactly when p < α"),
+    ("p_Holm", "the headline's p (same procedure as its CI), Holm-adjusted over its family"),
+    ("+/−/=", "bases whose block rate rose / fell / tied"),
+    ("bases", "bases paired with the baseline"),
+)
+
+
+def _n3(x: float | None) -> str:
+    return num(x, digits=3)
+
+
+def _ci3(ci: list[float] | None) -> str:
+    return "" if ci is None else f"[{_n3(ci[0])}, {_n3(ci[1])}]"
+
+
+def terminal_width() -> int:
+    """The terminal's columns ($COLUMNS first); 100 when stdout is not a terminal."""
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
+    """The effects table for a terminal, fitted to `width` columns (default: the terminal's),
+    with the definitions of its columns under it. Effects are proportions; names from the
+    cohort are shown with control characters escaped."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    safe = terminal_safe
+    width = width or terminal_width()
+    # Fixed widths for the numbers, the rest for the names: the table never passes `width`.
+    one_line = width >= 104
+    est_w = 23 if one_line else 16
+    names = [safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "") + " *"
+             for c in report["contrasts"]]
+    # p_w fits pval's longest form ("1.0e-100"): a p cut to "1.5e-…" cannot be read.
+    p_w, count_w, bases_w = 8, 8, 5
+    # each of the 5 gaps: padding on both sides and the (blank) column rule
+    name_w = max(9, min(max(map(len, names), default=9), width - (2 * est_w + p_w + count_w + bases_w) - 5 * 3))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
+    table.add_column("condition", overflow="fold", width=name_w)
+    gap = " " if one_line else "\n"
+    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[{level(report)} CI]", overflow="fold", width=est_w)
+    table.add_column(f"Δ − placebo{gap}[{level(report)} CI]", overflow="fold", width=est_w)
+    table.add_column("p_Holm", justify="right", width=p_w)
+    table.add_column("+/−/=", justify="right", overflow="fold", width=count_w)
+    table.add_column("bases", justify="right", overflow="fold", width=bases_w)
+    # An estimate and its interval on one line when they fit, else the interval under it.
+    sep = " " if one_line else "\n"
+    for c in report["contrasts"]:
+        name = safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "")
+        table.add_row(
+            Text(name + (" *" if significant(c) else "")),
+            Text(f"{_n3(c['delta'])}{sep}{_ci3(c['ci'])}".strip()),
+            Text(f"{_n3(c['delta_minus_placebo'])}{sep}{_ci3(c['ci_minus_placebo'])}".strip()),
+            Text(pval(headline_p(c))),
+            Text(f"{c['increase']}/{c['decrease']}/{c['tie']}"),
+            Text(str(c["n_bases"])),
+        )
+    by_rule = None
+    if rules_differ(report):
+        by_rule = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+                        title="Δ under each failure rule (failed calls: dropped / counted as block / as allow)")
+        by_rule.add_column("condition", overflow="fold")
+        for rule in report["failure_rules"]:
+            by_rule.add_column(rule + (" (headline)" if rule == report["failure_rule"] else ""), justify="right")
+        for c in report["contrasts"]:
+            by_rule.add_row(Text(safe(c["condition"])), *(Text(_n3(c["by_rule"][r])) for r in report["failure_rules"]))
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
+                      emoji=False, markup=False)
+    console.print(Text(safe(summary_line(report))))
+    said = headline_sentences(report)
+    if said:
+        console.print(Text("In words:"))
+    for line in said:
+        console.print(Text("- " + safe(line)))
+    console.print(table)
+    if by_rule is not None:
+        console.print(by_rule)
+    rd = report["repeat_disagreement"]
+    rule_note = (f"failure rule {report['failure_rule']}" if by_rule is not None
+                 else f"failure rule {report['failure_rule']}; the three failure rules agree (no failed calls)")
+    notes = [
+        *(safe(x) for x in decision_lines(report)), rule_note,
+        "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS),
+        f"repeated-original disagreement (diagnostic, not subtracted): {num(rd, sign=False)} "
+        f"over {report['repeat_disagreement_n_bases']} bases",
+        f"{report['flip_rate']['label']}: " + ", ".join(
+            f"{safe(c)} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()),
+        f"bootstrap: {report['bootstrap']['n']} replicates, seed {report['bootstrap']['seed']}; "
+        "definitions: docs/estimators.md",
+    ]
+    for line in notes:
+        console.print(Text(line))
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    head, rows = effects_rows(report)
+    fp = (report.get("source") or {}).get("fingerprint")
+    pin = [f"Run fingerprint `{fp}` (`guardeval verify RUN --expect {fp}` checks the run against it).", ""] if fp else []
+    words = headline_sentences(report)
+    out = ["# guardeval estimate", "", summary_line(report), "", *pin, *sections.notes(report),
+           *(["## In words", "", *(f"- {line}" for line in words), ""] if words else []),
+           "## Effects", "", md_table(head, rows), "",
+           "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
+           "Δc − Δplacebo on the bases present in all three conditions. "
+           + "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS) + ".", "",
+           *(f"- {line}" for line in decision_lines(report)),
+           f"- {report['power']['rule']}" if "power" in report else "", ""]
+    cov_head = ["condition", "expected", "received", "valid", "failed", "missing", "quarantined", "block rate"]
+    cov_rows = [[c, *(str(v[k]) for k in cov_head[1:7]), num(report["block_rate"].get(c), sign=False)]
+                for c, v in report["coverage"].items()]
+    out += ["## Coverage", "", md_table(cov_head, cov_rows), ""]
+    q = report["quarantine"]
+    out += ["## Quarantine", "",
+            f"{q['count']} of {report['n_calls']} calls ({q['fraction']:.2%}); threshold {q['threshold']:.0%}; "
+            f"publishable: {'yes' if q['publishable'] else 'NO'}", "",
+            md_table(["reason", "calls"], [[k, str(v)] for k, v in q["by_reason"].items()]), ""]
+    out += ["## Diagnostics", "",
+            f"- repeated-original disagreement (mean pairwise, diagnostic only): "
+            f"{num(report['repeat_disagreement'], sign=False)} over {report['repeat_disagreement_n_bases']} bases",
+            f"- {report['flip_rate']['label']}: " + ", ".join(
+                f"{c} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()), ""]
+    for kind, title in (("domain", "domain"), ("label", "original label")):
+        conds = [c["condition"] for c in report["contrasts"]]
+        s_head = [title, "bases", *conds]
+        s_rows = [[name, str(s["n_bases"]), *(f"{num(s['contrasts'][c]['delta'])} {interval(s['contrasts'][c]['ci'])}"
+                                              for c in conds)]
+                  for name, s in report["strata"][kind].items()]
+        out += [f"## Strata by {title}", "", md_table(s_head, s_rows), ""]
+    out += sections.markdown_lines(sections.labels(report))
+    if report.get("components"):
+        c_rows = [[c, name, num(v["rate"], sign=False), str(v["n"])]
+                  for c, comps in report["components"].items() for name, v in comps.items()]
+        out += ["## Component rates", "", md_table(["condition", "component", "mean", "calls"], c_rows), ""]
+    out += sections.markdown_lines(sections.family_sections(report))
+    bs = report["bootstrap"]
+    out += ["## Method", "", f"- bootstrap: {bs['n']} replicates, seed {bs['seed']} ({bs['rng']}); {bs['resampling']}",
+            f"- interval: {bs['interval']}; p-value: {bs['p_value']}; Holm over: {', '.join(report['family'])}",
+            *([f"- which procedure: {report['inference']['switch']}", f"- sign-flip: {report['inference']['sign_flip']}"]
+              if report.get("inference") else []), ""]
+    return "\n".join(out)
+
+
+def write_reports(report: Mapping[str, Any], out: Path | RunFolder, title: str | None = None) -> list[Path]:
+    """report.json, report.md and effects.png (titled `title`) into `out`: a run folder (each
+    file replaced, never written through a link) or the `--out` folder (created if needed)."""
+    from guardeval.estimators.report.plot import forest_plot  # matplotlib loads only when a plot is drawn
+
+    if not isinstance(out, RunFolder):
+        out.mkdir(parents=True, exist_ok=True)
+    js, md = (dumps_json(report) + "\n").encode("utf-8"), markdown(report).encode("utf-8")
+    return [write_into(out, REPORT_JSON, lambda fh: fh.write(js)),
+            write_into(out, REPORT_MD, lambda fh: fh.write(md)),
+            write_into(out, EFFECTS_PNG, lambda fh: forest_plot(report, fh, title=title))]

@@ -1,0 +1,154 @@
+"""Spend and the `--max-cost` gate (docs/design.md §7).
+
+Spend is what the provider reported, as `usage.cost` (plus `upstream_inference_cost` for a BYOK
+call: `reported_cost`), summed over attempts; a cost that is negative, not finite or not a
+number is unknown, never a refund, so spend never decreases.
+Some providers price nothing (a local server, a free model: cost 0 or absent). Then:
+
+* with prices in the guard config, each answer the provider did not price is charged at them
+  (its token counts, or the config's upper estimate per call when it reports none), and the
+  budget holds on that estimate;
+* without, the budget cannot be enforced: after the first answer this is said once, and calls
+  are admitted at full concurrency (before it, one call goes at a time, so that a priced
+  provider cannot overrun the budget while nothing is known).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from guardeval.backends.base import valid_cost
+
+
+def projected_cost(prompt_tokens: int, output_tokens: int, price_in_per_mtok: float,
+                   price_out_per_mtok: float) -> float:
+    """USD for that many tokens at the config's prices: what `launch --dry-run` projects (with
+    every call's max_tokens as its output, an upper estimate) and `guardeval plan` quotes."""
+    return prompt_tokens / 1e6 * price_in_per_mtok + output_tokens / 1e6 * price_out_per_mtok
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per million tokens from the guard config, and its upper estimate for one call."""
+
+    in_per_mtok: float
+    out_per_mtok: float
+    per_call: float
+
+    def of(self, usage: dict[str, Any]) -> float:
+        tin, tout = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if type(tin) is int and type(tout) is int and tin >= 0 and tout >= 0:
+            return tin / 1e6 * self.in_per_mtok + tout / 1e6 * self.out_per_mtok
+        return self.per_call
+
+
+@dataclass
+class Unpriced:
+    """Answers the provider did not price, as the raw log tells them (for `resume`)."""
+
+    n: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    untokened: int = 0          # answers without both token counts
+
+    def add(self, usage: dict[str, Any]) -> None:
+        self.n += 1
+        tin, tout = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if type(tin) is int and type(tout) is int and tin >= 0 and tout >= 0:
+            self.tokens_in += tin
+            self.tokens_out += tout
+        else:
+            self.untokened += 1
+
+    def merge(self, other: Unpriced) -> None:
+        self.n += other.n
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.untokened += other.untokened
+
+    def priced(self, prices: Prices) -> float:
+        return (self.tokens_in / 1e6 * prices.in_per_mtok + self.tokens_out / 1e6 * prices.out_per_mtok
+                + self.untokened * prices.per_call)
+
+
+def reported_cost(usage: Any) -> float | None:
+    """What the provider says one attempt cost, from its `usage` record: `cost`, plus the
+    upstream's own charge (`upstream_inference_cost`) when the call ran on the caller's own
+    provider key (`is_byok`: OpenRouter's `cost` is then only its part). None when unknown
+    (absent, or not a finite number >= 0)."""
+    if not isinstance(usage, dict):
+        return None
+    parts = [usage.get("cost")]
+    if usage.get("is_byok") is True:
+        parts.append(usage.get("upstream_inference_cost"))
+    valid = [float(c) for c in parts if valid_cost(c)]
+    return sum(valid) if valid else None
+
+
+def priced_cost(usage: dict[str, Any]) -> float | None:
+    """The positive cost the provider reported for an attempt, or None (absent, 0 or invalid)."""
+    cost = reported_cost(usage)
+    return cost if cost is not None and cost > 0 else None
+
+
+class Gate(Enum):
+    ADMIT = "admit"
+    WAIT = "wait"      # nothing priced yet and a call in flight: one at a time
+    STOP = "stop"      # the budget is spent, or one more call could pass it
+
+
+class Budget:
+    def __init__(self, max_cost: float | None, prices: Prices | None, *, spent: float = 0.0,
+                 unpriced: Unpriced | None = None) -> None:
+        # Estimates only serve the budget: without --max-cost, spend is what the provider said.
+        self.max_cost, self.prices = max_cost, prices if max_cost is not None else None
+        self.spent = spent                                    # reported by the provider
+        before = unpriced or Unpriced()
+        self.estimated = before.priced(self.prices) if self.prices else 0.0   # charged at the config's prices
+        self._answers = before.n            # answers seen (any pricing), for "is anything known"
+        self._charged_sum, self._charged_n = 0.0, 0   # answers that cost something (reported or estimated)
+        self.unenforceable = False              # said once: no price from the provider or the config
+
+    @property
+    def total(self) -> float:
+        return self.spent + self.estimated
+
+    def charge(self, usage: dict[str, Any], *, answered: bool) -> float:
+        """Account one attempt; return what it added to the total."""
+        reported = reported_cost(usage)
+        cost = reported if reported is not None else 0.0
+        self.spent += cost
+        if not answered:
+            return cost
+        self._answers += 1
+        if cost > 0:
+            charged = cost
+        else:
+            charged = self.prices.of(usage) if self.prices else 0.0
+            self.estimated += charged
+        if charged > 0:
+            self._charged_sum += charged
+            self._charged_n += 1
+        return charged
+
+    def per_call(self) -> float | None:
+        """What one more call is expected to cost: the mean charged answer, else the config's
+        upper estimate; None when neither is known."""
+        if self._charged_n:
+            return self._charged_sum / self._charged_n
+        return self.prices.per_call if self.prices and self.prices.per_call > 0 else None
+
+    def gate(self, in_flight: int) -> Gate:
+        if self.max_cost is None:
+            return Gate.ADMIT
+        if self.total >= self.max_cost:
+            return Gate.STOP
+        per_call = self.per_call()
+        if per_call is None:
+            if self._answers:
+                self.unenforceable = True   # the provider answers without prices: admit freely
+                return Gate.ADMIT
+            return Gate.WAIT if in_flight else Gate.ADMIT
+        return Gate.STOP if self.total + (in_flight + 1) * per_call > self.max_cost else Gate.ADMIT

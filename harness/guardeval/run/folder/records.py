@@ -1,0 +1,65 @@
+"""The records of a run's two logs, as typed dictionaries (docs/design.md §6; docs/reference/run-folder.md).
+
+`Attempt` is what the dispatcher records for one attempt; `RunWriter.append_raw` adds `seq`,
+`prev_sha256` and the canonical `request` body, giving a `RawLine` of raw.jsonl. `Decision` is one
+line of decisions.jsonl, derived from a call's final raw line alone (`guardeval.run.dispatch.decide`). Lines
+read back from disk are data to be checked (`verify`), so readers take them as plain mappings.
+"""
+
+# No `from __future__ import annotations` here: TypedDict reads NotRequired from evaluated
+# annotations (Python 3.11 would count string ones as required keys).
+from typing import Any, NotRequired, TypedDict
+
+
+class Attempt(TypedDict):
+    call_id: str
+    attempt: int                    # 1, 2, ... per call, across sessions
+    started: str                    # UTC, ISO 8601
+    finished: str
+    request_sha256: str             # of the body sent (canonical JSON, no secrets)
+    status: int | str | None        # HTTP status, "local" for an in-process model, None when nothing came back
+    response: str | None            # the body exactly as received (secrets redacted)
+    response_sha256: str | None
+    content: str | None
+    finish_reason: str | None
+    native_finish_reason: str | None  # the upstream's own finish reason (OpenRouter)
+    generation_id: str | None       # the answer's generation id (OpenRouter): replays across calls
+    error_class: str | None         # e.g. http_429, connection, timeout, malformed, context_overflow
+    error: str | None
+    latency_s: float
+    usage: dict[str, Any]           # prompt_tokens, completion_tokens, total_tokens, cost (as reported)
+    provider: str | None            # the upstream that answered (OpenRouter)
+    answers_call_id: str | None     # X-Call-Id echoed by the server
+    outcome: str                    # reply, transient, call_failed, not_sent
+    final: bool                     # the call's last attempt
+    seq: NotRequired[int]           # set once written
+    redacted: NotRequired[bool]     # True on a line the API key was cut out of
+    # OpenRouter only, when the answer has them (guardeval.backends.openrouter.routing):
+    response_headers: NotRequired[dict[str, str]]       # cache status / source id, generation id
+    openrouter_metadata: NotRequired[dict[str, Any]]    # router metadata, as received
+    previous_errors: NotRequired[list[dict[str, Any]]]  # {provider, code, status} of earlier failed tries
+    # python guards only, when the function printed: the first 2,048 characters of each stream
+    # (stdout, stderr, redacted) and how many it wrote (stdout_chars, stderr_chars)
+    guard_output: NotRequired[dict[str, Any]]
+
+
+class RawLine(Attempt):
+    """One line of raw.jsonl."""
+
+    prev_sha256: str                # SHA-256 of the previous line's bytes: the chain
+    request: dict[str, Any]         # the request body
+
+
+class Decision(TypedDict):
+    """One line of decisions.jsonl."""
+
+    call_id: str
+    raw_seq: int
+    raw_line_sha256: str
+    status: str                     # ok, unparseable, truncated, provider_error, refused, exhausted
+    decision: int | None            # 1 block, 0 allow, None
+    score: float | None
+    components: dict[str, Any]
+    attributable: bool
+    quarantine_reason: str | None   # one of guardeval.run.dispatch.decide.QUARANTINE_CODES
+    detail: str | None
