@@ -339,9 +339,8 @@ def _check_rendering(folder: RunFolder, cohort: Cohort, config: GuardConfig, pro
 
 
 def _default_concurrency(config: GuardConfig) -> int:
-    # One in-process model generates one call at a time; more would only queue inside the guard
-    # and inflate latency_s.
-    return 1 if config.backend == "mlx" else 16
+    # Each back-end says (mlx's one in-process model generates one call at a time).
+    return config.backend_entry.default_concurrency
 
 
 def backend_options() -> dict[str, Any]:
