@@ -112,3 +112,26 @@ def test_the_manifest_leaves_out_late_fields_at_their_default():
     left_out = {f.name for f in config_fields.FIELDS if f.omitted_at_default}
     assert left_out == {"callable", "isolation", "label"} and not left_out & set(c.to_manifest())
     assert set(c.to_manifest()) == {f.name for f in config_fields.FIELDS} - left_out
+
+
+def test_the_decision_step_calls_the_backends_own_quarantine_checks(fake_backend):
+    from guardeval.backends.parsers import get_parser
+    from guardeval.run.dispatch.decide import decide
+
+    seen: list[tuple[str, ...]] = []
+
+    def own(raw: Any, allowed: Any) -> tuple[str, str | None] | None:
+        seen.append(tuple(allowed))
+        return ("provider_drift", "the echo says so") if raw["content"].startswith("{") else None
+
+    register(dataclasses.replace(fake_backend, quarantine=own))
+    raw = {"call_id": "c", "seq": 1, "request_sha256": "r", "outcome": "reply", "final": True, "content": "{}",
+           "finish_reason": "stop", "answers_call_id": None,
+           # An OpenRouter cache hit on the line: only OpenRouter's own checks read it.
+           "response_headers": {"x-openrouter-cache-status": "HIT"}}
+    parser = get_parser("json-three-field")
+    d = decide(raw, "sha", expected_request_sha256="r", parser=parser, backend="fake-echo", allowed_providers=("a",))
+    assert (d["quarantine_reason"], d["detail"], seen) == ("provider_drift", "the echo says so", [("a",)])
+    # A back-end without checks of its own: the generic ones only.
+    d = decide(raw, "sha", expected_request_sha256="r", parser=parser, backend="python")
+    assert d["quarantine_reason"] is None

@@ -278,3 +278,11 @@ def test_the_backend_name_rule_catches_what_it_forbids():
            "    return {'backend': 'python'}\n")
     assert [(line, what.split(" ")[0]) for _, line, what in _backend_names_used(ast.parse(src))] == \
         [(2, "backend"), (4, "backend"), (6, "backend"), (8, "back-end")]
+
+
+def test_the_generic_decision_step_imports_no_backends_routing():
+    # OpenRouter's checks (cache hits, router stages, provider drift) are its back-end's hook
+    # (Backend.quarantine); decide calls whichever back-end's it is given.
+    graph = _module_graph()
+    assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter.")
+                and not m.endswith(".errors")}

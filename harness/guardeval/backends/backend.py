@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from guardeval.backends.quarantine import QuarantineCheck, no_checks
+
 # The back-ends shipped with guardeval. A back-end registered at run time (a test's, a plugin's)
 # is a plain `str` name: the parser accepts whatever is registered.
 BuiltinBackend = Literal["openrouter", "openai-compatible", "mlx", "python"]
@@ -79,6 +81,8 @@ class Backend:
     server: str = "the server"
     # The routing slugs an answer may come from (GuardConfig.allowed_providers).
     allowed_providers: Callable[[Any], tuple[str, ...]] = _no_providers
+    # Its own quarantine checks of an answered call (routing, caches), after the generic ones.
+    quarantine: QuarantineCheck = no_checks
     # Whether `guardeval audit providers` can ask the endpoint for generation stats.
     generation_stats: bool = False
     # Where a run's calls go, for the launch line ("at URL", "calling pkg.mod:fn").
@@ -96,6 +100,7 @@ _loaded = False
 
 def register(entry: Backend) -> Backend:
     """Add (or replace) a back-end; returns it, so a module can write `BACKEND = register(...)`."""
+    _load()   # the shipped back-ends first, whoever registers first
     _TABLE[entry.name] = entry
     return entry
 

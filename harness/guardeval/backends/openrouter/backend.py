@@ -5,10 +5,11 @@ simulated provider (guardeval.backends.sim)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guardeval.backends.backend import Backend, register
+from guardeval.backends.quarantine import Verdict
 
 NAME = "openrouter"
 
@@ -33,6 +34,12 @@ def _complete(data: dict[str, Any]) -> None:
                             **data["provider"]}
 
 
+def _quarantine(raw: Mapping[str, Any], allowed: Sequence[str]) -> Verdict | None:
+    from guardeval.backends.openrouter.quarantine import checks
+
+    return checks(raw, allowed)
+
+
 def _preflight(config: Any, prompt: Any, work: Any) -> Any:
     from guardeval.backends.openrouter.preflight import run_preflight
 
@@ -55,4 +62,5 @@ BACKEND = register(Backend(
     default_base_url="https://openrouter.ai/api/v1", default_api_key_env="OPENROUTER_API_KEY",
     fields=frozenset({"provider"}), complete=_complete, simulated_when_local=True,
     preflight=_preflight, server="OpenRouter", allowed_providers=allowed_providers, generation_stats=True,
+    quarantine=_quarantine,
 ))
