@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from guardeval.backends import config_fields
-from guardeval.backends.backend import Backend, backend_for, backend_names, register, unregister
+from guardeval.backends.backend import Backend, backend_for, backend_names, builtin_names, register, unregister
 from guardeval.backends.config import GuardConfig, load_guard_config, range_message
 from guardeval.backends.prompts import load_prompt
 from guardeval.backends.registry import make_guard, make_renderer
@@ -61,6 +61,11 @@ def test_a_backend_registered_in_one_place_is_parsed_and_made_into_a_guard(tmp_p
         load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = "json_schema"\n'))
     with pytest.raises(InputError, match="callable applies only to the python backend"):
         load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = false\ncallable = "a:b"\n'))
+
+
+def test_the_shipped_backends_are_the_literals_and_come_first(fake_backend):
+    assert backend_names() == (*builtin_names(), "fake-echo")
+    assert all(backend_for(n).name == n for n in builtin_names())
 
 
 def test_unknown_backend_lists_the_registered_ones(tmp_path, fake_backend):
