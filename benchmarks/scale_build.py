@@ -213,7 +213,7 @@ def fill_run(run_dir: Path, *, decided: int, retry_every: int = 97) -> dict[str,
             seq, line_sha = writer.append_raw(rec, request_json=data)
             n_raw += 1
             rec["seq"] = seq
-            writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected, parser=parser,
+            writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected, parser=parser, backend=config.backend,
                                           allowed_providers=config.allowed_providers))
         st = writer.state
         writer.event("stop", reason="signal SIGKILL (simulated)", decided=len(st.decided), total=manifest["n_calls"],

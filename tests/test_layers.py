@@ -201,3 +201,88 @@ def test_the_run_folder_rule_catches_what_it_forbids():
     whats = {what for _, what, _ in _path_uses(ast.parse(src))}
     assert whats == {"open", "/ RAW", "/ 'report.json'", ".write_text", "os.open", "mmap.mmap", "read_json",
                      "/ MANIFEST", ".is_file"}
+
+
+# -- a back-end is its own module (issue 38 §4) ---------------------------------------------------
+# Only the registry and the back-ends' own modules name a back-end; elsewhere its record is asked
+# (config.backend_entry, guardeval.backends.backend.backend_for), so adding one edits nothing else.
+BACKEND_NAMES = frozenset({"openrouter", "openai-compatible", "mlx", "python"})
+BACKEND_MODULES = ("harness/guardeval/backends/backend.py", "harness/guardeval/backends/openrouter/",
+                   "harness/guardeval/backends/openai_compatible.py", "harness/guardeval/backends/mlx_entry.py",
+                   "harness/guardeval/backends/mlx_backend.py", "harness/guardeval/backends/python_guard/",
+                   "harness/guardeval/backends/chat_http.py", "harness/guardeval/backends/sim/")
+# The same words meaning something else (file:function -> what it is).
+OTHER_MEANINGS = {
+    "harness/guardeval/study/report.py:versions": "the Python interpreter's version",
+    "harness/guardeval/view/study.py:made_lines": "the Python interpreter's version, shown",
+    "harness/guardeval/study/record.py:command": "the interpreter's command line",
+}
+
+
+def _backend_names_used(tree: ast.AST) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, what) of every comparison of `backend` with a back-end's name and
+    of every other string constant that is one."""
+    found: list[tuple[str, int, str]] = []
+    compared: set[int] = set()
+    stack: list[str] = []
+
+    def names(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in BACKEND_NAMES
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(names(e) for e in node.elts)
+
+    def is_backend(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "backend") or \
+            (isinstance(node, ast.Attribute) and node.attr == "backend")
+
+    class Visitor(ast.NodeVisitor):
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+            stack.append(node.name)
+            self.generic_visit(node)
+            stack.pop()
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+
+        def visit_Compare(self, node: ast.Compare) -> None:
+            sides = [node.left, *node.comparators]
+            if any(is_backend(s) for s in sides) and any(names(s) for s in sides):
+                found.append((".".join(stack), node.lineno, f"backend compared with {ast.unparse(node)}"))
+                compared.update(id(n) for s in sides for n in ast.walk(s))
+            self.generic_visit(node)
+
+        def visit_Constant(self, node: ast.Constant) -> None:
+            if node.value in BACKEND_NAMES and id(node) not in compared:
+                found.append((".".join(stack), node.lineno, f"back-end name {node.value!r}"))
+
+    Visitor().visit(tree)
+    return found
+
+
+def test_no_backend_name_outside_the_registry_and_the_backends_own_modules():
+    offenders = []
+    for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")):
+        rel = f.relative_to(REPO).as_posix()
+        if rel.startswith(BACKEND_MODULES):
+            continue
+        for where, line, what in _backend_names_used(ast.parse(f.read_text(encoding="utf-8"))):
+            if f"{rel}:{where}" not in OTHER_MEANINGS:
+                offenders.append(f"{rel}:{line} ({where or 'module'}): {what}")
+    assert offenders == [], "ask the back-end's record (guardeval.backends.backend) instead:\n" + "\n".join(offenders)
+
+
+def test_the_backend_name_rule_catches_what_it_forbids():
+    src = ("def f(config, backend):\n"
+           "    if config.backend == 'mlx':\n        pass\n"
+           "    if backend in ('openrouter', 'openai-compatible'):\n        pass\n"
+           "    if 'python' != config.backend:\n        pass\n"
+           "    return {'backend': 'python'}\n")
+    assert [(line, what.split(" ")[0]) for _, line, what in _backend_names_used(ast.parse(src))] == \
+        [(2, "backend"), (4, "backend"), (6, "backend"), (8, "back-end")]
+
+
+def test_the_generic_decision_step_imports_no_backends_routing():
+    # OpenRouter's checks (cache hits, router stages, provider drift) are its back-end's hook
+    # (Backend.quarantine); decide calls whichever back-end's it is given.
+    graph = _module_graph()
+    assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter.")
+                and not m.endswith(".errors")}

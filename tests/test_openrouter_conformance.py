@@ -113,7 +113,8 @@ async def test_case(case: dict[str, Any], replay: str) -> None:
            "answers_call_id": reply.answers_call_id, "usage": reply.usage,
            "response_headers": reply.response_headers, "openrouter_metadata": reply.router_metadata,
            "error_class": exc.error_class if exc else None, "error": str(exc) if exc else None}
-    d = decide(raw, "sha", expected_request_sha256="r", parser=PARSER, allowed_providers=config.allowed_providers)
+    d = decide(raw, "sha", expected_request_sha256="r", parser=PARSER, backend=config.backend,
+               allowed_providers=config.allowed_providers)
     for field, key in (("status", "status"), ("attributable", "attributable"), ("quarantine", "quarantine_reason"),
                        ("decision", "decision")):
         if field in expect:

@@ -228,5 +228,6 @@ async def test_oversized_router_metadata_is_kept_slim_and_still_judged(tmp_path)
     raw = {"call_id": "0" * 32, "seq": 1, "request_sha256": "r", "outcome": "reply", "final": True, "content": "{}",
            "finish_reason": "stop", "provider": reply.provider, "answers_call_id": None, "usage": reply.usage,
            "response_headers": reply.response_headers, "openrouter_metadata": kept, "error_class": None, "error": None}
-    d = decide(raw, "sha", expected_request_sha256="r", parser=get_parser(prompt.parser), allowed_providers=("sim",))
+    d = decide(raw, "sha", expected_request_sha256="r", parser=get_parser(prompt.parser), backend=guard.config.backend,
+               allowed_providers=("sim",))
     assert d["quarantine_reason"] == "stimulus_mutated" and "context_compression middle-out" in d["detail"]

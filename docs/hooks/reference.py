@@ -106,24 +106,19 @@ def cli_reference() -> str:
 # ----------------------------------------------------------------------------- guard config
 
 def config_reference() -> str:
-    import dataclasses
+    from guardeval.backends import config_fields as c
 
-    from guardeval.backends import config as c
-
-    defaults = {f.name: f.default for f in dataclasses.fields(c.GuardConfig)
-                if f.default is not dataclasses.MISSING}
-    out = ["Every key of a guard config (a TOML file), generated from the config's own definitions "
-           "(`harness/guardeval/backends/config.py`) when the site is built: types, whether required, defaults, allowed ranges.", "",
+    out = ["Every key of a guard config (a TOML file), generated from the config's one declaration of its fields "
+           "(`harness/guardeval/backends/config_fields.py`) when the site is built: types, whether required, "
+           "defaults, allowed ranges.", "",
            "| key | type | required | default | range | meaning |", "|---|---|---|---|---|---|"]
-    for key, (types, required) in c._FIELDS.items():
-        default = defaults.get(key)
-        rng = c.RANGES.get(key)
-        out.append(f"| `{key}` | {' or '.join(t.__name__ for t in types)} | {'yes' if required else ''} | "
-                   f"{'' if required or default is None else f'`{default!r}`'} | "
-                   f"{'' if rng is None else f'{rng[0]:g} – {rng[1]:g}'} | {_cell(c.FIELD_DOCS[key])} |")
+    for f in c.FIELDS:
+        out.append(f"| `{f.name}` | {' or '.join(t.__name__ for t in f.types)} | {'yes' if f.required else ''} | "
+                   f"{'' if f.required or f.default is None else f'`{f.default!r}`'} | "
+                   f"{'' if f.range is None else f'{f.range[0]:g} – {f.range[1]:g}'} | {_cell(c.doc(f))} |")
     out += ["", "## `[provider]`", "", "| key | type | meaning |", "|---|---|---|"]
-    for key, types in c._PROVIDER_FIELDS.items():
-        out.append(f"| `provider.{key}` | {' or '.join(t.__name__ for t in types)} | {_cell(c.PROVIDER_DOCS[key])} |")
+    for f in c.PROVIDER_FIELDS:
+        out.append(f"| `provider.{f.name}` | {' or '.join(t.__name__ for t in f.types)} | {_cell(c.doc(f))} |")
     return "\n".join(out)
 
 

@@ -35,7 +35,7 @@ def chat_body(config: GuardConfig, prompt: Prompt, instance: Mapping[str, Any]) 
         body["seed"] = config.seed
     if prompt.output_schema and (fmt := response_format(config.dialect, prompt.output_schema)) is not None:
         body["response_format"] = fmt
-    if config.backend == "openrouter" and config.provider:
+    if config.provider and "provider" in config.backend_entry.fields:
         # OpenRouter's routing table (docs/design.md §8). No `usage: {include: true}`: documented
         # as deprecated, usage is always returned.
         prov = dict(config.provider)

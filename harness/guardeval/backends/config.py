@@ -14,133 +14,64 @@ import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 from urllib.parse import urlsplit
 
+from guardeval.backends.backend import Backend, backend_for, backend_names, backends_with, find_backend
+from guardeval.backends.config_fields import (
+    BY_NAME,
+    FIELDS,
+    ISOLATIONS,
+    PROVIDER_BY_NAME,
+    Field,
+    Isolation,
+    default,
+)
+from guardeval.backends.config_fields import (
+    DEFAULT_MAX_RESPONSE_BYTES as DEFAULT_MAX_RESPONSE_BYTES,  # re-exported: the default's name callers know
+)
 from guardeval.bounded import read_bounded
 from guardeval.canon import canonical_sha256
 from guardeval.errors import InputError
 
-BACKENDS = ("openrouter", "openai-compatible", "mlx", "python")
-# The guard configs shipped with guardeval (haiku-4.5.toml, sim.toml).
-PRESETS = Path(__file__).resolve().parent / "presets"
-# A guard's answer is a few KB; a body past this (decoded) is a failed attempt, not a crash
-# (docs/design.md §7). 16 calls in flight then hold at most 64 MiB of bodies.
-DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
-DEFAULT_BASE_URL = {"openrouter": "https://openrouter.ai/api/v1", "openai-compatible": "http://127.0.0.1:8000/v1"}
+# The guard configs shipped with guardeval (haiku-4.5.toml, sim.toml, python-example.toml).
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 # How a chat back-end asks for the prompt's output schema (`structured_output`):
 #   json_schema  {"type": "json_schema", "json_schema": SCHEMA}  (OpenAI, OpenRouter, vLLM)
 #   json_object  {"type": "json_object", "schema": SCHEMA}       (llama-cpp-python's server: a grammar)
 #   none         no response_format: free decoding
-#   auto         openai-compatible only: the preflight probes the server and records what it accepts
+#   auto         the preflight probes the server and records what it accepts (the back-ends whose
+#                `Backend.dialects` take it)
 DIALECTS = ("json_schema", "json_object", "none", "auto")
-# Where a python guard's calls run (harness/guardeval/backends/python_guard): worker threads of this
-# process, or worker processes of their own.
-Isolation = Literal["thread", "process"]
-ISOLATIONS: tuple[str, ...] = get_args(Isolation)
-
-# field -> (accepted python types, required)
-_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "name": ((str,), True),
-    "backend": ((str,), True),
-    "model": ((str,), True),
-    "prompt": ((str,), True),
-    "base_url": ((str,), False),
-    "api_key_env": ((str,), False),
-    "temperature": ((int, float), False),
-    "max_tokens": ((int,), False),
-    "seed": ((int,), False),
-    "timeout_s": ((int, float), False),
-    "max_attempts": ((int,), False),
-    "concurrency": ((int,), False),
-    "price_in_per_mtok": ((int, float), False),
-    "price_out_per_mtok": ((int, float), False),
-    "structured_output": ((bool, str), False),
-    "retry_initial_s": ((int, float), False),
-    "retry_max_s": ((int, float), False),
-    "context_tokens": ((int,), False),
-    "max_response_bytes": ((int,), False),
-    "provider": ((dict,), False),
-    "callable": ((str,), False),
-    "isolation": ((str,), False),
-    "label": ((str,), False),
-}
-_PROVIDER_FIELDS: dict[str, tuple[type, ...]] = {
-    "only": (list,), "order": (list,), "allow_fallbacks": (bool,), "require_parameters": (bool,),
-    "data_collection": (str,), "quantizations": (list,),
-}
-
-# What each key means: the guard-config reference (docs/reference/guard-config.md) is generated
-# from these with _FIELDS (type, required), the dataclass defaults and RANGES, so it cannot drift.
-FIELD_DOCS: dict[str, str] = {
-    "name": "1–64 of A-Z a-z 0-9 . _ -, not . or .. (it becomes part of the run id and folder name)",
-    "backend": "openrouter, openai-compatible, mlx or python",
-    "model": "the model the back-end asks for: at most 1024 characters, no control characters",
-    "prompt": "a prompt id (same rule as name): a folder under $GUARDEVAL_PROMPTS, ./prompts or the shipped prompts",
-    "base_url": "http:// or https:// with a host, at most 2048 characters; no credentials, query or fragment "
-                "(default: OpenRouter's API; http://127.0.0.1:8000/v1 for openai-compatible); --base-url overrides",
-    "api_key_env": "the NAME of the environment variable holding the key (OPENROUTER_API_KEY for openrouter; none "
-                   "for local back-ends); a value that looks like a token is refused without being echoed",
-    "temperature": "sampling temperature",
-    "max_tokens": "the answer's token cap",
-    "seed": "the sampling seed sent, a signed 64-bit integer (none: not sent)",
-    "timeout_s": "per attempt, in seconds",
-    "max_attempts": "attempts per call before it is exhausted",
-    "concurrency": "the default for --concurrency (16 when unset)",
-    "price_in_per_mtok": "USD per million prompt tokens, for projections and --max-cost admission",
-    "price_out_per_mtok": "USD per million answer tokens, for projections and --max-cost admission",
-    "structured_output": "the shape of response_format when the prompt declares a schema: json_schema, json_object, "
-                         "none (or false), auto (openai-compatible: the preflight probes and records it); true is the "
-                         "back-end's default",
-    "retry_initial_s": "the first backoff after a retryable failure, in seconds",
-    "retry_max_s": "the largest backoff, in seconds",
-    "context_tokens": "the context length (mlx: an override of the model's)",
-    "max_response_bytes": "the largest response body read, decoded; a larger one is a response_too_large attempt",
-    "provider": "OpenRouter routing table (openrouter only): the keys below",
-    "callable": "python back-end only: package.module:function, imported when the guard runs",
-    "isolation": "python back-end only: where calls run: thread (worker threads of the harness) or process (worker "
-                 "processes, each importing the module once: stoppable at timeout_s, one interpreter lock each); "
-                 "docs/how-to/python-guard.md says which to choose",
-    "label": "what replicate, compare and the pages call runs of this guard (at most 64 characters, no control "
-             "characters; default: the guard that answered, e.g. the simulator's profile, else name); --label "
-             "overrides",
-}
-PROVIDER_DOCS: dict[str, str] = {
-    "only": "the providers an answer may come from (an answer from another is quarantined as provider_drift)",
-    "order": "the providers to try in order (with fallbacks off, also the allowed ones)",
-    "allow_fallbacks": "let OpenRouter route elsewhere when these fail (default false)",
-    "require_parameters": "only providers that support every parameter sent (default true)",
-    "data_collection": "deny (default) or allow",
-    "quantizations": "the quantizations a provider may serve",
-}
 
 
 @dataclass(frozen=True)
 class GuardConfig:
+    # The fields of FIELDS (guardeval.backends.config_fields), in its order, their defaults read from it.
     name: str
     backend: str
     model: str
     prompt: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    temperature: float = 0.0
-    max_tokens: int = 256
-    seed: int | None = None
-    timeout_s: float = 60.0
-    max_attempts: int = 6
-    concurrency: int | None = None
-    price_in_per_mtok: float | None = None
-    price_out_per_mtok: float | None = None
+    base_url: str | None = default("base_url")
+    api_key_env: str | None = default("api_key_env")
+    temperature: float = default("temperature")
+    max_tokens: int = default("max_tokens")
+    seed: int | None = default("seed")
+    timeout_s: float = default("timeout_s")
+    max_attempts: int = default("max_attempts")
+    concurrency: int | None = default("concurrency")
+    price_in_per_mtok: float | None = default("price_in_per_mtok")
+    price_out_per_mtok: float | None = default("price_out_per_mtok")
     # A dialect (DIALECTS); true/false in a file or a constructor mean the back-end's default / "none".
-    structured_output: str | bool = True
-    retry_initial_s: float = 1.0
-    retry_max_s: float = 60.0
-    context_tokens: int | None = None
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    provider: dict[str, Any] | None = None
-    callable: str | None = None   # backend python: "package.module:function"
-    isolation: Isolation = "thread"   # backend python
-    label: str | None = None      # what outputs call its runs (guardeval.run.folder.answered.run_name)
+    structured_output: str | bool = default("structured_output")
+    retry_initial_s: float = default("retry_initial_s")
+    retry_max_s: float = default("retry_max_s")
+    context_tokens: int | None = default("context_tokens")
+    max_response_bytes: int = default("max_response_bytes")
+    provider: dict[str, Any] | None = default("provider")
+    callable: str | None = default("callable")   # backend python: "package.module:function"
+    isolation: Isolation = default("isolation")   # backend python
+    label: str | None = default("label")      # what outputs call its runs (guardeval.run.folder.answered.run_name)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,12 +93,11 @@ class GuardConfig:
         """The config as recorded in a run manifest: no secrets (only the variable's name)."""
         d = asdict(self)
         d.pop("source", None)
-        if d["callable"] is None:
-            del d["callable"]   # only python guards have one: other configs hash as before
-        if d["isolation"] == "thread":
-            del d["isolation"]  # the default: runs launched before it existed hash as before
-        if d["label"] is None:
-            del d["label"]      # likewise: a config without a label hashes as before it existed
+        for f in FIELDS:
+            # Fields added later (callable, isolation, label) are left out at their default: runs
+            # launched before they existed hash as before.
+            if f.omitted_at_default and d[f.name] == f.default:
+                del d[f.name]
         return d
 
     @property
@@ -183,13 +113,18 @@ class GuardConfig:
 
     @property
     def effective_base_url(self) -> str | None:
-        return self.base_url or DEFAULT_BASE_URL.get(self.backend)
+        return self.base_url or self.backend_entry.default_base_url
+
+    @property
+    def backend_entry(self) -> Backend:
+        """Its back-end's record (guardeval.backends.backend)."""
+        return backend_for(self.backend)
 
     @property
     def is_local(self) -> bool:
         """Calls stay on this machine: an in-process model, or an endpoint on a loopback address
         (the simulated provider, a local vLLM or mlx_lm.server)."""
-        if self.backend in ("mlx", "python"):
+        if self.backend_entry.in_process:
             return True
         host = urlsplit(self.effective_base_url or "").hostname or ""
         if host == "localhost" or host.endswith(".localhost"):
@@ -209,7 +144,7 @@ class GuardConfig:
     def is_simulated(self) -> bool:
         """The openrouter back-end on a loopback address: the simulated provider (OpenRouter is
         never local), whose `usage.cost` is made up, not billed."""
-        return self.backend == "openrouter" and self.is_local
+        return self.backend_entry.simulated_when_local and self.is_local
 
     def key_is_set(self) -> bool:
         return bool(self.api_key_env and os.environ.get(self.api_key_env))
@@ -217,15 +152,9 @@ class GuardConfig:
     @property
     def allowed_providers(self) -> tuple[str, ...]:
         """The providers an answer may come from: every slug of `provider.only`, else every slug
-        of `provider.order` when fallbacks are off; () when routing is left to OpenRouter."""
-        if self.backend != "openrouter":
-            return ()
-        p = self.provider or {}
-        if p.get("only"):
-            return tuple(str(s) for s in p["only"])
-        if p.get("order") and p.get("allow_fallbacks") is False:
-            return tuple(str(s) for s in p["order"])
-        return ()
+        of `provider.order` when fallbacks are off; () when routing is left to OpenRouter (or the
+        back-end has no routing)."""
+        return self.backend_entry.allowed_providers(self)
 
     @property
     def pinned_provider(self) -> str | None:
@@ -234,12 +163,27 @@ class GuardConfig:
         return allowed[0] if allowed else None
 
 
+def _check_declared() -> None:
+    """GuardConfig's fields are FIELDS', in its order, with its defaults (a field added to one
+    and not the other fails at import, not in a run)."""
+    import dataclasses
+
+    own = [(f.name, f.default) for f in dataclasses.fields(GuardConfig) if f.name != "source"]
+    declared = [(f.name, dataclasses.MISSING if f.required else f.default) for f in FIELDS]
+    if own != declared:
+        raise RuntimeError(f"GuardConfig's fields differ from config_fields.FIELDS: {own} != {declared}")
+
+
+_check_declared()
+
+
 def default_dialect(backend: str, on: bool) -> str:
     """`structured_output = true` (the default) / `false` as a dialect: found out by the
     preflight for an OpenAI-compatible server (they differ), OpenAI's shape elsewhere."""
     if not on:
         return "none"
-    return "auto" if backend == "openai-compatible" else "json_schema"
+    entry = find_backend(backend)
+    return entry.default_dialect if entry is not None else "json_schema"
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -255,21 +199,6 @@ def _line_of(text: str, key: str) -> int | None:
 NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 MAX_CONFIG_BYTES = 1 << 20
 MAX_URL_CHARS = 2048
-# Documented ranges of the numeric fields (docs/reference/guard-config.md): finite values, inclusive bounds.
-RANGES: dict[str, tuple[float, float]] = {
-    "temperature": (0.0, 2.0),
-    "max_tokens": (1, 1 << 20),
-    "seed": (-(1 << 63), (1 << 63) - 1),
-    "timeout_s": (0.001, 3600.0),
-    "max_attempts": (1, 100),
-    "concurrency": (1, 4096),
-    "price_in_per_mtok": (0.0, 10_000.0),
-    "price_out_per_mtok": (0.0, 10_000.0),
-    "retry_initial_s": (0.0, 3600.0),
-    "retry_max_s": (0.0, 3600.0),
-    "context_tokens": (1, 10_000_000),
-    "max_response_bytes": (1, 1 << 30),
-}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Prefixes of well-known API tokens whose characters also make a valid variable name.
@@ -348,9 +277,6 @@ def plain_http_remote(url: str | None) -> bool:
 
 # -- loading -------------------------------------------------------------------------------------
 
-PRESETS_DIR = Path(__file__).resolve().parent / "presets"
-
-
 def presets() -> dict[str, Path]:
     """The guard configs shipped with the package, by name (the file name less `.toml`)."""
     return {f.stem: f for f in sorted(PRESETS_DIR.glob("*.toml"))}
@@ -381,13 +307,10 @@ def load_guard_config(path: str | Path) -> GuardConfig:
         return InputError(message, path=p, line=_line_of(text, key), field=field or key)
 
     _check_config(data, p, fail)
-    if data["backend"] == "openrouter":
-        data.setdefault("api_key_env", "OPENROUTER_API_KEY")
-        if "provider" in data:
-            # docs/design.md §8 defaults: a pinned provider means no silent fallback, no parameter
-            # dropping, no data collection unless the config says otherwise.
-            data["provider"] = {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
-                                **data["provider"]}
+    entry = backend_for(data["backend"])
+    if entry.default_api_key_env is not None:
+        data.setdefault("api_key_env", entry.default_api_key_env)
+    entry.complete(data)
     return GuardConfig(**_floats(data), source=str(p))
 
 
@@ -413,11 +336,11 @@ def config_from_manifest(data: Any, path: Path) -> GuardConfig:
 def _check_config(data: dict[str, Any], p: Path, fail: Callable[..., InputError]) -> None:
     """Every field rule: types, required fields, values and ranges, the provider table."""
     _check_types(data, fail)
-    for key, (_, required) in _FIELDS.items():
-        if required and key not in data:
-            raise fail("missing required field", key)
-        if required and not str(data[key]).strip():
-            raise fail("must not be empty", key)
+    for f in FIELDS:
+        if f.required and f.name not in data:
+            raise fail("missing required field", f.name)
+        if f.required and not str(data[f.name]).strip():
+            raise fail("must not be empty", f.name)
     _check_values(data, fail)
     if "provider" in data:
         _check_provider(data, p, fail)
@@ -425,10 +348,9 @@ def _check_config(data: dict[str, Any], p: Path, fail: Callable[..., InputError]
 
 def _floats(data: dict[str, Any]) -> dict[str, Any]:
     """The float fields as floats (TOML and JSON may hold them as integers)."""
-    for key in ("temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "retry_initial_s",
-                "retry_max_s"):
-        if key in data:
-            data[key] = float(data[key])
+    for f in FIELDS:
+        if f.is_float and f.name in data:
+            data[f.name] = float(data[f.name])
     return data
 
 
@@ -446,13 +368,13 @@ def _read_config(p: Path) -> str:
 
 def _check_types(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
     for key, value in data.items():
-        if key not in _FIELDS:
-            raise fail("unknown field" + _did_you_mean(key, _FIELDS), key)
-        types, _ = _FIELDS[key]
-        if isinstance(value, bool) and bool not in types:
-            raise fail(f"expected {'/'.join(t.__name__ for t in types)}, got bool", key)
-        if not isinstance(value, types):
-            raise fail(f"expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__}", key)
+        if key not in BY_NAME:
+            raise fail("unknown field" + _did_you_mean(key, BY_NAME), key)
+        f = BY_NAME[key]
+        if isinstance(value, bool) and bool not in f.types:
+            raise fail(f"expected {f.type_names}, got bool", key)
+        if not isinstance(value, f.types):
+            raise fail(f"expected {f.type_names}, got {type(value).__name__}", key)
 
 
 def _did_you_mean(key: str, known: Iterable[str]) -> str:
@@ -469,28 +391,28 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
         raise fail("must be 1-64 characters of A-Z a-z 0-9 . _ - (and not '.' or '..')", "name")
     if not is_safe_name(data["prompt"]):
         raise fail("must be a prompt id: 1-64 characters of A-Z a-z 0-9 . _ - (and not '.' or '..')", "prompt")
-    if data["backend"] not in BACKENDS:
-        raise fail(f"unknown backend (expected one of {', '.join(BACKENDS)})", "backend")
+    entry = find_backend(data["backend"])
+    if entry is None:
+        raise fail(f"unknown backend (expected one of {', '.join(backend_names())})", "backend")
     if _CONTROL.search(data["model"]) or len(data["model"]) > 1024:
         raise fail("must be at most 1024 characters, no control characters", "model")
     if "label" in data and (not data["label"] or _CONTROL.search(data["label"]) or len(data["label"]) > 64):
         raise fail("must be 1-64 characters, no control characters", "label")
-    for key, (lo, hi) in RANGES.items():
-        if key in data:
-            v = data[key]
+    for f in FIELDS:
+        if f.range is not None and f.name in data:
+            v, (lo, hi) = data[f.name], f.range
             # (An int is compared exactly: no float conversion, which overflows past 1e308.)
             if (isinstance(v, float) and not math.isfinite(v)) or not lo <= v <= hi:
-                raise fail(f"must be a finite number from {_num(lo)} to {_num(hi)}", key)
+                raise fail(range_message(f), f.name)
     if isinstance(data.get("structured_output"), str):
-        _check_dialect(data, fail)
+        _check_dialect(data, entry, fail)
     if "base_url" in data and (problem := base_url_problem(data["base_url"])) is not None:
         raise fail(problem, "base_url")
-    if data["backend"] == "python":
-        _check_callable(data, fail)
-    else:
-        for key in ("callable", "isolation"):
-            if key in data:
-                raise fail(f"{key} applies only to the python backend", key)
+    entry.check_config(data, fail)
+    for f in FIELDS:
+        # A back-end-only field elsewhere (provider is refused by _check_provider, as before).
+        if f.backend_only and f.name != "provider" and f.name in data and f.name not in entry.fields:
+            raise fail(f"{f.name} applies only to the {_takers(f.name)} backend", f.name)
     if "isolation" in data and data["isolation"] not in ISOLATIONS:
         raise fail(f"expected one of {', '.join(ISOLATIONS)}", "isolation")
     if "api_key_env" in data and looks_like_token(data["api_key_env"]):
@@ -498,25 +420,28 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
         raise fail("must be the NAME of an environment variable (is a key pasted here?)", "api_key_env")
 
 
-def _check_dialect(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
-    value, backend = data["structured_output"], data["backend"]
+def _check_dialect(data: dict[str, Any], entry: Backend, fail: Callable[..., InputError]) -> None:
+    value = data["structured_output"]
     if value not in DIALECTS:
         raise fail(f"expected true, false or one of {', '.join(DIALECTS)}", "structured_output")
-    if value == "auto" and backend != "openai-compatible":
-        raise fail("'auto' (probed by the preflight) applies to the openai-compatible backend only",
-                   "structured_output")
-    if value == "json_object" and backend == "mlx":
-        raise fail("the mlx backend constrains decoding itself: use true (json_schema) or false", "structured_output")
+    if value in entry.dialects:
+        return
+    if value in entry.dialect_refusals:
+        raise fail(entry.dialect_refusals[value], "structured_output")
+    takers = " or ".join(backends_with(lambda b: value in b.dialects))
+    what = "'auto' (probed by the preflight)" if value == "auto" else repr(value)
+    raise fail(f"{what} applies to the {takers} backend only", "structured_output")
 
 
-def _check_callable(data: dict[str, Any], fail: Callable[..., InputError]) -> None:
-    """The name's shape only: importing it is `guardeval.backends.python_guard.resolve.load`."""
-    from guardeval.backends.python_guard.resolve import name_problem
+def _takers(name: str) -> str:
+    """The back-ends that take a back-end-only field, for a refusal ("python", "openrouter")."""
+    return " or ".join(backends_with(lambda b: name in b.fields))
 
-    if "callable" not in data:
-        raise fail("missing required field (the python backend needs callable = \"package.module:function\")", "callable")
-    if (problem := name_problem(data["callable"])) is not None:
-        raise fail(problem, "callable")
+
+def range_message(f: Field) -> str:
+    """What a value outside a field's declared range is told."""
+    assert f.range is not None
+    return f"must be a finite number from {_num(f.range[0])} to {_num(f.range[1])}"
 
 
 def _num(x: float) -> str:
@@ -524,14 +449,15 @@ def _num(x: float) -> str:
 
 
 def _check_provider(data: dict[str, Any], p: Path, fail: Callable[..., InputError]) -> None:
-    if data["backend"] != "openrouter":
-        raise InputError("a provider table applies only to the openrouter backend", path=p, field="provider")
+    if "provider" not in backend_for(data["backend"]).fields:
+        raise InputError(f"a provider table applies only to the {_takers('provider')} backend", path=p,
+                         field="provider")
     for key, value in data["provider"].items():
         name = f"provider.{key}"
-        if key not in _PROVIDER_FIELDS:
-            raise fail("unknown field" + _did_you_mean(key, _PROVIDER_FIELDS), key, name)
-        if not isinstance(value, _PROVIDER_FIELDS[key]):
-            raise fail(f"expected {_PROVIDER_FIELDS[key][0].__name__}", key, name)
+        if key not in PROVIDER_BY_NAME:
+            raise fail("unknown field" + _did_you_mean(key, PROVIDER_BY_NAME), key, name)
+        if not isinstance(value, PROVIDER_BY_NAME[key].types):
+            raise fail(f"expected {PROVIDER_BY_NAME[key].types[0].__name__}", key, name)
         if isinstance(value, list) and (len(value) > 64 or not all(
                 isinstance(v, str) and 0 < len(v) <= 128 and not _CONTROL.search(v) for v in value)):
             raise fail("expected a list of at most 64 names (strings of 1-128 characters)", key, name)

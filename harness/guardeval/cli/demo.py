@@ -14,13 +14,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from guardeval.backends.config import PRESETS
+from guardeval.backends.config import PRESETS_DIR
 from guardeval.cohorts.builders.demo import BUNDLED_DEMO
 from guardeval.run.planning import materialise, plan_launch, resolve_run_dir
 from guardeval.run.runner import execute, finish_message, raise_if_stopped
 from guardeval.terminal import safe
 
-SIM_PRESET = PRESETS / "sim.toml"
+SIM_PRESET = PRESETS_DIR / "sim.toml"
 DEMO_FAULTS = "429=0.04,500=0.02,503=0.02"
 DEMO_SEED = 2026
 
@@ -48,8 +48,11 @@ def _python_demo(guard: str, *, run_dir: str | None, as_json: bool, progress: bo
     from guardeval.errors import InputError
 
     config = load_guard_config(guard)
-    if config.backend != "python":
-        raise InputError(f"demo --guard takes a python guard (backend = \"python\"); this one uses the "
+    if not config.backend_entry.takes_callable:
+        from guardeval.backends.backend import backends_with
+
+        takers = " or ".join(f'"{n}"' for n in backends_with(lambda b: b.takes_callable))
+        raise InputError(f"demo --guard takes a python guard (backend = {takers}); this one uses the "
                          f"{config.backend!r} back-end: use `guardeval launch` for it", path=config.source, field="backend")
     from guardeval import api
 

@@ -68,17 +68,13 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def _run(config: Any, prompt: Any, work: Any) -> Any:
-    if config.backend == "openai-compatible":
-        from guardeval.backends.local_preflight import run_local_preflight
-
-        return run_local_preflight(config, prompt, work)
-    from guardeval.backends.openrouter.preflight import run_preflight
-
-    return run_preflight(config, work)
+    preflight = config.backend_entry.preflight
+    assert preflight is not None   # applies() was asked first
+    return preflight(config, prompt, work)
 
 
 def _require_server(backend: str, path: str) -> None:
-    if backend not in ("openrouter", "openai-compatible"):
+    if not applies(backend):
         raise InputError(f"preflight asks a server (OpenRouter's API or an OpenAI-compatible one); this guard uses "
                          f"the {backend!r} back-end", path=path, field="backend")
 
@@ -92,7 +88,9 @@ def show(result: Any, out: TextIO) -> None:
 
 def applies(backend: str) -> bool:
     """Whether a guard of this back-end has a preflight (a server to ask)."""
-    return backend in ("openrouter", "openai-compatible")
+    from guardeval.backends.backend import backend_for
+
+    return backend_for(backend).preflight is not None
 
 
 def check_plan(plan: Any, args: argparse.Namespace, *, max_calls: int | None, out: TextIO) -> bool:
@@ -111,7 +109,8 @@ def check_plan(plan: Any, args: argparse.Namespace, *, max_calls: int | None, ou
         return True
     result = _run(plan.config, plan.prompt, plan.workload(max_calls=max_calls, max_cost=args.max_cost))
     show(result, out)
-    if result.ok and backend == "openai-compatible" and result.dialect != plan.config.structured_output:
+    # A back-end that takes "auto" probes the dialect: the preflight's finding replaces it.
+    if result.ok and "auto" in plan.config.backend_entry.dialects and result.dialect != plan.config.structured_output:
         plan.use_config(plan.config.with_dialect(result.dialect))
     return bool(result.ok)
 
@@ -126,6 +125,6 @@ def refuse(plan: Any) -> InputError:
         return InputError(f"the simulated provider cannot serve {plan.config.name} at "
                           f"{plan.config.effective_base_url} (see the preflight above); nothing was sent or written. "
                           + SIM_HINT)
-    who = "OpenRouter" if plan.config.backend == "openrouter" else "the server"
+    who = plan.config.backend_entry.server
     return InputError(f"{who} cannot serve {plan.config.name} as configured (see the preflight above); nothing "
                       "was sent or written. Fix the config, or skip the check with --no-preflight")

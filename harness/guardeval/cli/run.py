@@ -261,7 +261,7 @@ def _dry_run(plan: Any, run_dir: Path, args: argparse.Namespace) -> int:
     print(safe(f"plan: {plan.n_calls} calls = {len(plan.cohort.base_ids)} bases x "
                f"{len(plan.cohort.conditions)} conditions x {reps} repetitions; order {order}, seed {seed}"
                + (f"; the schedule of {parent}, byte for byte" if parent else "")))
-    where = f"calling {cfg.callable}" if cfg.backend == "python" else f"at {cfg.effective_base_url}"
+    where = cfg.backend_entry.target(cfg)
     print(safe(f"guard: {cfg.name} ({cfg.backend}, model {cfg.model}) {where}, prompt {plan.prompt.id}"))
     if cfg.api_key_env:
         state = "set" if key["set"] else ("NOT SET: launch will refuse" if key["needed"] else "not set (optional here)")

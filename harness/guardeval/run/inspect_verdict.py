@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from guardeval.backends.parsers import Parsed
+from guardeval.backends.quarantine import RESPONSE_CACHE_HIT
 from guardeval.inspect_logs import finish_reason
-from guardeval.run.dispatch.decide import FINGERPRINT_MISMATCH, RESPONSE_CACHE_HIT, decide
+from guardeval.run.dispatch.decide import FINGERPRINT_MISMATCH, decide
 
 DETAIL_LIMIT = 300
 
@@ -52,7 +53,8 @@ def verdict(output: Any, parser: Callable[[str | None, str | None], Parsed], *, 
         return {**failed, "status": "provider_error", "detail": _bounded(output.error)}
     raw = {"outcome": "reply", "content": output.completion, "finish_reason": finish_reason(output.stop_reason),
            "call_id": "", "seq": 0, "request_sha256": seen_sha256}
-    d = decide(raw, "", expected_request_sha256=expected_sha256, parser=parser)
+    # No back-end's own checks: Inspect's model call is not a guardeval back-end's.
+    d = decide(raw, "", expected_request_sha256=expected_sha256, parser=parser, backend=None)
     out = {k: d[k] for k in ("status", "decision", "score", "components", "quarantine_reason", "detail")}
     if out["quarantine_reason"] == FINGERPRINT_MISMATCH:
         out["detail"] = ("the log records no model call for it" if seen_sha256 is None else

@@ -69,7 +69,7 @@ def audit_providers(run: Path | RunFolder, *, base_url: str | None = None, concu
 def _audit(folder: RunFolder, base_url: str | None, concurrency: int) -> dict[str, Any]:
     manifest = read_manifest(folder)
     config = run_config(folder, manifest).with_base_url(base_url)
-    if config.backend != "openrouter":
+    if not config.backend_entry.generation_stats:
         raise InputError(f"audit providers reads OpenRouter's generation stats; this run used the "
                          f"{config.backend!r} back-end", path=folder.file(MANIFEST), field="guard.backend")
     key = (os.environ.get(config.api_key_env) or None) if config.api_key_env else None

@@ -157,7 +157,8 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
             retry = retries.prepare(
                 folder, writer, retry_failed,
                 lambda rec, sha, expected: decide(rec, sha, expected_request_sha256=expected.get(rec["call_id"]),
-                                                  parser=parser, allowed_providers=config.allowed_providers),
+                                                  parser=parser, backend=config.backend,
+                                                  allowed_providers=config.allowed_providers),
                 lambda cids: _stimuli_for(folder, cids))
             total = int(manifest["n_calls"])
             pending = PendingRows(folder, state.decided, cohort)
@@ -227,7 +228,8 @@ def _recover_decisions(folder: RunFolder, writer: RunWriter, parser: Any, config
     recovered = 0
     for rec, line_sha in writer.undecided_finals():
         writer.append_decision(decide(rec, line_sha, expected_request_sha256=expected.get(rec["call_id"]),
-                                      parser=parser, allowed_providers=config.allowed_providers))
+                                      parser=parser, backend=config.backend,
+                                      allowed_providers=config.allowed_providers))
         recovered += 1
     finals.clear()
     return recovered
@@ -339,9 +341,8 @@ def _check_rendering(folder: RunFolder, cohort: Cohort, config: GuardConfig, pro
 
 
 def _default_concurrency(config: GuardConfig) -> int:
-    # One in-process model generates one call at a time; more would only queue inside the guard
-    # and inflate latency_s.
-    return 1 if config.backend == "mlx" else 16
+    # Each back-end says (mlx's one in-process model generates one call at a time).
+    return config.backend_entry.default_concurrency
 
 
 def backend_options() -> dict[str, Any]:

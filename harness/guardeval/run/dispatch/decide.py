@@ -12,19 +12,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from guardeval.backends.openrouter import providers, routing
+from guardeval.backends.backend import find_backend
 from guardeval.backends.openrouter.errors import REFUSED_PREFIX
 from guardeval.backends.parsers import Parsed
+from guardeval.backends.quarantine import (
+    PROVIDER_DRIFT,
+    PROVIDER_UNKNOWN,
+    RESPONSE_CACHE_HIT,
+    STIMULUS_MUTATED,
+    QuarantineCheck,
+    no_checks,
+)
 from guardeval.run.folder.records import Decision
 
 # Quarantine codes (docs/design.md §10, seed 002): the call is not attributable to the guard.
+# The back-ends' own (provider drift, cache hits, a mutating router stage) are in
+# guardeval.backends.quarantine, raised by their checks (Backend.quarantine).
 FINGERPRINT_MISMATCH = "fingerprint_mismatch"
-PROVIDER_DRIFT = "provider_drift"
-PROVIDER_UNKNOWN = "provider_unknown"
 LENGTH_TRUNCATION = "length_truncation"
 REPLAY_MISMATCH = "replay_mismatch"
-RESPONSE_CACHE_HIT = "response_cache_hit"    # OpenRouter's response cache answered (a copy of another generation)
-STIMULUS_MUTATED = "stimulus_mutated"        # a router pipeline stage may have altered input or output
 # No input-truncation code: the harness never cuts a prompt (one longer than the context is a
 # `context_overflow` failure of the call, recorded as provider_error).
 QUARANTINE_CODES = (FINGERPRINT_MISMATCH, PROVIDER_DRIFT, PROVIDER_UNKNOWN, LENGTH_TRUNCATION, REPLAY_MISMATCH,
@@ -34,17 +40,13 @@ QUARANTINE_CODES = (FINGERPRINT_MISMATCH, PROVIDER_DRIFT, PROVIDER_UNKNOWN, LENG
 _PROVIDER_FAILURES = frozenset({"choice_error"})
 
 
-def provider_key(name: str | None) -> str:
-    """'Anthropic' and 'anthropic' are one provider; compare letters and digits only."""
-    return providers.key(name)
-
-
 def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha256: str | None,
-           parser: Callable[[str | None, str | None], Parsed],
+           parser: Callable[[str | None, str | None], Parsed], backend: str | None,
            allowed_providers: Sequence[str] = ()) -> Decision:
     """The decision for a call whose final attempt is `raw` (a `RawLine`, or what `verify` read
-    from one: a damaged line raises KeyError, TypeError or ValueError). `allowed_providers`: the
-    routing slugs the config pins (GuardConfig.allowed_providers); () checks nothing."""
+    from one: a damaged line raises KeyError, TypeError or ValueError). `backend`: the config's
+    back-end, whose own quarantine checks run (None: none); `allowed_providers`: the routing slugs
+    the config pins (GuardConfig.allowed_providers); () checks nothing."""
     outcome = raw.get("outcome")
     status: str
     decision: int | None = None
@@ -67,7 +69,9 @@ def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha
             parsed = parser(raw.get("content"), raw.get("finish_reason"))
             status, decision, score, components = parsed.status, parsed.decision, parsed.score, parsed.components
             detail = parsed.detail
-        quarantine, why = _quarantine(raw, status, expected_request_sha256, allowed_providers)
+        entry = find_backend(backend)
+        quarantine, why = _quarantine(raw, status, expected_request_sha256, allowed_providers,
+                                      entry.quarantine if entry is not None else no_checks)
         if why is not None:
             detail = why
     else:
@@ -87,34 +91,15 @@ def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha
 
 
 def _quarantine(raw: Mapping[str, Any], status: str, expected_request_sha256: str | None,
-                allowed: Sequence[str]) -> tuple[str | None, str | None]:
+                allowed: Sequence[str], own: QuarantineCheck) -> tuple[str | None, str | None]:
     """(quarantine code, what it was: the decision's detail, or None to keep the parser's) of an
     answered call. The checks run in this order; the first that holds names the reason."""
     if expected_request_sha256 is not None and raw.get("request_sha256") != expected_request_sha256:
         return FINGERPRINT_MISMATCH, None
     if raw.get("answers_call_id") not in (None, raw["call_id"]):
         return REPLAY_MISMATCH, None
-    hit, source = routing.cache_hit(raw.get("response_headers"), raw.get("usage"))
-    if hit:
-        return RESPONSE_CACHE_HIT, f"response cache hit: a replay of generation {source or '(source not named)'}"
-    meta = raw.get("openrouter_metadata")
-    stage = routing.mutating_stage(meta)
-    if stage is not None:
-        return STIMULUS_MUTATED, f"router pipeline stage {stage} may have altered the input or the output"
-    if allowed:
-        # The documented provider is router metadata's (selected endpoint, attempts); the
-        # top-level `provider` (absent from OpenRouter's published schema) is the fallback. The
-        # dispatcher stores the resolved one as `provider`; reading both again keeps this a
-        # function of the raw line as written.
-        served, _ = routing.served_by(meta, raw.get("provider"))
-        if served is None:
-            return PROVIDER_UNKNOWN, None     # `guardeval audit providers` checks it afterwards
-        if not providers.is_allowed(served, allowed):
-            return PROVIDER_DRIFT, f"answered by {served!r}, outside the pin ({', '.join(allowed)})"
-        outside = routing.tried_outside(meta, lambda p: providers.is_allowed(p, allowed))
-        if outside is not None:
-            return PROVIDER_DRIFT, (f"answered by {served!r} after the router tried {outside!r}, outside the pin "
-                                    f"({', '.join(allowed)})")
+    if (verdict := own(raw, allowed)) is not None:
+        return verdict
     if status == "truncated":
         return LENGTH_TRUNCATION, None
     return None, None

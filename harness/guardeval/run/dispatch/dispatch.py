@@ -526,7 +526,8 @@ class Dispatcher:
     def _finish(self, logged: tuple[Attempt, int, str]) -> None:
         rec, _, line_sha = logged
         decision = decide(rec, line_sha, expected_request_sha256=self.expected_sha[rec["call_id"]],
-                          parser=self.parser, allowed_providers=self.guard.allowed_providers)
+                          parser=self.parser, backend=self.guard.config.backend,
+                          allowed_providers=self.guard.allowed_providers)
         st = decision["status"]
         old = self._supersedes.get(rec["call_id"])
         if old is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from guardeval.backends.backend import find_backend
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.python_guard import resolve
 from guardeval.errors import InputError
@@ -28,7 +29,7 @@ def record(config: GuardConfig, where: object = None, beside: str | None = None)
     """The provenance to pin at launch (None for other back-ends). InputError (exit 2) naming the
     config's `callable` field when it does not import or is not callable. The module is also
     looked for beside the config file (or in `beside`: a resumed run's recorded folder)."""
-    if config.backend != "python" or config.callable is None:
+    if not config.backend_entry.takes_callable or config.callable is None:
         return None
     fn = resolve.load(config.callable, where=where if where is not None else config.source,
                       beside=beside or resolve.config_folder(config.source))
@@ -39,7 +40,7 @@ def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardCon
                  allow_changed: bool = False) -> dict[str, Any] | None:
     """Before a resume sends anything: the callable imports, and it is the launch's code.
     Returns its provenance now (None for other back-ends)."""
-    if config.backend != "python":
+    if not config.backend_entry.takes_callable:
         return None
     pin = manifest.get(FIELD)
     beside = pin.get("beside_config") if isinstance(pin, dict) else None
@@ -57,7 +58,8 @@ def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardCon
 def verify_findings(manifest: dict[str, Any]) -> tuple[list[str], str | None]:
     """(problems, skipped reason) of a python guard's pin against the source found here now."""
     guard = manifest.get("guard")
-    if not isinstance(guard, dict) or guard.get("backend") != "python":
+    entry = find_backend(guard.get("backend")) if isinstance(guard, dict) else None
+    if entry is None or not entry.takes_callable:
         return [], None
     pin = manifest.get(FIELD)
     if not isinstance(pin, dict) or not isinstance(pin.get("module"), str):

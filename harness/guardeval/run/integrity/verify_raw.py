@@ -29,6 +29,7 @@ from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.workers import Worker, log_pays
 from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import RAW
+from guardeval.run.integrity.verify_render import Pin
 
 MISSING: Any = ...              # a field the line does not have (never a JSON value)
 _DIFFERS = "\x00stimulus differs"   # an expected request hash no line carries
@@ -73,7 +74,7 @@ def digest16(canonical_line: bytes) -> bytes:
     return hashlib.blake2b(canonical_line, digest_size=16).digest()
 
 
-def line_facts(folder: RunFolder | None, parser: Callable[..., Any] | None, pinned: tuple[str, ...]
+def line_facts(folder: RunFolder | None, parser: Callable[..., Any] | None, pinned: Pin
                ) -> Iterator[Fact]:
     """Facts of every line of raw.jsonl, in order (the file is streamed; None: a raw log that
     was refused, no facts). A line past the run's `line_cap` is a Bad fact and ends the stream."""
@@ -100,7 +101,7 @@ def line_facts(folder: RunFolder | None, parser: Callable[..., Any] | None, pinn
 
 
 def _line(lineno: int, body: bytes, rec: dict[str, Any], parser: Callable[..., Any] | None,
-          pinned: tuple[str, ...]) -> Line:
+          pinned: Pin) -> Line:
     digest = hashlib.sha256(body).digest()
     try:
         request: Any = canonical_sha256(rec["request"])
@@ -125,9 +126,10 @@ def _line(lineno: int, body: bytes, rec: dict[str, Any], parser: Callable[..., A
 
 
 def _derive(rec: dict[str, Any], line_sha: str, expected: str | None, parser: Callable[..., Any],
-            pinned: tuple[str, ...]) -> Any:
+            pinned: Pin) -> Any:
     try:
-        again = decide(rec, line_sha, expected_request_sha256=expected, parser=parser, allowed_providers=pinned)
+        again = decide(rec, line_sha, expected_request_sha256=expected, parser=parser, backend=pinned[0],
+                       allowed_providers=pinned[1])
         return digest16(dumps_line(again))
     except (KeyError, TypeError, ValueError) as exc:
         return exc
@@ -165,7 +167,7 @@ def _unpack(fields: tuple[Any, ...]) -> Line:
                 dm if derived else None, dd if derived else None, bool(flags & _FINAL))
 
 
-def _write_facts(folder: RunFolder, parser: Any, pinned: tuple[str, ...], out: BinaryIO) -> list[Fact]:
+def _write_facts(folder: RunFolder, parser: Any, pinned: Pin, out: BinaryIO) -> list[Fact]:
     """In the worker: the usual lines' facts as records into `out`; returns the others."""
     odd: list[Fact] = []
     with open(out.fileno(), "wb", buffering=1 << 20, closefd=False) as fh:
@@ -181,7 +183,7 @@ def _write_facts(folder: RunFolder, parser: Any, pinned: tuple[str, ...], out: B
 class RawFacts:
     """`line_facts`, computed by a forked worker started now (when it pays), read in order later."""
 
-    def __init__(self, folder: RunFolder | None, parser: Any, pinned: tuple[str, ...]) -> None:
+    def __init__(self, folder: RunFolder | None, parser: Any, pinned: Pin) -> None:
         self.folder, self.parser, self.pinned = folder, parser, pinned
         self._worker: Worker | None = None
         self._file: BinaryIO | None = None

@@ -58,14 +58,18 @@ def memo_parser(parser: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     return parse
 
 
-def parser_and_pin(manifest: dict[str, Any]) -> tuple[Callable[[Any, Any], Any] | None, tuple[str, ...], str]:
-    """(parser, allowed providers, why not) from the manifest; the parser is None when the
-    manifest names none this version has, or its guard config is unusable."""
+# (the guard's back-end, the providers its config allows): what decide's own checks read.
+Pin = tuple[str | None, tuple[str, ...]]
+
+
+def parser_and_pin(manifest: dict[str, Any]) -> tuple[Callable[[Any, Any], Any] | None, Pin, str]:
+    """(parser, back-end and allowed providers, why not) from the manifest; the parser is None
+    when the manifest names none this version has, or its guard config is unusable."""
     try:
         from guardeval.backends.config import GuardConfig
         from guardeval.backends.parsers import get_parser
 
         cfg = GuardConfig(**manifest["guard"])
-        return memo_parser(get_parser(manifest["prompt"]["parser"])), cfg.allowed_providers, ""
+        return memo_parser(get_parser(manifest["prompt"]["parser"])), (cfg.backend, cfg.allowed_providers), ""
     except Exception as exc:  # noqa: BLE001 - any failure here means: no re-derivation
-        return None, (), f"no parser for this run's manifest ({type(exc).__name__}: {exc})"
+        return None, (None, ()), f"no parser for this run's manifest ({type(exc).__name__}: {exc})"

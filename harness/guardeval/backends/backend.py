@@ -1,0 +1,148 @@
+"""What a back-end is: one `Backend` record per back-end, and the table they register in.
+
+Each back-end declares itself in one module of its own (`DECLARED` below), which builds its
+`Backend` and calls `register`; nothing else in the package compares a config's `backend` to a
+name. The declaring modules are imported by name on the first lookup, and their guards only when
+a guard is made, so a back-end whose dependencies are heavy (mlx) costs nothing until it is used.
+
+Hooks take the config as `Any`: this module sits below `guardeval.backends.config` (which looks
+its back-end up here), so it cannot name `GuardConfig` without an import circle.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from guardeval.backends.quarantine import QuarantineCheck, no_checks
+
+# The back-ends shipped with guardeval. A back-end registered at run time (a test's, a plugin's)
+# is a plain `str` name: the parser accepts whatever is registered.
+BuiltinBackend = Literal["openrouter", "openai-compatible", "mlx", "python"]
+
+# The modules that declare the shipped back-ends (each calls `register` when imported).
+DECLARED: tuple[str, ...] = (
+    "guardeval.backends.openrouter.backend",
+    "guardeval.backends.openai_compatible",
+    "guardeval.backends.mlx_entry",
+    "guardeval.backends.python_guard.entry",
+)
+
+
+def _no_providers(config: Any) -> tuple[str, ...]:
+    return ()
+
+
+def _at_base_url(config: Any) -> str:
+    return f"at {config.effective_base_url}"
+
+
+def _nothing_to_add(data: dict[str, Any]) -> None:
+    return None
+
+
+def _no_check(data: dict[str, Any], fail: Callable[..., Exception]) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One back-end: its config rules and defaults, and how its guards are made and checked."""
+
+    name: str
+    # A guard of this back-end: make_guard(config, prompt, max_connections) (imports lazily).
+    make_guard: Callable[[Any, Any, int], Any]
+    # The request body without a transport (verify and planning render and send nothing); None:
+    # through a guard made with one connection.
+    make_renderer: Callable[[Any, Any], Callable[[Mapping[str, Any]], dict[str, Any]]] | None = None
+    default_base_url: str | None = None
+    default_api_key_env: str | None = None
+    # `structured_output = true` as a dialect, the dialects accepted, and why one is refused
+    # where the refusal has its own words (otherwise the message names the back-ends that take it).
+    default_dialect: str = "json_schema"
+    dialects: frozenset[str] = frozenset({"json_schema", "json_object", "none"})
+    dialect_refusals: Mapping[str, str] = field(default_factory=dict)
+    # The back-end-only config fields this back-end accepts (guardeval.backends.config_fields).
+    fields: frozenset[str] = frozenset()
+    # Extra checks of a config's values (after the generic ones), and defaults it fills in.
+    check_config: Callable[[dict[str, Any], Callable[..., Exception]], None] = _no_check
+    complete: Callable[[dict[str, Any]], None] = _nothing_to_add
+    # Calls run in this process (always local), else local when the endpoint is a loopback address.
+    in_process: bool = False
+    # A loopback endpoint of this back-end is the simulated provider (its `usage.cost` made up).
+    simulated_when_local: bool = False
+    # --concurrency when the config sets none.
+    default_concurrency: int = 16
+    # The preflight: preflight(config, prompt, workload) -> a CheckList result; None: no server to ask.
+    preflight: Callable[[Any, Any, Any], Any] | None = None
+    # Who the preflight asks, in a refusal ("OpenRouter", "the server").
+    server: str = "the server"
+    # The routing slugs an answer may come from (GuardConfig.allowed_providers).
+    allowed_providers: Callable[[Any], tuple[str, ...]] = _no_providers
+    # Its own quarantine checks of an answered call (routing, caches), after the generic ones.
+    quarantine: QuarantineCheck = no_checks
+    # Whether `guardeval audit providers` can ask the endpoint for generation stats.
+    generation_stats: bool = False
+    # Where a run's calls go, for the launch line ("at URL", "calling pkg.mod:fn").
+    target: Callable[[Any], str] = _at_base_url
+
+    @property
+    def takes_callable(self) -> bool:
+        """A guard that is a Python function (its code is pinned at launch and checked on resume)."""
+        return "callable" in self.fields
+
+
+_TABLE: dict[str, Backend] = {}
+_loaded = False
+
+
+def register(entry: Backend) -> Backend:
+    """Add (or replace) a back-end; returns it, so a module can write `BACKEND = register(...)`."""
+    _load()   # the shipped back-ends first, whoever registers first
+    _TABLE[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> None:
+    """Remove a back-end registered at run time (a test's)."""
+    _TABLE.pop(name, None)
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in DECLARED:
+            importlib.import_module(module)
+
+
+def find_backend(name: object) -> Backend | None:
+    """The registered back-end of that name, or None (a name read from a file may be anything)."""
+    _load()
+    return _TABLE.get(name) if isinstance(name, str) else None
+
+
+def backend_for(name: str) -> Backend:
+    """The registered back-end of that name; ValueError for an unknown one (the config parser
+    refuses those with InputError first)."""
+    entry = find_backend(name)
+    if entry is None:
+        raise ValueError(f"unknown backend {name!r}")
+    return entry
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every registered back-end's name, in registration order (the shipped ones first)."""
+    _load()
+    return tuple(_TABLE)
+
+
+def backends_with(test: Callable[[Backend], bool]) -> tuple[str, ...]:
+    """The names of the back-ends for which `test` holds (for messages that list them)."""
+    return tuple(b.name for b in (backend_for(n) for n in backend_names()) if test(b))
+
+
+def builtin_names() -> tuple[str, ...]:
+    return get_args(BuiltinBackend)

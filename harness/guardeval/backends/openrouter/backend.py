@@ -1,0 +1,66 @@
+"""The `openrouter` back-end declared: OpenRouter's chat-completions API, with its routing table
+(`provider`), its key, its preflight and its generation stats. On a loopback address it is the
+simulated provider (guardeval.backends.sim)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from guardeval.backends.backend import Backend, register
+from guardeval.backends.quarantine import Verdict
+
+NAME = "openrouter"
+
+
+def _make_guard(config: Any, prompt: Any, max_connections: int) -> Any:
+    from guardeval.backends.chat_http import OpenRouterGuard
+
+    return OpenRouterGuard(config, prompt, max_connections=max_connections)
+
+
+def _renderer(config: Any, prompt: Any) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    from guardeval.backends.chat_body import chat_body
+
+    return functools.partial(chat_body, config, prompt)
+
+
+def _complete(data: dict[str, Any]) -> None:
+    if "provider" in data:
+        # docs/design.md §8 defaults: a pinned provider means no silent fallback, no parameter
+        # dropping, no data collection unless the config says otherwise.
+        data["provider"] = {"allow_fallbacks": False, "require_parameters": True, "data_collection": "deny",
+                            **data["provider"]}
+
+
+def _quarantine(raw: Mapping[str, Any], allowed: Sequence[str]) -> Verdict | None:
+    from guardeval.backends.openrouter.quarantine import checks
+
+    return checks(raw, allowed)
+
+
+def _preflight(config: Any, prompt: Any, work: Any) -> Any:
+    from guardeval.backends.openrouter.preflight import run_preflight
+
+    return run_preflight(config, work)
+
+
+def allowed_providers(config: Any) -> tuple[str, ...]:
+    """Every slug of `provider.only`, else every slug of `provider.order` when fallbacks are off;
+    () when routing is left to OpenRouter."""
+    p = config.provider or {}
+    if p.get("only"):
+        return tuple(str(s) for s in p["only"])
+    if p.get("order") and p.get("allow_fallbacks") is False:
+        return tuple(str(s) for s in p["order"])
+    return ()
+
+
+BACKEND = register(Backend(
+    name=NAME, make_guard=_make_guard, make_renderer=_renderer,
+    default_base_url="https://openrouter.ai/api/v1", default_api_key_env="OPENROUTER_API_KEY",
+    fields=frozenset({"provider"}), complete=_complete, simulated_when_local=True,
+    preflight=_preflight, server="OpenRouter", allowed_providers=allowed_providers, generation_stats=True,
+    quarantine=_quarantine,
+))

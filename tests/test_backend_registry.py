@@ -1,0 +1,142 @@
+"""A back-end is one registered record (guardeval.backends.backend), and each guard-config field
+one declaration (guardeval.backends.config_fields): a back-end added in one place is accepted by
+the parser and made into a guard with no other module edited; every field's type, range, default
+and words come from its declaration (issue 38 §4)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardeval.backends import config_fields
+from guardeval.backends.backend import Backend, backend_for, backend_names, builtin_names, register, unregister
+from guardeval.backends.config import GuardConfig, load_guard_config, range_message
+from guardeval.backends.prompts import load_prompt
+from guardeval.backends.registry import make_guard, make_renderer
+from guardeval.errors import InputError
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class FakeGuard:
+    def __init__(self, config: Any, prompt: Any) -> None:
+        self.config, self.prompt = config, prompt
+
+    def render(self, instance: Any) -> dict[str, Any]:
+        return {"fake": self.config.model, "instance": dict(instance)}
+
+
+@pytest.fixture
+def fake_backend():
+    entry = register(Backend(name="fake-echo", make_guard=lambda c, p, n: FakeGuard(c, p), in_process=True,
+                             default_concurrency=3, dialects=frozenset({"none"}), server="the echo"))
+    yield entry
+    unregister("fake-echo")
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "g.toml"
+    p.write_text('name = "g"\nmodel = "m"\nprompt = "guardeval-json-v1"\n' + body, encoding="utf-8")
+    return p
+
+
+def test_a_backend_registered_in_one_place_is_parsed_and_made_into_a_guard(tmp_path, fake_backend):
+    config = load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = false\n'))
+    assert config.backend_entry is fake_backend and backend_for("fake-echo") is fake_backend
+    assert config.is_local and not config.is_simulated and config.allowed_providers == ()
+    prompt = load_prompt("guardeval-json-v1")
+    guard = make_guard(config, prompt)
+    assert isinstance(guard, FakeGuard) and guard.config is config
+    # No renderer of its own: rendering goes through a guard.
+    assert make_renderer(config, prompt)({"x": 1}) == {"fake": "m", "instance": {"x": 1}}
+    # Its rules are its record's: a dialect it does not take, a back-end-only field of another.
+    with pytest.raises(InputError, match="applies to the openrouter or openai-compatible or mlx or python backend only"):
+        load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = "json_schema"\n'))
+    with pytest.raises(InputError, match="callable applies only to the python backend"):
+        load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = false\ncallable = "a:b"\n'))
+
+
+def test_the_shipped_backends_are_the_literals_and_come_first(fake_backend):
+    assert backend_names() == (*builtin_names(), "fake-echo")
+    assert all(backend_for(n).name == n for n in builtin_names())
+
+
+def test_unknown_backend_lists_the_registered_ones(tmp_path, fake_backend):
+    with pytest.raises(InputError) as err:
+        load_guard_config(_write(tmp_path, 'backend = "nope"\n'))
+    assert "expected one of openrouter, openai-compatible, mlx, python, fake-echo" in str(err.value)
+    unregister("fake-echo")
+    assert "fake-echo" not in backend_names()
+    with pytest.raises(InputError, match="unknown backend"):
+        load_guard_config(_write(tmp_path, 'backend = "fake-echo"\n'))
+
+
+def test_the_dataclass_is_the_declaration():
+    own = [(f.name, f.default) for f in dataclasses.fields(GuardConfig) if f.name != "source"]
+    assert own == [(f.name, dataclasses.MISSING if f.required else f.default) for f in config_fields.FIELDS]
+    floats = {f.name for f in config_fields.FIELDS if f.is_float}
+    assert floats == {"temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "retry_initial_s",
+                      "retry_max_s"}
+
+
+@pytest.mark.parametrize("field", [f for f in config_fields.FIELDS if f.range is not None], ids=lambda f: f.name)
+def test_a_range_error_is_the_declarations(tmp_path, field):
+    lo, hi = field.range
+    over = hi + 1 if isinstance(hi, int) else hi * 2 + 1
+    with pytest.raises(InputError) as err:
+        load_guard_config(_write(tmp_path, f'backend = "openai-compatible"\n{field.name} = {over!r}\n'))
+    assert err.value.field == field.name and range_message(field) in str(err.value)
+    bounds = re.search(r"from (\S+) to (\S+)$", range_message(field))
+    assert bounds is not None and (float(bounds[1]), float(bounds[2])) == (float(lo), float(hi))
+
+
+def test_the_reference_page_lists_exactly_the_declared_fields():
+    spec = importlib.util.spec_from_file_location("reference_hook", REPO / "docs" / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = hook.config_reference()
+    rows = re.findall(r"^\| `([a-z_.]+)` \| ([^|]+) \|", page, flags=re.M)
+    declared = [(f.name, " or ".join(t.__name__ for t in f.types)) for f in config_fields.FIELDS]
+    declared += [(f"provider.{f.name}", " or ".join(t.__name__ for t in f.types)) for f in config_fields.PROVIDER_FIELDS]
+    assert [(k, t.strip()) for k, t in rows] == declared
+    for f in config_fields.FIELDS:
+        assert config_fields.doc(f).split(";")[0][:40] in page, f.name
+    assert "openrouter, openai-compatible, mlx or python" in page   # the backend row names the registered ones
+
+
+def test_the_manifest_leaves_out_late_fields_at_their_default():
+    c = GuardConfig(name="g", backend="openrouter", model="m", prompt="p")
+    left_out = {f.name for f in config_fields.FIELDS if f.omitted_at_default}
+    assert left_out == {"callable", "isolation", "label"} and not left_out & set(c.to_manifest())
+    assert set(c.to_manifest()) == {f.name for f in config_fields.FIELDS} - left_out
+
+
+def test_the_decision_step_calls_the_backends_own_quarantine_checks(fake_backend):
+    from guardeval.backends.parsers import get_parser
+    from guardeval.run.dispatch.decide import decide
+
+    seen: list[tuple[str, ...]] = []
+
+    def own(raw: Any, allowed: Any) -> tuple[str, str | None] | None:
+        seen.append(tuple(allowed))
+        return ("provider_drift", "the echo says so") if raw["content"].startswith("{") else None
+
+    register(dataclasses.replace(fake_backend, quarantine=own))
+    raw = {"call_id": "c", "seq": 1, "request_sha256": "r", "outcome": "reply", "final": True, "content": "{}",
+           "finish_reason": "stop", "answers_call_id": None,
+           # An OpenRouter cache hit on the line: only OpenRouter's own checks read it.
+           "response_headers": {"x-openrouter-cache-status": "HIT"}}
+    parser = get_parser("json-three-field")
+    d = decide(raw, "sha", expected_request_sha256="r", parser=parser, backend="fake-echo", allowed_providers=("a",))
+    assert (d["quarantine_reason"], d["detail"], seen) == ("provider_drift", "the echo says so", [("a",)])
+    # A back-end without checks of its own: the generic ones only.
+    d = decide(raw, "sha", expected_request_sha256="r", parser=parser, backend="python")
+    assert d["quarantine_reason"] is None
