@@ -13,9 +13,9 @@ from guardeval.estimators import estimate
 from guardeval.estimators import synthetic as sy
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs
 from guardeval.estimators.compare.compare_text import text as compare_text
-from guardeval.estimators.report.formats import significant as starred
 from guardeval.estimators.report.report import human_text, markdown
 from guardeval.estimators.verdicts.decisions import decide_family, significant
+from guardeval.estimators.verdicts.decisions import headline_significant as starred
 from guardeval.estimators.verdicts.equivalence import equivalence
 from guardeval.estimators.verdicts.holm import holm
 

@@ -37,10 +37,16 @@ def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | Non
     return estimate_record(report, Path(run))
 
 
+def _starred(c: Any) -> bool:
+    """The row's `*`: the estimators' headline decision record, read, not re-derived."""
+    from guardeval.estimators.verdicts.decisions import headline_decision
+
+    d = headline_decision(c)
+    return d is not None and d.starred
+
+
 def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
     """The typed record of an estimate report (report.json's shape)."""
-    from guardeval.estimators.verdicts.decisions import headline_significant
-
     effects = [Effect(condition=c["condition"], role=c["role"], in_family=c["in_family"], delta=c["delta"],
                       ci=_interval(c["ci"]), p=c["p"], p_holm=c["p_holm"],
                       delta_minus_placebo=c["delta_minus_placebo"], ci_minus_placebo=_interval(c["ci_minus_placebo"]),
@@ -48,7 +54,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                       tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"],
                       p_holm_minus_placebo=c.get("p_holm_minus_placebo"), verdict=Decision.of(c.get("equivalence")),
                       verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo")),
-                      starred=headline_significant(c))
+                      starred=_starred(c))
                for c in report["contrasts"]]
     source = report.get("source") or {}
     return Estimate(run_dir=run_dir, baseline=report["baseline"], placebo=report["placebo"],

@@ -232,7 +232,7 @@ class Effect(_Record):
     p_holm_minus_placebo: float | None = None
     verdict: Decision | None = None          # Δ's decision
     verdict_minus_placebo: Decision | None = None   # the corrected effect's (the headline, where defined)
-    starred: bool = False                    # the table's `*`, read from the one rule (decisions.headline_significant)
+    starred: bool = False                    # the table's `*`, read from the decision record (verdicts.record.Decision.starred)
 
     @property
     def headline(self) -> Decision | None:

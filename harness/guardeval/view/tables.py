@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 
 from guardeval.estimators.report.definitions import DEFINITIONS
-from guardeval.estimators.report.formats import level, rules_differ, significant
+from guardeval.estimators.report.formats import level, rules_differ
 from guardeval.estimators.report.report import decision_lines, headline_sentences
 from guardeval.estimators.report.sections import Section
-from guardeval.estimators.verdicts.decisions import short
+from guardeval.estimators.verdicts.decisions import headline_significant, short
 
 
 def esc(value: Any) -> str:
@@ -196,7 +196,7 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
             *(f"Δ {r}" for r in rules), f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
     rows, attrs = [], []
     for c in report["contrasts"]:
-        sig = significant(c)
+        sig = headline_significant(c)
         name = esc(c["condition"]) + (" <span class=\"tag\">placebo</span>" if c["condition"] == report["placebo"] else "")
         rows.append([
             Raw(name + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guardeval.estimators.verdicts.decisions import headline_significant
+from guardeval.estimators.verdicts.decisions import headline_decision
 
 
 def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
@@ -42,18 +42,10 @@ def rules_differ(report: Mapping[str, Any]) -> bool:
     return False
 
 
-def significant(c: Mapping[str, Any]) -> bool:
-    """The star and bold of an estimate's row: its headline verdict (decisions.py): the
-    placebo-corrected effect's Holm decision, Δ's for the placebo's own row."""
-    return headline_significant(c)
-
-
 def headline_p(c: Mapping[str, Any]) -> float | None:
     """The Holm-adjusted p of a row's headline (what its star follows)."""
-    from guardeval.estimators.verdicts.decisions import headline
-
-    eq = headline(c)[1]
-    return None if not eq else eq.get("p_adjusted")
+    d = headline_decision(c)
+    return None if d is None else d.p_adjusted
 
 
 def text_table(head: list[str], rows: list[list[str]]) -> str:

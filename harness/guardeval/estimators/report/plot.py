@@ -21,7 +21,8 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from guardeval.estimators.report.formats import headline_p, level, rules_differ, significant  # noqa: E402
+from guardeval.estimators.report.formats import headline_p, level, rules_differ  # noqa: E402
+from guardeval.estimators.verdicts.decisions import headline_significant  # noqa: E402
 from guardeval.terminal import safe  # noqa: E402
 
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
@@ -89,15 +90,15 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
             hp = headline_p(c)
             p_text = (f"p_Holm {_p(hp)}" if hp is not None
                       else "not in family" if not c.get("in_family") or corrected is not None else "p_Holm —")
-            side.text(0.02, y, f"{headline}\n{p_text}{'  *' if significant(c) else ''}", va="center", ha="left",
-                      fontsize=8.5, family="monospace", weight="bold" if significant(c) else "normal",
+            side.text(0.02, y, f"{headline}\n{p_text}{'  *' if headline_significant(c) else ''}", va="center", ha="left",
+                      fontsize=8.5, family="monospace", weight="bold" if headline_significant(c) else "normal",
                       transform=side.get_yaxis_transform())
         ax.axvline(0.0, color="black", lw=0.8)
         labels = [_label(c["condition"]) + (" (placebo)" if c["condition"] == placebo else "")
-                  + (" *" if significant(c) else "") for c in contrasts]
+                  + (" *" if headline_significant(c) else "") for c in contrasts]
         ax.set_yticks(ys, labels)
         for tick, c in zip(ax.get_yticklabels(), contrasts):
-            if significant(c):
+            if headline_significant(c):
                 tick.set_fontweight("bold")
         ax.set_ylim(-0.7, len(contrasts) - 0.3)
         side.set_ylim(ax.get_ylim())

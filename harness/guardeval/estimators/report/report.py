@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 
 from guardeval.estimators.report import sections
-from guardeval.estimators.report.formats import headline_p, interval, level, md_table, num, pval, rules_differ, significant
+from guardeval.estimators.report.formats import headline_p, interval, level, md_table, num, pval, rules_differ
 from guardeval.estimators.verdicts import decisions as dc
+from guardeval.estimators.verdicts.decisions import headline_significant
 from guardeval.run.folder.folder import RunFolder, write_into
 from guardeval.run.folder.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
 from guardeval.terminal import safe as terminal_safe
@@ -36,7 +37,7 @@ def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     for c in report["contrasts"]:
         corr_holm = c.get("p_holm_minus_placebo")
         rows.append([
-            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else "") + (" *" if significant(c) else ""),
+            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else "") + (" *" if headline_significant(c) else ""),
             num(c["delta"]), interval(c["ci"]), pval(c["p"]),
             pval(c["p_holm"]) if c["in_family"] else "(not in family)",
             num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]), pval(c["p_minus_placebo"]),
@@ -203,7 +204,7 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     for c in report["contrasts"]:
         name = safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "")
         table.add_row(
-            Text(name + (" *" if significant(c) else "")),
+            Text(name + (" *" if headline_significant(c) else "")),
             Text(f"{_n3(c['delta'])}{sep}{_ci3(c['ci'])}".strip()),
             Text(f"{_n3(c['delta_minus_placebo'])}{sep}{_ci3(c['ci_minus_placebo'])}".strip()),
             Text(pval(headline_p(c))),

@@ -18,6 +18,7 @@ from guardeval.errors import InputError
 from guardeval.estimators.verdicts.equivalence import Equivalence, detectable
 from guardeval.estimators.verdicts.holm import holm
 from guardeval.estimators.verdicts.power import ALPHA, POWER
+from guardeval.estimators.verdicts.record import Decision, words
 
 DIFFERS = "differs from 0"
 INCONCLUSIVE = "inconclusive"
@@ -104,22 +105,14 @@ def all_within(records: Mapping[str, Equivalence | None], what: str, margin: flo
 
 def significant(eq: Mapping[str, Any] | None) -> bool:
     """The star, the bold row, the "yes": the Holm-adjusted decision "differs from 0"."""
-    return bool(eq) and bool(eq.get("differs"))  # type: ignore[union-attr]
+    d = Decision.of(eq)
+    return d is not None and d.starred
 
 
 def short(eq: Mapping[str, Any] | None) -> str:
     """Verdict and MDE in one cell: 'within ±0.05; MDE 0.0712'."""
-    if not eq or eq.get("verdict") is None:
-        return "—"
-    m = eq.get("mde")
-    return f"{eq['verdict']}; MDE {'—' if m is None else f'{m:.4f}'}"
-
-
-def family_words(eq: Mapping[str, Any] | None) -> str:
-    """'after Holm over the 3 interventions' (or 'outside the family')."""
-    if not eq or not eq.get("family"):
-        return "outside the family, not tested"
-    return f"after Holm over {eq['family']}"
+    d = Decision.of(eq)
+    return "—" if d is None else d.short
 
 
 def _n(x: float | None, digits: int = 3) -> str:
@@ -133,20 +126,7 @@ def ci_words(ci: Sequence[float] | None, level: str = "95%") -> str:
 
 
 def _decision_words(eq: Mapping[str, Any] | None) -> str:
-    if not eq or eq.get("differs") is None:
-        return "outside the family, not tested"
-    p = eq.get("p_adjusted")
-    ptxt = "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
-    words = ("significant" if eq["differs"] else "not significant") + f" {family_words(eq)} (p_Holm {ptxt})"
-    if eq.get("equivalent"):
-        words += f"; within ±{eq['margin']:g} (equivalence, Holm over the same family)"
-    if eq.get("decidable") is False:
-        words += (f"; this design cannot decide it (its smallest attainable p, {eq['p_min']:.3g}, is not below "
-                  f"α/{eq['holm_m']})")
-    elif eq.get("underpowered") and not eq.get("differs"):
-        mde_txt = "" if eq.get("mde") is None else f" (MDE {eq['mde']:.3f})"
-        words += f"; the design is too small to show equivalence within ±{eq['margin']:g}{mde_txt}"
-    return words
+    return words(Decision.of(eq))
 
 
 def effect_sentence(condition: str, who: str, estimate: float | None, ci: Sequence[float] | None,
@@ -193,13 +173,17 @@ def headline(c: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
     return "delta", c.get("equivalence")
 
 
-def headline_significant(c: Mapping[str, Any]) -> bool:
-    """The star of an estimate's row: its headline decision. The placebo's own row is never
+def headline_decision(c: Mapping[str, Any]) -> Decision | None:
+    """The decision behind an estimate row's star: its headline's. The placebo's own row is never
     starred: its Δ is a check of the placebo (decided in the Δ family, said in its sentence), so
     the stars are one family — the interventions' corrected effects (Δ's without a placebo)."""
-    if c.get("headline") == "placebo":
-        return False
-    return significant(headline(c)[1])
+    return Decision.of(headline(c)[1], star=c.get("headline") != "placebo")
+
+
+def headline_significant(c: Mapping[str, Any]) -> bool:
+    """The star of an estimate's row: its headline decision's `starred`."""
+    d = headline_decision(c)
+    return d is not None and d.starred
 
 
 def power_record(alpha: float = ALPHA) -> dict[str, Any]:

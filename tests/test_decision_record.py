@@ -1,0 +1,65 @@
+"""The decision record (issue 38 §3): one frozen value per (quantity, member), built from the
+family's decision, that the star, the verdict cell and the words read."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from guardeval.api.results import estimate_record
+from guardeval.estimators.verdicts.decisions import (
+    decide_family,
+    effect_sentence,
+    headline_decision,
+    headline_significant,
+    short,
+    significant,
+)
+from guardeval.estimators.verdicts.equivalence import equivalence
+from guardeval.estimators.verdicts.record import Decision
+
+pytestmark = pytest.mark.fast
+
+
+def _family() -> list:
+    # Three members: one far from 0, one at 0, one undefined (it still counts in m).
+    far = {"estimate": -0.4, "p": 0.0001, "p_tost": 0.9, "se": 0.04, "df": 60, "p_min": 0.0}
+    null = {"estimate": 0.0, "p": 0.9, "p_tost": 0.001, "se": 0.01, "df": 60, "p_min": 0.0}
+    recs = [equivalence(far, 0.05, 3), equivalence(null, 0.05, 3), None]
+    decide_family(recs, "3 interventions")
+    return recs
+
+
+def test_a_decision_is_read_once_from_its_family() -> None:
+    far, null, _ = _family()
+    d = Decision.of(far)
+    assert d is not None and dataclasses.is_dataclass(d)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.starred = False  # type: ignore[misc]
+    assert (d.family, d.size, d.alpha, d.outcome, d.differs, d.starred) == ("3 interventions", 3, 0.05, "differs", True, True)
+    assert d.p_adjusted == far["p_adjusted"] and d.verdict == far["verdict"] == "differs from 0"
+    e = Decision.of(null)
+    assert e is not None and e.outcome == "equivalent" and not e.starred and e.verdict == "within ±0.05"
+    # The surfaces' helpers are reads of the record.
+    assert significant(far) is d.starred and short(far) == d.short and short(None) == "—"
+    assert d.words in effect_sentence("tool_alias", "g", -0.4, [-0.5, -0.3], far, "against the baseline original")
+    assert Decision.of(None) is None
+
+
+def test_the_placebo_row_is_decided_but_never_starred() -> None:
+    far, _, _ = _family()
+    row = {"condition": "format_placebo", "headline": "placebo", "equivalence": far, "equivalence_minus_placebo": None}
+    d = headline_decision(row)
+    assert d is not None and d.differs and not d.starred and not headline_significant(row)
+    other = {**row, "condition": "tool_alias", "headline": "delta"}
+    assert headline_significant(other) and headline_decision(other).starred  # type: ignore[union-attr]
+    # The API's star is the same record's.
+    base = {"role": "placebo", "in_family": True, "delta": -0.4, "ci": [-0.5, -0.3], "p": 0.0001, "p_holm": 0.0003,
+            "delta_minus_placebo": None, "ci_minus_placebo": None, "p_minus_placebo": None, "increase": 0,
+            "decrease": 9, "tie": 1, "n_bases": 10, "block_rate": 0.1}
+    report = {"contrasts": [{**base, **row}, {**base, **other, "role": "intervention"}], "baseline": "original",
+              "placebo": "format_placebo", "failure_rule": "drop", "n_calls": 30, "n_bases": 10, "complete": True,
+              "publishable": True, "quarantine": {"count": 0}, "block_rate": {}, "notes": []}
+    stars = {e.condition: (e.starred, e.significant) for e in estimate_record(report).effects}
+    assert stars == {"format_placebo": (False, False), "tool_alias": (True, True)}
