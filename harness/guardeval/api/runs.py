@@ -47,8 +47,9 @@ def plan_replicate(run: str | Path | Run, guard: Guard, *, run_dir: str | Path |
     from guardeval.run.planning import plan_replicate as runner_plan
     from guardeval.run.planning import resolve_run_dir
 
-    with Run.using(run) as r:
-        p = runner_plan(r.folder, guard_path=guard, base_url=base_url, row_limits=row_limits)
+    # Not closed here: the plan reads the parent's schedule again when it is written, through
+    # this folder, which closes when the plan drops it.
+    p = runner_plan(Run.open(run).folder, guard_path=guard, base_url=base_url, row_limits=row_limits)
     return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
 
 
