@@ -286,3 +286,59 @@ def test_the_generic_decision_step_imports_no_backends_routing():
     graph = _module_graph()
     assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter.")
                 and not m.endswith(".errors")}
+
+
+# -- a run is opened one way: `guardeval.run.Run.open` (issue 38 §2) -------------------------------
+# Only the Run module and the run folder's own modules construct a RunFolder; the few others
+# open folders that are not runs (each with its reason).
+MAKES_RUN_FOLDERS = ("harness/guardeval/run/run.py", "harness/guardeval/run/folder/")
+NOT_A_RUN = {"harness/guardeval/study/record.py:open_study": "a study folder (study.json), not a run"}
+# The openers Run replaced, by the module that held them: importing one is opening a run another way.
+DELETED_OPENERS = {"guardeval.api.runs": {"run_folder"}, "guardeval.cli.run": {"_existing_run"},
+                   "guardeval.estimators.runs": {"open_run", "run_dir"},
+                   "guardeval.run.folder.manifest": {"manifest_json"}}
+
+
+def _other_openers(rel: str, tree: ast.AST) -> list[str]:
+    found: list[str] = []
+    stack: list[str] = []
+
+    class Visitor(ast.NodeVisitor):
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+            stack.append(node.name)
+            self.generic_visit(node)
+            stack.pop()
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+
+        def visit_Call(self, node: ast.Call) -> None:
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+            if name == "RunFolder" and f"{rel}:{'.'.join(stack)}" not in NOT_A_RUN:
+                found.append(f"{rel}:{node.lineno}: RunFolder(...)")
+            self.generic_visit(node)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            for a in node.names:
+                if a.name in DELETED_OPENERS.get(node.module or "", set()):
+                    found.append(f"{rel}:{node.lineno}: imports {node.module}.{a.name}")
+
+    Visitor().visit(tree)
+    return found
+
+
+def test_only_the_run_object_opens_a_run():
+    offenders = []
+    for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")):
+        rel = f.relative_to(REPO).as_posix()
+        if not rel.startswith(MAKES_RUN_FOLDERS):
+            offenders += _other_openers(rel, ast.parse(f.read_text(encoding="utf-8")))
+    assert offenders == [], "open a run with guardeval.run.Run.open:\n" + "\n".join(offenders)
+
+
+def test_the_one_opener_rule_catches_what_it_forbids():
+    src = ("from guardeval.api.runs import run_folder\nfrom guardeval.estimators.runs import open_run, verified\n"
+           "def f(p):\n    return RunFolder(p), folder.RunFolder(p)\n")
+    assert _other_openers("x.py", ast.parse(src)) == [
+        "x.py:1: imports guardeval.api.runs.run_folder", "x.py:2: imports guardeval.estimators.runs.open_run",
+        "x.py:4: RunFolder(...)", "x.py:4: RunFolder(...)"]

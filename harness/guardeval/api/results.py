@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from guardeval.api.runs import run_folder
 from guardeval.api.types import CallRecord, Comparison, Decision, Difference, Effect, Estimate, _interval
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
+from guardeval.run.folder.folder import RunFolder
+from guardeval.run.run import Run
 
 
-def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | None = None,
+def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, placebo: str | None = None,
              family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0, failure_rule: str = "drop",
              missing: str = "exclude", allow_partial: bool = False, allow_unpublishable: bool = False,
              verify: bool = True, allow_skipped: bool = False, write: bool = True, margin: float | None = None,
@@ -25,16 +26,17 @@ def estimate(run: str | Path, *, baseline: str | None = None, placebo: str | Non
     from guardeval.estimators.runs import estimate_run
     from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
 
-    report = estimate_run(run, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
-                          margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
-                          failure_rule=failure_rule, missing=missing, allow_partial=allow_partial,
-                          allow_unpublishable=allow_unpublishable, write=write, verify=verify,
-                          allow_skipped=allow_skipped, row_limits=row_limits)
-    if write:
-        from guardeval.view.html import write_report_html
+    with Run.using(run) as r:
+        report = estimate_run(r, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                              margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
+                              failure_rule=failure_rule, missing=missing, allow_partial=allow_partial,
+                              allow_unpublishable=allow_unpublishable, write=write, verify=verify,
+                              allow_skipped=allow_skipped, row_limits=row_limits)
+        if write:
+            from guardeval.view.html import write_report_html
 
-        write_report_html(run, report, just_estimated=True)
-    return estimate_record(report, Path(run))
+            write_report_html(r.folder, report, just_estimated=True)
+        return estimate_record(report, r.path)
 
 
 def _starred(c: Any) -> bool:
@@ -65,7 +67,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                     report=dict(report))
 
 
-def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: str | None = None,
+def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = None, baseline: str | None = None,
             placebo: str | None = None, family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
             failure_rule: str = "drop", missing: str = "exclude", margin: float | None = None,
             alpha: float = 0.05, allow_partial: bool = False, allow_unpublishable: bool = False, verify: bool = True,
@@ -83,14 +85,13 @@ def compare(*runs: str | Path, labels: Sequence[str] | None = None, baseline: st
         compare_input_from_run,
         distinguish,
         first_schedule_difference,
-        run_dir,
     )
     from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
     from guardeval.view.files import compare_folder, make_folder
 
     if len(runs) < 2:
         raise InputError(f"compare needs at least two runs, got {len(runs)}")
-    folders = [run_dir(r) for r in runs]
+    folders = [Run.open(r).folder for r in runs]
     check_distinct(folders)
     for r in folders[1:]:
         line = first_schedule_difference(folders[0], r, row_limits)
@@ -138,12 +139,13 @@ def difference_record(r: Any) -> Difference:
                       verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
 
 
-def calls(run: str | Path) -> list[CallRecord]:
+def calls(run: str | Path | RunFolder | Run) -> list[CallRecord]:
     """One record per scheduled call, in schedule order, joined across the run folder (the
     columns of `guardeval export`)."""
     from guardeval.view.calls import EXPORT_COLUMNS, load_calls
 
-    return [CallRecord(**{c: r[c] for c in EXPORT_COLUMNS}) for r in load_calls(run_folder(run)).rows]
+    with Run.using(run) as opened:
+        return [CallRecord(**{c: r[c] for c in EXPORT_COLUMNS}) for r in load_calls(opened.folder).rows]
 
 
 FRAME_LIBRARIES = ("pandas", "polars")

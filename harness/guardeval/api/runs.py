@@ -11,20 +11,9 @@ from guardeval.backends.config import GuardConfig
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
+from guardeval.run.run import Run
 
 Guard = str | Path | GuardConfig   # a TOML file, a preset name, or a GuardConfig
-
-
-def run_folder(run: str | Path | RunFolder) -> Path | RunFolder:
-    """`run` as a run folder (InputError, exit 2, when it holds no manifest.json, or is a link:
-    the check is `RunFolder`'s, which never follows one). An open RunFolder is returned as given."""
-    from guardeval.run.folder.folder import opened
-    from guardeval.run.folder.layout import MANIFEST
-
-    with opened(run if isinstance(run, RunFolder) else Path(run)) as folder:
-        if not folder.has(MANIFEST):
-            raise InputError("not a run folder (no manifest.json)", path=folder.path)
-        return run if isinstance(run, RunFolder) else folder.path
 
 
 def _summary(plan: Any, run_dir: Path) -> LaunchPlan:
@@ -52,13 +41,15 @@ def plan_launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 
     return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
 
 
-def plan_replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = None,
+def plan_replicate(run: str | Path | Run, guard: Guard, *, run_dir: str | Path | None = None,
                    base_url: str | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> LaunchPlan:
     """Prepare a replicate: `run`'s schedule, byte for byte, on another guard. Writes nothing."""
     from guardeval.run.planning import plan_replicate as runner_plan
     from guardeval.run.planning import resolve_run_dir
 
-    p = runner_plan(run_folder(run), guard_path=guard, base_url=base_url, row_limits=row_limits)
+    # Not closed here: the plan reads the parent's schedule again when it is written, through
+    # this folder, which closes when the plan drops it.
+    p = runner_plan(Run.open(run).folder, guard_path=guard, base_url=base_url, row_limits=row_limits)
     return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
 
 
@@ -102,7 +93,7 @@ def launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, or
                        row_limits=row_limits)
 
 
-def replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = None, base_url: str | None = None,
+def replicate(run: str | Path | Run, guard: Guard, *, run_dir: str | Path | None = None, base_url: str | None = None,
               concurrency: int | None = None, rpm: float | None = None, max_cost: float | None = None,
               fixed_concurrency: bool = False, progress: bool = False,
               row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunResult:
@@ -112,7 +103,7 @@ def replicate(run: str | Path, guard: Guard, *, run_dir: str | Path | None = Non
                        fixed_concurrency=fixed_concurrency, progress=progress, row_limits=row_limits)
 
 
-def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | None = None,
+def resume(run: str | Path | RunFolder | Run, *, base_url: str | None = None, concurrency: int | None = None,
            rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
            fixed_concurrency: bool | None = None, progress: bool = False, allow_changed_callable: bool = False,
            retry_failed: Sequence[str] | None = None, rate_limit_stop_s: float | None = None,
@@ -120,28 +111,17 @@ def resume(run: str | Path, *, base_url: str | None = None, concurrency: int | N
     """Send a stopped or crashed run's undecided calls; with `retry_failed` (failure statuses,
     e.g. `("exhausted",)`), also the calls whose decision has one of them (`resume --retry-failed`).
     An option left None (`concurrency`, `fixed_concurrency`, `rpm`, `max_cost`,
-    `rate_limit_stop_s`) is the launch's, as recorded in its manifest: a budget is never forgotten.
-    Refuses (InputError) a changed prompt rendering, or a python guard whose code changed since
-    launch unless `allow_changed_callable`."""
-    from guardeval.run import launch_options
-    from guardeval.run.folder.folder import opened
-
-    folder = run_folder(run)
-    with opened(folder) as f:
-        o, _ = launch_options.for_resume(f, {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency,
-                                             "rpm": rpm, "max_cost": max_cost, "rate_limit_stop_s": rate_limit_stop_s})
-    statuses = None
-    if retry_failed is not None:
-        from guardeval.run.folder.supersede import parse_statuses
-
-        try:
-            statuses = parse_statuses(",".join(retry_failed))
-        except ValueError as exc:
-            raise InputError(str(exc), field="retry_failed") from None
-    return _execute(folder, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"], max_cost=o["max_cost"],
-                    max_calls=max_calls, fixed_concurrency=bool(o["fixed_concurrency"]), progress=progress,
-                    allow_changed_callable=allow_changed_callable, retry_failed=statuses,
-                    rate_limit_stop_s=o["rate_limit_stop_s"], row_limits=row_limits)
+    `rate_limit_stop_s`) is the launch's, as recorded in its manifest: a budget is never forgotten
+    (`Run.resume` applies it). Refuses (InputError) a changed prompt rendering, or a python guard
+    whose code changed since launch unless `allow_changed_callable`."""
+    options: dict[str, Any] = {
+        "base_url": base_url, "concurrency": concurrency, "rpm": rpm, "max_cost": max_cost, "max_calls": max_calls,
+        "fixed_concurrency": fixed_concurrency, "progress": progress, "handle_signals": _main_thread(),
+        "row_limits": row_limits, "rate_limit_stop_s": rate_limit_stop_s,
+        "allow_changed_callable": allow_changed_callable}
+    with Run.using(run) as r:
+        outcome = r.retry(retry_failed, **options) if retry_failed is not None else r.resume(**options)
+    return _result(outcome)
 
 
 def _execute(run_dir: Path | RunFolder, *, base_url: str | None, concurrency: int | None, rpm: float | None,
@@ -155,6 +135,10 @@ def _execute(run_dir: Path | RunFolder, *, base_url: str | None, concurrency: in
                 allow_changed_callable=allow_changed_callable, retry_failed=retry_failed,
                 rate_limit_stop_s=rate_limit_stop_s,
                 handle_signals=_main_thread())
+    return _result(o)
+
+
+def _result(o: Any) -> RunResult:
     r = o.result
     return RunResult(run_dir=o.run_dir, total=o.total, decided=o.decided, complete=o.complete,
                      statuses=dict(o.statuses), session_dispatched=r.dispatched, session_decided=r.decided,
@@ -169,24 +153,22 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def status(run: str | Path | RunFolder) -> RunStatus:
+def status(run: str | Path | RunFolder | Run) -> RunStatus:
     """Decided and pending calls, statuses, quarantine, attempts, spend, and whether a process
     runs it now (`guardeval status`)."""
-    from guardeval.run.status import run_status
+    with Run.using(run) as r:
+        return RunStatus.from_dict(r.status())
 
-    return RunStatus.from_dict(run_status(run_folder(run)))
 
-
-def verify(run: str | Path | RunFolder, *, allow_skipped: bool = False, expect: str | None = None,
+def verify(run: str | Path | RunFolder | Run, *, allow_skipped: bool = False, expect: str | None = None,
            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> VerifyReport:
     """Every hash, the schedule, the stimuli, the chain, every decision, a python guard's code
     (`guardeval verify`); with `expect`, the run's fingerprint must be that one
     (`verify --expect`)."""
     from guardeval.run.integrity.fingerprint import parse_token
-    from guardeval.run.integrity.verify import verify_run
-
     token = parse_token(expect) if expect is not None else None
-    rep = verify_run(run_folder(run), allow_skipped=allow_skipped, row_limits=row_limits, expect=token)
+    with Run.using(run) as r:
+        rep = r.verify(allow_skipped=allow_skipped, row_limits=row_limits, expect=token)
     return VerifyReport(ok=rep["ok"], problems=[Problem(p["file"], p.get("line"), p["message"]) for p in rep["problems"]],
                         skipped=[Skipped(s["check"], s["reason"]) for s in rep["skipped"]], checked=rep["checked"],
                         n_calls=rep.get("n_calls"), n_raw=rep.get("n_raw"), n_decisions=rep.get("n_decisions"),

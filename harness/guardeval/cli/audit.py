@@ -111,15 +111,10 @@ def cmd_import_toolsafe(args: argparse.Namespace) -> int:
 def cmd_audit_providers(args: argparse.Namespace) -> int:
 
     from guardeval.backends.openrouter.http import shown
-    from guardeval.errors import InputError
-    from guardeval.run.folder.folder import RunFolder
-    from guardeval.run.folder.layout import MANIFEST
     from guardeval.run.provider_audit import audit_providers
+    from guardeval.run.run import Run
 
-    run = RunFolder(args.run)
-    if not run.has(MANIFEST):
-        raise InputError("not a run folder (no manifest.json)", path=run.path)
-    res = audit_providers(run, base_url=args.base_url, concurrency=args.concurrency)
+    res = audit_providers(Run.open(args.run).folder, base_url=args.base_url, concurrency=args.concurrency)
     lines = [f"run {res['run_id']}: {res['answers']} answered calls; allowed providers: "
              f"{', '.join(res['allowed_providers']) or '(none pinned)'}",
              f"confirmed from generation stats: {res['confirmed']}",

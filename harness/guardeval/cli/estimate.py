@@ -168,11 +168,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         compare_input_from_table,
         distinguish,
         first_schedule_difference,
-        open_run,
     )
     from guardeval.estimators.verdicts.decisions import check_alpha
     from guardeval.estimators.verdicts.equivalence import check_margin
     from guardeval.run.folder.layout import SCHEDULE
+    from guardeval.run.run import Run
     from guardeval.view.files import compare_folder, make_folder, out_folder
 
     inspect_bridge.check(args)
@@ -185,7 +185,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          field="label")
     if args.out:
         out_folder(args.out)    # an --out that cannot be a folder: refused before any run is read
-    runs = [open_run(r) for r in args.runs]
+    runs = [Run.open(r).folder for r in args.runs]
     check_distinct(runs)
     for r in runs[1:]:
         line = first_schedule_difference(runs[0], r, row_limits(args))

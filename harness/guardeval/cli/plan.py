@@ -101,11 +101,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, Any]:
     from guardeval.estimators.planning.plan import plan_rows
-    from guardeval.estimators.runs import load_run, open_run, verified
+    from guardeval.estimators.runs import load_run, verified
     from guardeval.run.folder.layout import SCHEDULE
     from guardeval.run.planning import run_prompt_tokens
+    from guardeval.run.run import Run
 
-    run = open_run(args.run)
+    run = Run.open(args.run).folder
     # A pilot that does not verify is refused as `estimate` refuses it (exit 1): nothing is planned from it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped,
                      row_limits=row_limits(args), doing="plan from")

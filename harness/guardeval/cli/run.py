@@ -24,6 +24,7 @@ from guardeval.terminal import safe, safe_json
 
 if TYPE_CHECKING:
     from guardeval.run.folder.folder import RunFolder
+    from guardeval.run.run import Run
 
 # Only the standard library and guardeval.cli/guardeval.errors are imported to build the parser: each
 # command imports what it needs when it runs (the runner brings the HTTP client, jsonschema, numpy),
@@ -150,30 +151,18 @@ def _dispatch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
 
 
-def _existing_run(path: str) -> RunFolder:
-    """The run folder of a command, opened once (`RunFolder`: nothing in it is followed)."""
-    from guardeval.run.folder.folder import RunFolder
-    from guardeval.run.folder.layout import MANIFEST
-
-    folder = RunFolder(path)
-    if not folder.has(MANIFEST):
-        raise InputError("not a run folder (no manifest.json)", path=folder.path)
-    return folder
-
-
 def check_new_run_dir(run_dir: Path) -> None:
     """The store's check, and for a folder that already holds a run, what was probably meant."""
     from guardeval.errors import GuardevalError
     from guardeval.run.folder.create import check_new_run_dir as check
-    from guardeval.run.folder.folder import opened
-    from guardeval.run.folder.layout import MANIFEST
+    from guardeval.run.run import Run
 
     try:
         check(run_dir)
     except InputError as exc:
         try:
-            with opened(run_dir) as folder:   # never through a link; anything odd: just the store's message
-                holds_run = folder.has(MANIFEST)
+            with Run.open(run_dir):   # never through a link; anything odd: just the store's message
+                holds_run = True
         except (GuardevalError, OSError):
             holds_run = False
         if holds_run:
@@ -293,15 +282,21 @@ def _warn_if_plain_http(url: str | None) -> None:
               "travel unencrypted; use https unless this network is yours", file=sys.stderr)
 
 
-def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
+def _run(run: Path | Run, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None = None) -> int:
+    from guardeval.run.run import Run
+
+    with Run.using(run) as opened:
+        return _session(opened, args, base_url=base_url, max_calls=max_calls)
+
+
+def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_calls: int | None) -> int:
     from guardeval import api
-    from guardeval.run.folder.folder import RunFolder
     from guardeval.run.folder.supersede import parse_statuses
 
-    run_dir = run.path if isinstance(run, RunFolder) else run
+    run_dir = run.path
     retry = getattr(args, "retry_failed", None)
     o = _given(args)
-    result = api.resume(run_dir, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
+    result = api.resume(run, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
                         max_cost=o["max_cost"], max_calls=max_calls, fixed_concurrency=o["fixed_concurrency"],
                         progress=not args.no_progress, row_limits=row_limits(args),
                         rate_limit_stop_s=o["rate_limit_stop_s"],
@@ -326,7 +321,7 @@ def _run(run: Path | RunFolder, args: argparse.Namespace, *, base_url: str | Non
         _print_json(result.outcome_json())
     else:
         print(safe(f"{run_dir}: {result.message()}"))
-        _say_answered(run if isinstance(run, RunFolder) else RunFolder(run_dir))
+        _say_answered(run.folder)
     # Written down elsewhere, the fingerprint pins this log: `verify --expect` checks it later.
     print(f"guardeval: fingerprint {result.fingerprint} (keep it with your results; "
           f"`guardeval verify RUN --expect {result.fingerprint}` checks the run against it)", file=sys.stderr)
@@ -368,23 +363,22 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from guardeval.run import launch_options
-    from guardeval.run.folder.manifest import read_manifest, run_config
+    from guardeval.run.run import Run
 
-    folder = _existing_run(args.run)
-    manifest = read_manifest(folder)
-    _warn_if_plain_http(run_config(folder, manifest).with_base_url(args.base_url).effective_base_url)
-    # Only for the message: `api.resume` itself applies the launch's options (the same function).
-    _, reused = launch_options.for_resume(folder, _given(args))
+    run = Run.open(args.run)
+    _warn_if_plain_http(run.config.with_base_url(args.base_url).effective_base_url)
+    # Only for the message: `Run.resume` itself applies the launch's options (the same merge).
+    _, reused = run.resume_options(_given(args))
     if reused:
         print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
-    return _run(folder, args, base_url=args.base_url, max_calls=args.max_calls)
+    return _run(run, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
     from guardeval.run.planning import materialise, plan_replicate, require_key, resolve_run_dir
+    from guardeval.run.run import Run
 
-    parent = _existing_run(args.run)
+    parent = Run.open(args.run).folder
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
     run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
     _warn_if_plain_http(plan.config.effective_base_url)
@@ -413,8 +407,9 @@ STATE_TEXT = {
 
 def cmd_status(args: argparse.Namespace) -> int:
     from guardeval import api
+    from guardeval.run.run import Run
 
-    st = api.status(_existing_run(args.run)).to_dict()
+    st = api.status(Run.open(args.run)).to_dict()
     # A damaged run is exit 1, as `verify` would say of it (state `damaged`).
     code = 1 if st["problems"] else 0
     if args.json:
@@ -492,9 +487,10 @@ def _stop_text(stop: dict[str, Any]) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from guardeval import api
     from guardeval.run.integrity.fingerprint import parse_token
+    from guardeval.run.run import Run
 
     expect = parse_token(args.expect) if args.expect is not None else None   # a bad token: exit 2 here
-    report = api.verify(_existing_run(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args),
+    report = api.verify(Run.open(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args),
                         expect=args.expect).to_dict()
     if args.json:
         _print_json(report)

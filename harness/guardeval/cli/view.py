@@ -41,10 +41,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from guardeval.estimators.runs import open_run
+    from guardeval.run.run import Run
     from guardeval.view.html import write_report_html
 
-    path = write_report_html(open_run(args.run), out=args.out, allow_skipped=args.allow_skipped)
+    path = write_report_html(Run.open(args.run).folder, out=args.out, allow_skipped=args.allow_skipped)
     print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
     print(safe(path))
     return 0
@@ -52,29 +52,29 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from guardeval.estimators.report.report import dumps_json
-    from guardeval.estimators.runs import open_run
+    from guardeval.run.run import Run
     from guardeval.view.calls import find_call
     from guardeval.view.show import story_text
 
-    story = find_call(open_run(args.run), args.call_id)
+    story = find_call(Run.open(args.run).folder, args.call_id)
     print(safe_json(dumps_json(story)) if args.json else story_text(story))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from guardeval.cli.args import say_verified
-    from guardeval.estimators.runs import open_run, verified
-    from guardeval.run.folder.manifest import read_manifest
+    from guardeval.estimators.runs import verified
+    from guardeval.run.run import Run
     from guardeval.view.calls import load_calls
     from guardeval.view.export import export
 
-    run = open_run(args.run)
-    read_manifest(run)   # a manifest no reader takes is bad input (exit 2), as for every other reader
+    run = Run.open(args.run)
+    run.manifest   # noqa: B018 -- read to check it: a manifest no reader takes is bad input (exit 2), as for every other reader
     # The frame is the run's data as others will analyse it: a run that does not verify is not
     # exported unless asked, as `estimate` refuses to estimate it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
     say_verified(args.run, check, "exporting")
-    calls = load_calls(run)
+    calls = load_calls(run.folder)
     path = export(calls, args.format, args.out)
     if path is not None:
         print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)

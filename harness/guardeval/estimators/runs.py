@@ -15,23 +15,12 @@ from guardeval.estimators.core import Incomplete, estimate, validated
 from guardeval.estimators.table import ValidatedRows
 from guardeval.estimators.types import Report
 from guardeval.run.folder.folder import RunFolder
-from guardeval.run.folder.layout import MANIFEST, REPORT_JSON, SCHEDULE
+from guardeval.run.folder.layout import REPORT_JSON, SCHEDULE
 from guardeval.run.integrity.fingerprint import run_fingerprint
+from guardeval.run.run import Run
 
 
-def open_run(run: str | Path | RunFolder) -> RunFolder:
-    """The run folder a command reads (`RunFolder`: opened once, nothing in it followed);
-    InputError when it has no manifest.json / schedule.jsonl."""
-    folder = run if isinstance(run, RunFolder) else RunFolder(run)
-    if not folder.has(MANIFEST) or not folder.has(SCHEDULE):
-        raise InputError("not a run folder (no manifest.json / schedule.jsonl)", path=folder.path)
-    return folder
-
-
-run_dir = open_run   # the name code written before RunFolder calls
-
-
-def verified(path: str | Path | RunFolder, *, verify: bool = True, allow_skipped: bool = False,
+def verified(path: str | Path | RunFolder | Run, *, verify: bool = True, allow_skipped: bool = False,
              row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> dict[str, Any]:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
@@ -41,7 +30,7 @@ def verified(path: str | Path | RunFolder, *, verify: bool = True, allow_skipped
         return {"checked": False, "skipped": []}
     from guardeval.run.integrity.verify import verify_run
 
-    folder = open_run(path)
+    folder = Run.open(path).folder
     run = folder.path
     result = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
     if not result["ok"]:
@@ -62,18 +51,18 @@ def verified(path: str | Path | RunFolder, *, verify: bool = True, allow_skipped
     return {"checked": True, "skipped": result["skipped"]}
 
 
-def load_run(path: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
+def load_run(path: str | Path | RunFolder | Run, row_limits: RowLimits = DEFAULT_ROW_LIMITS
              ) -> tuple[RunFolder, Any, ValidatedRows]:
     """(run folder, RunTable, validated rows). A bad row names its line in schedule.jsonl."""
     from guardeval.run.runtable import load_run_table  # lead-owned run-store reader
 
-    folder = open_run(path)
+    folder = Run.open(path).folder
     table = load_run_table(folder, row_limits)
     rows = validated(table.rows, path=folder.file(SCHEDULE), lines=range(1, len(table.rows) + 1))
     return folder, table, rows
 
 
-def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, placebo: str | None = None,
+def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
@@ -81,7 +70,7 @@ def estimate_run(path: str | Path | RunFolder, *, baseline: str | None = None, p
                  margin: float = 0.05, alpha: float = 0.05) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder."""
-    run = open_run(path)   # one folder for the verification, the table and the reports
+    run = Run.open(path).folder   # one folder for the verification, the table and the reports
     verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
     run, table, rows = load_run(run, row_limits)
     try:
@@ -119,7 +108,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "margin": (float,), "alpha": (float,)}
 
 
-def recheck_report(path: str | Path | RunFolder, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
+def recheck_report(path: str | Path | RunFolder | Run, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
     """Is `report` (a run's report.json, as read) the estimate of this run as it is now? Its
     recorded fingerprint must be the run's, and the estimate made again under its recorded
     options must give the same numbers; CheckFailed otherwise. A report.json is a file anyone
@@ -127,7 +116,7 @@ def recheck_report(path: str | Path | RunFolder, report: Mapping[str, Any], row_
     from guardeval.estimators.report.report import dumps_json
     from guardeval.run.folder.manifest import read_manifest
 
-    run = open_run(path)
+    run = Run.open(path).folder
     where = run.file(REPORT_JSON)
     src = report.get("source")
     again = f"run `guardeval estimate {run.path}` to make it again"
@@ -183,7 +172,7 @@ def check_distinct(folders: Sequence[RunFolder]) -> None:
                                  "(guardeval replicate RUN --guard ...)")
 
 
-def compare_input_from_run(path: str | Path | RunFolder, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
+def compare_input_from_run(path: str | Path | RunFolder | Run, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
                            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
     """A run as an input of `compare`: verified first (see `verified`), labelled by the guard that
     answered it (`guardeval.run.folder.answered.run_name`: the config's `label`, else the

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from guardeval.errors import InputError
-from guardeval.run.folder.folder import RunFolder
 
 FIELD = "launch_options"
 # name -> the CLI flag that sets it
@@ -76,15 +75,6 @@ def merged(given: Mapping[str, Any], launch: Mapping[str, Any]) -> tuple[dict[st
         else:
             out[name] = None
     return out, reused
-
-
-def for_resume(folder: RunFolder, given: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The options a resume of `folder` runs with: `merged` over the launch's record. Every
-    resume (the CLI's and `guardeval.api.resume`) takes them from here, so none forgets a budget."""
-    from guardeval.run.folder.layout import MANIFEST
-    from guardeval.run.folder.manifest import read_manifest
-
-    return merged(given, recorded(read_manifest(folder), folder.file(MANIFEST)))
 
 
 def _shown(flag: str, value: Any) -> str:

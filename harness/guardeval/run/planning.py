@@ -248,11 +248,10 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig,
     return plan
 
 
-def plan_replicate(parent_dir: Path | RunFolder, *, guard_path: str | Path | GuardConfig, base_url: str | None,
+def plan_replicate(folder: RunFolder, *, guard_path: str | Path | GuardConfig, base_url: str | None,
                    row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Plan:
-    # The parent stays open for as long as the plan is written: its schedule is read twice
-    # (hashed now, copied later), through one descriptor. Closed when the plan is dropped.
-    folder = parent_dir if isinstance(parent_dir, RunFolder) else RunFolder(parent_dir)
+    # The parent (`Run.open(...).folder`) stays open for as long as the plan is written: its
+    # schedule is read twice (hashed now, copied later), through one descriptor.
     parent = read_manifest(folder)
     row_limits = run_row_limits(folder, parent, row_limits)
     cohort = load_run_cohort(folder, parent, row_limits)

@@ -115,7 +115,9 @@ def _decisions(folder: RunFolder) -> dict[str, dict[str, Any]]:
 
 def load_calls(run: str | Path | RunFolder) -> RunCalls:
     """The call rows of a run (a path is opened here, and stays open with the rows)."""
-    folder = run if isinstance(run, RunFolder) else RunFolder(run)
+    from guardeval.run.run import Run
+
+    folder = run if isinstance(run, RunFolder) else Run.open(run).folder
     if not folder.has(SCHEDULE):
         raise InputError("not a run folder (no schedule.jsonl)", path=folder.path)
     manifest = read_manifest(folder)

@@ -57,7 +57,7 @@ _KINDS = {str: "a string", int: "a whole number", dict: "an object"}
 MAX_MANIFEST_BYTES = 16 << 20
 
 
-def manifest_json(folder: RunFolder) -> Any:
+def _manifest_json(folder: RunFolder) -> Any:
     """manifest.json parsed, unchecked (InputError: absent, too large, not JSON)."""
     path = folder.file(MANIFEST)
     if not folder.has(MANIFEST):
@@ -71,7 +71,7 @@ def manifest_json(folder: RunFolder) -> Any:
 def read_manifest(folder: RunFolder) -> dict[str, Any]:
     """manifest.json, its fields of `_MANIFEST_FIELDS` checked (InputError naming the field)."""
     path = folder.file(MANIFEST)
-    manifest = manifest_json(folder)
+    manifest = _manifest_json(folder)
     if not isinstance(manifest, dict):
         raise InputError("not a JSON object", path=path)
     for name, kind in _MANIFEST_FIELDS.items():
