@@ -137,11 +137,28 @@ RUN_FILES = {"manifest.json", "schedule.jsonl", "stimuli.jsonl", "raw.jsonl", "d
              "compare.html", "compare.png", "leaderboard.png"}
 
 
+class Scoped(ast.NodeVisitor):
+    """A visitor that knows the function (or class) it is in: `where`, dotted; '' at module level."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+
+    @property
+    def where(self) -> str:
+        return ".".join(self.stack)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        self.stack.append(node.name)
+        self.generic_visit(node)
+        self.stack.pop()
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+
+
 def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
     """(enclosing function, what, line) of every call that opens or probes a path, and of every
     path joined to a run file's name (`run / RAW`, `run / "report.json"`)."""
     found: list[tuple[str, str, int]] = []
-    stack: list[str] = []
 
     def name_of(node: ast.AST) -> str | None:
         if isinstance(node, ast.Name) and node.id in RUN_NAMES:
@@ -150,13 +167,7 @@ def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
             return repr(node.value)
         return None
 
-    class Visitor(ast.NodeVisitor):
-        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
-            stack.append(node.name)
-            self.generic_visit(node)
-            stack.pop()
-
-        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+    class Visitor(Scoped):
 
         def visit_Call(self, node: ast.Call) -> None:
             fn, what = node.func, None
@@ -169,12 +180,12 @@ def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
                 elif fn.attr in PATH_METHODS:
                     what = "." + fn.attr
             if what:
-                found.append((".".join(stack), what, node.lineno))
+                found.append((self.where, what, node.lineno))
             self.generic_visit(node)
 
         def visit_BinOp(self, node: ast.BinOp) -> None:
             if isinstance(node.op, ast.Div) and (joined := name_of(node.right)):
-                found.append((".".join(stack), f"/ {joined}", node.lineno))
+                found.append((self.where, f"/ {joined}", node.lineno))
             self.generic_visit(node)
 
     Visitor().visit(tree)
@@ -224,7 +235,6 @@ def _backend_names_used(tree: ast.AST) -> list[tuple[str, int, str]]:
     of every other string constant that is one."""
     found: list[tuple[str, int, str]] = []
     compared: set[int] = set()
-    stack: list[str] = []
 
     def names(node: ast.AST) -> bool:
         if isinstance(node, ast.Constant):
@@ -235,24 +245,18 @@ def _backend_names_used(tree: ast.AST) -> list[tuple[str, int, str]]:
         return (isinstance(node, ast.Name) and node.id == "backend") or \
             (isinstance(node, ast.Attribute) and node.attr == "backend")
 
-    class Visitor(ast.NodeVisitor):
-        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
-            stack.append(node.name)
-            self.generic_visit(node)
-            stack.pop()
-
-        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+    class Visitor(Scoped):
 
         def visit_Compare(self, node: ast.Compare) -> None:
             sides = [node.left, *node.comparators]
             if any(is_backend(s) for s in sides) and any(names(s) for s in sides):
-                found.append((".".join(stack), node.lineno, f"backend compared with {ast.unparse(node)}"))
+                found.append((self.where, node.lineno, f"backend compared with {ast.unparse(node)}"))
                 compared.update(id(n) for s in sides for n in ast.walk(s))
             self.generic_visit(node)
 
         def visit_Constant(self, node: ast.Constant) -> None:
             if node.value in BACKEND_NAMES and id(node) not in compared:
-                found.append((".".join(stack), node.lineno, f"back-end name {node.value!r}"))
+                found.append((self.where, node.lineno, f"back-end name {node.value!r}"))
 
     Visitor().visit(tree)
     return found
@@ -301,20 +305,13 @@ DELETED_OPENERS = {"guardeval.api.runs": {"run_folder"}, "guardeval.cli.run": {"
 
 def _other_openers(rel: str, tree: ast.AST) -> list[str]:
     found: list[str] = []
-    stack: list[str] = []
 
-    class Visitor(ast.NodeVisitor):
-        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
-            stack.append(node.name)
-            self.generic_visit(node)
-            stack.pop()
-
-        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+    class Visitor(Scoped):
 
         def visit_Call(self, node: ast.Call) -> None:
             fn = node.func
             name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
-            if name == "RunFolder" and f"{rel}:{'.'.join(stack)}" not in NOT_A_RUN:
+            if name == "RunFolder" and f"{rel}:{self.where}" not in NOT_A_RUN:
                 found.append(f"{rel}:{node.lineno}: RunFolder(...)")
             self.generic_visit(node)
 

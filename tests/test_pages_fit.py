@@ -107,40 +107,34 @@ WIDE_ALL = """(() => {
 })()"""
 
 
-def test_no_table_of_report_html_scrolls_sideways(demo_report):
-    async def scenario() -> dict[int, list[str]]:
+def _at_each_width(report: Path, *scripts: str) -> dict[int, list]:
+    """Each script's value on `report` at each width, in one browser."""
+    async def scenario() -> dict[int, list]:
         seen = {}
         async with Chromium() as browser:
             page = await browser.page()
             for width in WIDTHS:
                 await _at(page, width)
-                await load(page, demo_report)
-                n = await page.evaluate("document.querySelectorAll('table').length")
-                assert n > 10, n
-                seen[width] = await page.evaluate(WIDE_ALL)
+                await load(page, report)
+                seen[width] = [await page.evaluate(s) for s in scripts]
             await page.close()
         return seen
 
-    assert asyncio.run(scenario()) == {w: [] for w in WIDTHS}
+    return asyncio.run(scenario())
+
+
+def test_no_table_of_report_html_scrolls_sideways(demo_report):
+    seen = _at_each_width(demo_report, "document.querySelectorAll('table').length", WIDE_ALL)
+    assert all(n > 10 for n, _ in seen.values()), seen
+    assert {w: wide for w, (_, wide) in seen.items()} == {w: [] for w in WIDTHS}
 
 
 def test_report_html_fits_and_keeps_every_p_whole(demo_report):
-    async def scenario() -> dict[int, tuple[list[str], list[str], int]]:
-        seen = {}
-        async with Chromium() as browser:
-            page = await browser.page()
-            for width in WIDTHS:
-                await _at(page, width)
-                await load(page, demo_report)
-                n_p = await page.evaluate("Array.from(document.querySelectorAll('table.contrasts td'))"
-                                          ".filter(td => /\\de-\\d/.test(td.textContent)).length")
-                seen[width] = (await page.evaluate(BROKEN), await page.evaluate(WIDE), n_p)
-            await page.close()
-        return seen
-
-    seen = asyncio.run(scenario())
-    for width, (broken, _, n_p) in seen.items():
-        assert n_p > 0
+    n_p = ("Array.from(document.querySelectorAll('table.contrasts td'))"
+           ".filter(td => /\\de-\\d/.test(td.textContent)).length")
+    seen = _at_each_width(demo_report, BROKEN, WIDE, n_p)
+    for width, (broken, _, n) in seen.items():
+        assert n > 0
         assert broken == [], (width, broken)
     assert {w: s[1] for w, s in seen.items()} == {w: [] for w in WIDTHS}, seen
 
