@@ -63,3 +63,25 @@ def test_the_placebo_row_is_decided_but_never_starred() -> None:
               "publishable": True, "quarantine": {"count": 0}, "block_rate": {}, "notes": []}
     stars = {e.condition: (e.starred, e.significant) for e in estimate_record(report).effects}
     assert stars == {"format_placebo": (False, False), "tool_alias": (True, True)}
+
+
+def test_the_apis_decision_is_the_estimators_record() -> None:
+    # One type, not a hand-mapped copy: what `guardeval.api` returns is the record every surface reads.
+    import orjson
+
+    from guardeval import api
+
+    assert api.Decision is Decision
+    far, _, _ = _family()
+    d = api.Decision.of(far)
+    assert d is not None and d.to_dict()["p_adjusted"] == far["p_adjusted"]
+    # Nested in an API record, it comes out as plain data too.
+    c = {"condition": "tool_alias", "role": "intervention", "in_family": True, "delta": -0.4, "ci": [-0.5, -0.3],
+         "p": 0.0001, "p_holm": 0.0003, "delta_minus_placebo": None, "ci_minus_placebo": None,
+         "p_minus_placebo": None, "increase": 0, "decrease": 30, "tie": 34, "n_bases": 64, "block_rate": 0.2,
+         "equivalence": far, "equivalence_minus_placebo": None, "headline": "delta"}
+    effect = api.Effect(**{k: v for k, v in c.items() if k not in ("equivalence", "equivalence_minus_placebo",
+                                                                     "headline", "ci")},
+                        ci=None, verdict=api.Decision.of(far), verdict_minus_placebo=None, starred=True)
+    data = effect.to_dict()
+    assert data["verdict"]["verdict"] == far["verdict"] and orjson.loads(orjson.dumps(data)) == data

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# A quantity's decision is the estimators' one record (verdicts/record.py), not a copy of it.
+from guardeval.estimators.verdicts.record import Decision
+
 Interval = tuple[float, float]
 
 
@@ -22,6 +25,8 @@ class _Record:
                 return str(v)
             if isinstance(v, _Record):
                 return v.to_dict()
+            if dataclasses.is_dataclass(v) and not isinstance(v, type):
+                return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
             if isinstance(v, dict):
                 return {k: plain(x) for k, x in v.items()}
             if isinstance(v, (list, tuple)):
@@ -186,27 +191,6 @@ class VerifyReport(_Record):
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         return {k: v for k, v in d.items() if v is not None or k not in _VERIFY_OPTIONAL}
-
-
-@dataclass(frozen=True)
-class Decision(_Record):
-    """One quantity's decision (docs/estimators.md, Decisions): Holm within `family` at `alpha`."""
-
-    verdict: str | None                     # "differs from 0", "within ±M", both, "inconclusive", or not tested
-    differs: bool | None                    # None: outside every family, not tested
-    equivalent: bool | None
-    p_adjusted: float | None
-    family: str | None
-    alpha: float | None
-    mde: float | None                       # detectable with 80% power at alpha
-    mde_holm: float | None                  # ... at the first Holm step, alpha/m
-    underpowered: bool | None               # the margin lies below the MDE
-
-    @staticmethod
-    def of(record: Any) -> Decision | None:
-        if not isinstance(record, dict):
-            return None
-        return Decision(**{f.name: record.get(f.name) for f in dataclasses.fields(Decision)})
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ and the star, the verdict cell and the sentence's words are its fields, never re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -55,6 +56,10 @@ class Decision:
                    differs=differs, equivalent=equivalent, decidable=eq.get("decidable"),
                    underpowered=eq.get("underpowered"), margin=eq.get("margin"), mde=eq.get("mde"),
                    mde_holm=eq.get("mde_holm"), p_min=eq.get("p_min"), starred=star and bool(differs))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-ready data (as the API's records give it)."""
+        return dataclasses.asdict(self)
 
     @property
     def family_words(self) -> str:
