@@ -50,8 +50,8 @@ from guardeval.estimators import synthetic as sy  # noqa: E402
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs  # noqa: E402
 from guardeval.estimators.compare.compare_text import text as compare_text  # noqa: E402
 from guardeval.estimators.planning.plan import plan_rows  # noqa: E402
-from guardeval.estimators.report.formats import significant as starred  # noqa: E402
 from guardeval.estimators.report.report import markdown  # noqa: E402
+from guardeval.estimators.verdicts.decisions import headline_significant as starred  # noqa: E402
 from guardeval.estimators.verdicts.decisions import significant  # noqa: E402
 
 ALPHA = 0.05
