@@ -85,3 +85,16 @@ def test_the_apis_decision_is_the_estimators_record() -> None:
                         ci=None, verdict=api.Decision.of(far), verdict_minus_placebo=None, starred=True)
     data = effect.to_dict()
     assert data["verdict"]["verdict"] == far["verdict"] and orjson.loads(orjson.dumps(data)) == data
+
+
+def test_the_record_costs_the_commands_that_only_read_it_no_numpy() -> None:
+    # The API's types name the record; `guardeval status` and `verify` import them, and must not
+    # load numpy and scipy with it (their memory bound: tests/test_run_folder.py's 300 MB line).
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    code = "import sys, guardeval.api.types; print(sorted({'numpy', 'scipy'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
