@@ -61,8 +61,14 @@ def test_the_placebo_row_is_decided_but_never_starred() -> None:
     report = {"contrasts": [{**base, **row}, {**base, **other, "role": "intervention"}], "baseline": "original",
               "placebo": "format_placebo", "failure_rule": "drop", "n_calls": 30, "n_bases": 10, "complete": True,
               "publishable": True, "quarantine": {"count": 0}, "block_rate": {}, "notes": []}
-    stars = {e.condition: (e.starred, e.significant) for e in estimate_record(report).effects}
+    effects = estimate_record(report).effects
+    stars = {e.condition: (e.starred, e.significant) for e in effects}
     assert stars == {"format_placebo": (False, False), "tool_alias": (True, True)}
+    # Each of a row's decisions carries the star only where the table puts it: the placebo's Δ
+    # differs from 0 and is not starred; an intervention's headline (here Δ: no corrected effect) is.
+    by = {e.condition: e for e in effects}
+    assert by["format_placebo"].verdict.differs and not by["format_placebo"].verdict.starred  # type: ignore[union-attr]
+    assert by["tool_alias"].verdict.starred  # type: ignore[union-attr]
 
 
 def test_the_apis_decision_is_the_estimators_record() -> None:

@@ -47,6 +47,19 @@ def _starred(c: Any) -> bool:
     return d is not None and d.starred
 
 
+def _verdicts(c: Any) -> dict[str, Decision | None]:
+    """A row's two decisions, each `starred` only where the table puts its star: on the row's
+    headline, never on the placebo's own row (decisions.headline_decision's rule)."""
+    from guardeval.estimators.verdicts.decisions import headline, headline_decision
+
+    name, _ = headline(c)
+    star = headline_decision(c)
+    on = star is not None and star.starred
+    return {"verdict": Decision.of(c.get("equivalence"), star=on and name == "delta"),
+            "verdict_minus_placebo": Decision.of(c.get("equivalence_minus_placebo"),
+                                                 star=on and name == "delta_minus_placebo")}
+
+
 def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
     """The typed record of an estimate report (report.json's shape)."""
     effects = [Effect(condition=c["condition"], role=c["role"], in_family=c["in_family"], delta=c["delta"],
@@ -54,9 +67,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                       delta_minus_placebo=c["delta_minus_placebo"], ci_minus_placebo=_interval(c["ci_minus_placebo"]),
                       p_minus_placebo=c["p_minus_placebo"], increase=c["increase"], decrease=c["decrease"],
                       tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"],
-                      p_holm_minus_placebo=c.get("p_holm_minus_placebo"), verdict=Decision.of(c.get("equivalence")),
-                      verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo")),
-                      starred=_starred(c))
+                      p_holm_minus_placebo=c.get("p_holm_minus_placebo"), **_verdicts(c), starred=_starred(c))
                for c in report["contrasts"]]
     source = report.get("source") or {}
     return Estimate(run_dir=run_dir, baseline=report["baseline"], placebo=report["placebo"],

@@ -285,7 +285,7 @@ class Difference(_Record):
     def significant(self) -> bool:
         """The headline difference (corrected; Δ for the placebo) differs from 0 in its family."""
         h = self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
-        return bool(h is not None and h.differs)
+        return bool(h is not None and h.starred)
 
 
 @dataclass(frozen=True)
