@@ -59,9 +59,12 @@ from guardeval.backends.config import GuardConfig
 from guardeval.backends.python_guard.types import GuardInput, Verdict
 from guardeval.errors import CheckFailed, GuardevalError, InputError, RunStopped
 
+# A run, opened one way, its parts as read-once properties (the CLI and every function here use it).
+from guardeval.run.run import Run
+
 __all__ = [
     "CallRecord", "CheckFailed", "Comparison", "Decision", "Difference", "Effect", "Estimate", "GuardConfig", "GuardInput",
-    "GuardevalError", "InputError", "LaunchPlan", "Problem", "Projection", "RunResult", "RunStatus", "RunStopped",
+    "GuardevalError", "InputError", "LaunchPlan", "Problem", "Projection", "Run", "RunResult", "RunStatus", "RunStopped",
     "Skipped", "StudyPlanned", "StudyReport", "StudyResult", "StudyRun", "StudyVerifyReport", "Verdict",
     "VerifyReport",
     "calls", "calls_frame", "compare", "estimate", "estimate_record", "launch", "launch_plan", "load_guard",
