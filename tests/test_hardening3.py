@@ -93,7 +93,10 @@ def test_a_study_launch_never_writes_through_a_link_planted_in_its_partial_folde
         watcher.join()
     assert swapped, "the partial folder's runs/ was never seen: the test did not race"
     assert r.code == 2 and "Traceback" not in r.err, r.err
-    assert "symbolic link" in r.err and "runs" in r.err, r.err
+    # Refused either way: the launch meets the link ("symbolic link"), or it lands in the instant
+    # between the watcher removing runs/ and planting the link, and finds no folder to make its run
+    # in (seen in two of three full runs of this stop). Nothing is written through the link.
+    assert "runs" in r.err and ("symbolic link" in r.err or "not a run folder (no such folder)" in r.err), r.err
     assert list(outside.iterdir()) == [], list(outside.iterdir())
     assert not study.exists() and not list(tmp_path.glob(".s.partial-*"))
 
