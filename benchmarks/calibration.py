@@ -51,8 +51,8 @@ from guardeval.estimators.compare.compare import CompareInput, compare_inputs  #
 from guardeval.estimators.compare.compare_text import text as compare_text  # noqa: E402
 from guardeval.estimators.planning.plan import plan_rows  # noqa: E402
 from guardeval.estimators.report.report import markdown  # noqa: E402
-from guardeval.estimators.verdicts.decisions import headline_significant as starred  # noqa: E402
 from guardeval.estimators.verdicts.decisions import significant  # noqa: E402
+from guardeval.estimators.verdicts.record import headline_significant as starred  # noqa: E402
 
 ALPHA = 0.05
 HEADLINE = sy.design(44, 64)          # the design: 64 bases in 44 interactions, 4 domains, 3 repetitions

@@ -8,16 +8,9 @@ import dataclasses
 import pytest
 
 from guardeval.api.results import estimate_record
-from guardeval.estimators.verdicts.decisions import (
-    decide_family,
-    effect_sentence,
-    headline_decision,
-    headline_significant,
-    short,
-    significant,
-)
+from guardeval.estimators.verdicts.decisions import decide_family, effect_sentence, short, significant
 from guardeval.estimators.verdicts.equivalence import equivalence
-from guardeval.estimators.verdicts.record import Decision
+from guardeval.estimators.verdicts.record import Decision, headline_decision, headline_significant
 
 pytestmark = pytest.mark.fast
 

@@ -15,9 +15,9 @@ from guardeval.estimators.compare.compare import CompareInput, compare_inputs
 from guardeval.estimators.compare.compare_text import text as compare_text
 from guardeval.estimators.report.report import human_text, markdown
 from guardeval.estimators.verdicts.decisions import decide_family, significant
-from guardeval.estimators.verdicts.decisions import headline_significant as starred
 from guardeval.estimators.verdicts.equivalence import equivalence
 from guardeval.estimators.verdicts.holm import holm
+from guardeval.estimators.verdicts.record import headline_significant as starred
 
 from conftest import run_cli
 
@@ -73,7 +73,7 @@ def test_every_output_says_the_same_decision(report):
         row = next(x for x in text.splitlines() if x.startswith(c["condition"]))
         assert (" *" in row) == (eq["differs"] and c["condition"] != sy.PLACEBO)
     assert "Decisions: Holm at α 0.05 within each family" in md and "Intervals are unadjusted 95%" in md
-    assert "95% CI (unadjusted)" in md
+    assert "Δ [95% CI, unadjusted]" in md
 
 
 def test_outside_the_family_is_not_tested(tables):
@@ -171,7 +171,7 @@ def test_alpha_sets_the_level_of_every_printed_interval(tables):
             if rec["differs"]:
                 assert ci[0] > 0 or ci[1] < 0
     md, text = markdown(rep), human_text(rep, width=200)
-    assert "90% CI (unadjusted)" in md and "unadjusted 90% CI" in md and "95%" not in text.split("Decisions")[0]
+    assert "Δ [90% CI, unadjusted]" in md and "unadjusted 90% CI" in md and "95%" not in text.split("Decisions")[0]
     wide = estimate(tables[0], roles=sy.ROLES, n_boot=1000, seed=1)
     c90 = next(c for c in rep["contrasts"] if c["condition"] == "tool_alias")["ci"]
     c95 = next(c for c in wide["contrasts"] if c["condition"] == "tool_alias")["ci"]

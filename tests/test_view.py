@@ -18,9 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardeval.estimators.report.definitions import DEFINITIONS
-from guardeval.estimators.report.formats import headline_p, pval, rules_differ
+from guardeval.estimators.report.formats import pval, rules_differ
 from guardeval.estimators.report.plot import forest_plot
 from guardeval.estimators.report.report import human_text
+from guardeval.estimators.report.rows import effect_rows
 from guardeval.view.calls import EXPORT_COLUMNS, load_calls
 from guardeval.view.html import build_html, json_for_script, select_calls, verify_summary
 
@@ -147,8 +148,8 @@ def test_effects_table_fits_80_columns_with_definitions_once(demo_run, monkeypat
     assert text.count("Δ − placebo:") == 1 and text.count("p_Holm:") == 1
     wide = human_text(report, width=160)
     for shown in (text, wide):          # every p_Holm whole, never cut to "1.5e-…"
-        for c in report["contrasts"]:
-            assert f" {pval(headline_p(c))} " in shown, pval(headline_p(c))
+        for r in effect_rows(report):
+            assert f" {pval(r.headline_p)} " in shown, pval(r.headline_p)
     line = next(ln for ln in wide.splitlines() if ln.startswith("tool_alias"))
     assert "[" in line and line.count("[") == 2        # both intervals beside their estimates
 

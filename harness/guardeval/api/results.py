@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from guardeval.api.types import CallRecord, Comparison, Decision, Difference, Effect, Estimate, _interval
+from guardeval.api.types import CallRecord, Comparison, Difference, Estimate
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
@@ -39,36 +39,12 @@ def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, 
         return estimate_record(report, r.path)
 
 
-def _starred(c: Any) -> bool:
-    """The row's `*`: the estimators' headline decision record, read, not re-derived."""
-    from guardeval.estimators.verdicts.decisions import headline_decision
-
-    d = headline_decision(c)
-    return d is not None and d.starred
-
-
-def _verdicts(c: Any) -> dict[str, Decision | None]:
-    """A row's two decisions, each `starred` only where the table puts its star: on the row's
-    headline, never on the placebo's own row (decisions.headline_decision's rule)."""
-    from guardeval.estimators.verdicts.decisions import headline, headline_decision
-
-    name, _ = headline(c)
-    star = headline_decision(c)
-    on = star is not None and star.starred
-    return {"verdict": Decision.of(c.get("equivalence"), star=on and name == "delta"),
-            "verdict_minus_placebo": Decision.of(c.get("equivalence_minus_placebo"),
-                                                 star=on and name == "delta_minus_placebo")}
-
-
 def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
-    """The typed record of an estimate report (report.json's shape)."""
-    effects = [Effect(condition=c["condition"], role=c["role"], in_family=c["in_family"], delta=c["delta"],
-                      ci=_interval(c["ci"]), p=c["p"], p_holm=c["p_holm"],
-                      delta_minus_placebo=c["delta_minus_placebo"], ci_minus_placebo=_interval(c["ci_minus_placebo"]),
-                      p_minus_placebo=c["p_minus_placebo"], increase=c["increase"], decrease=c["decrease"],
-                      tie=c["tie"], n_bases=c["n_bases"], block_rate=c["block_rate"],
-                      p_holm_minus_placebo=c.get("p_holm_minus_placebo"), **_verdicts(c), starred=_starred(c))
-               for c in report["contrasts"]]
+    """The typed record of an estimate report (report.json's shape); its effects are the effects
+    table's rows (`estimators.report.rows`), which every format of the table renders."""
+    from guardeval.estimators.report.rows import effect_rows
+
+    effects = effect_rows(report)
     source = report.get("source") or {}
     return Estimate(run_dir=run_dir, baseline=report["baseline"], placebo=report["placebo"],
                     failure_rule=report["failure_rule"], n_calls=report["n_calls"], n_bases=report["n_bases"],
@@ -137,17 +113,8 @@ def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = 
 
 def difference_record(r: Any) -> Difference:
     """The typed record of one pair row of a comparison (compare.json's `conditions`): B − A of Δ
-    and of the placebo-corrected effect, each with its decision."""
-    return Difference(condition=r["condition"], delta_a=r["delta_a"], ci_a=_interval(r["ci_a"]),
-                      delta_b=r["delta_b"], ci_b=_interval(r["ci_b"]), difference=r["difference"],
-                      ci_difference=_interval(r["ci_difference"]), p_difference=r["p_difference"],
-                      p_holm=r["p_holm"],
-                      delta_minus_placebo_a=r["delta_minus_placebo_a"], delta_minus_placebo_b=r["delta_minus_placebo_b"],
-                      difference_minus_placebo=r["difference_minus_placebo"],
-                      ci_difference_minus_placebo=_interval(r["ci_difference_minus_placebo"]),
-                      p_difference_minus_placebo=r["p_difference_minus_placebo"],
-                      p_holm_minus_placebo=r["p_holm_minus_placebo"],
-                      verdict=Decision.of(r["equivalence"]), verdict_minus_placebo=Decision.of(r["equivalence_minus_placebo"]))
+    and of the placebo-corrected effect, each with its decision; the row the pair tables show."""
+    return Difference.of(r)
 
 
 def calls(run: str | Path | RunFolder | Run) -> list[CallRecord]:

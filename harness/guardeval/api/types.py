@@ -7,33 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# A quantity's decision is the estimators' one record (verdicts/record.py), not a copy of it.
-from guardeval.estimators.verdicts.record import Decision
+# The estimators' own records, not copies: a quantity's decision (verdicts/record.py), the effects
+# table's row and a comparison's pair row.
+from guardeval.estimators.compare.rows import PairRow
+from guardeval.estimators.report.rows import EffectRow
+from guardeval.estimators.report.rows import Interval as Interval
+from guardeval.estimators.verdicts.record import Decision as Decision
+from guardeval.records import Record
 
-Interval = tuple[float, float]
-
-
-def _interval(value: Any) -> Interval | None:
-    return (float(value[0]), float(value[1])) if isinstance(value, (list, tuple)) and len(value) == 2 else None
-
-
-class _Record:
-    def to_dict(self) -> dict[str, Any]:
-        """The record as plain JSON-ready data (paths as strings)."""
-        def plain(v: Any) -> Any:
-            if isinstance(v, Path):
-                return str(v)
-            if isinstance(v, _Record):
-                return v.to_dict()
-            if dataclasses.is_dataclass(v) and not isinstance(v, type):
-                return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-            if isinstance(v, dict):
-                return {k: plain(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [plain(x) for x in v]
-            return v
-        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
-                if not f.name.startswith("_")}
+# The one record base (to_dict): the estimators' rows are API records too.
+_Record = Record
 
 
 @dataclass(frozen=True)
@@ -193,42 +176,8 @@ class VerifyReport(_Record):
         return {k: v for k, v in d.items() if v is not None or k not in _VERIFY_OPTIONAL}
 
 
-@dataclass(frozen=True)
-class Effect(_Record):
-    """One condition against the baseline (docs/estimators.md): block-rate differences as proportions.
-    Intervals are unadjusted 95%; verdicts are Holm decisions within the stated families."""
-
-    condition: str
-    role: str
-    in_family: bool
-    delta: float | None
-    ci: Interval | None
-    p: float | None
-    p_holm: float | None
-    delta_minus_placebo: float | None
-    ci_minus_placebo: Interval | None
-    p_minus_placebo: float | None
-    increase: int                           # bases whose block rate rose
-    decrease: int
-    tie: int
-    n_bases: int
-    block_rate: float | None
-    p_holm_minus_placebo: float | None = None
-    verdict: Decision | None = None          # Δ's decision
-    verdict_minus_placebo: Decision | None = None   # the corrected effect's (the headline, where defined)
-    starred: bool = False                    # the table's `*`, read from the decision record (verdicts.record.Decision.starred)
-
-    @property
-    def headline(self) -> Decision | None:
-        """The decision behind the row's star: the corrected effect's, Δ's for the placebo."""
-        return self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
-
-    @property
-    def significant(self) -> bool:
-        """The row's `*` in the effects table: the headline differs from 0 after Holm in the
-        interventions' family. The placebo's own row is never starred (its Δ is a check of the
-        placebo, decided in the Δ family: see `verdict`)."""
-        return self.starred
+# One condition against the baseline: the effects table's row itself (estimators/report/rows.py).
+Effect = EffectRow
 
 
 @dataclass(frozen=True)
@@ -258,34 +207,8 @@ class Estimate(_Record):
         raise KeyError(condition)
 
 
-@dataclass(frozen=True)
-class Difference(_Record):
-    """One condition's effect in run A and run B, and their paired difference (B − A), of Δ and
-    of the placebo-corrected effect (the headline), each with its decision."""
-
-    condition: str
-    delta_a: float | None                   # Δ (condition − baseline block rate) in run A
-    ci_a: Interval | None                   # its unadjusted 95% interval
-    delta_b: float | None                   # Δ in run B
-    ci_b: Interval | None
-    difference: float | None                # B − A of Δ (not the headline)
-    ci_difference: Interval | None
-    p_difference: float | None
-    p_holm: float | None                    # p_difference after Holm in its family
-    delta_minus_placebo_a: float | None = None   # the corrected effect Δ − Δ_placebo in run A
-    delta_minus_placebo_b: float | None = None   # ... in run B
-    difference_minus_placebo: float | None = None   # the headline: B − A of the corrected effect
-    ci_difference_minus_placebo: Interval | None = None   # its unadjusted 95% interval
-    p_difference_minus_placebo: float | None = None
-    p_holm_minus_placebo: float | None = None   # the headline's p after Holm (what `significant` reads)
-    verdict: Decision | None = None          # the decision on `difference`
-    verdict_minus_placebo: Decision | None = None   # the decision on the headline
-
-    @property
-    def significant(self) -> bool:
-        """The headline difference (corrected; Δ for the placebo) differs from 0 in its family."""
-        h = self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
-        return bool(h is not None and h.starred)
+# One condition of a pair (B − A): the comparison's row itself (estimators/compare/rows.py).
+Difference = PairRow
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 
+from guardeval.estimators.report import rows
 from guardeval.estimators.report.definitions import DEFINITIONS
-from guardeval.estimators.report.formats import level, rules_differ
-from guardeval.estimators.report.report import decision_lines, headline_sentences
+from guardeval.estimators.report.formats import level
+from guardeval.estimators.report.report import decision_lines, headline_sentences, rules_note
 from guardeval.estimators.report.sections import Section
-from guardeval.estimators.verdicts.decisions import headline_significant, short
 
 
 def esc(value: Any) -> str:
@@ -185,42 +185,39 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
                  "leave_one_tool_out_minus_placebo", "equivalence", "equivalence_minus_placebo"}
 
 
+def effect_cell(cell: rows.Cell) -> Any:
+    """A cell of the effects table (`estimators.report.rows`) as report.html shows it."""
+    if isinstance(cell, rows.Name):
+        return Raw(esc(cell.condition) + (' <span class="tag">placebo</span>' if cell.placebo else "")
+                   + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
+                      if cell.starred else ""))
+    if isinstance(cell, rows.Est):
+        return est_ci_cell(cell.value, cell.ci)
+    if isinstance(cell, rows.P):
+        return cell.absent if cell.p is None else pv_cell(cell.p)
+    if isinstance(cell, rows.Signed):
+        return signed(cell.value)
+    if isinstance(cell, rows.Rate):
+        return cell.value
+    return cell
+
+
 def contrasts_table(report: Mapping[str, Any]) -> str:
-    # A column per failure rule only when the rules give different answers.
-    rules = list(report["failure_rules"]) if rules_differ(report) else []
-    lv = level(report)
-    # The role is the placebo's tag beside its name (an intervention has none): one column less,
-    # so the table fits a 1400-pixel window.
-    head = ["condition", f"Δ [{lv} CI, unadjusted]", "p", "p_Holm (Δ)", f"Δ − placebo [{lv} CI, unadjusted]",
-            "p (corr.)", "p_Holm (corr.)", "+/−/=", "bases", "clusters", "block rate", "same-round flip rate",
-            *(f"Δ {r}" for r in rules), f"±{report.get('margin', 0.05):g}: Δ; Δ − placebo (verdict; MDE)"]
-    rows, attrs = [], []
-    for c in report["contrasts"]:
-        sig = headline_significant(c)
-        name = esc(c["condition"]) + (" <span class=\"tag\">placebo</span>" if c["condition"] == report["placebo"] else "")
-        rows.append([
-            Raw(name + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
-                        if sig else "")),
-            est_ci_cell(c.get("delta"), c.get("ci")), pv_cell(c.get("p")),
-            pv_cell(c.get("p_holm")) if c.get("in_family") else "not in family",
-            est_ci_cell(c.get("delta_minus_placebo"), c.get("ci_minus_placebo")), pv_cell(c.get("p_minus_placebo")),
-            "—" if c.get("delta_minus_placebo") is None else pv_cell(c.get("p_holm_minus_placebo"))
-            if c.get("p_holm_minus_placebo") is not None else "not in family",
-            f"{c.get('increase')}/{c.get('decrease')}/{c.get('tie')}", c.get("n_bases"), c.get("n_clusters"),
-            c.get("block_rate"), c.get("same_round_flip_rate"),
-            *(signed((c.get("by_rule") or {}).get(r)) for r in rules),
-            f"{short(c.get('equivalence'))} · {short(c.get('equivalence_minus_placebo'))}",
-        ])
-        attrs.append(' class="significant"' if sig else "")
-    out = table(head, rows, num_from=1, cls="contrasts", row_attrs=attrs)
+    """The effects table (`estimators.report.rows`: the rows and columns report.md and the
+    terminal show), then how its verdicts were decided."""
+    effects = rows.effects_table(report)
+    rules = [c for c in effects.columns if c.key == "rule"]
+    head = effects.heads("html")
+    cells = [[effect_cell(c) for c in r] for r in effects.cells("html")]
+    attrs = [' class="significant"' if r.starred else "" for r in effects.rows]
+    out = table(head, cells, num_from=1, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))
     if report.get("inference"):
         out += f'<p class="note">Method: {esc(report["inference"]["switch"])}.</p>'
     if "power" in report:
         out += definitions("equivalence")
     if not rules:
-        out += (f'<p class="note">The three failure rules agree (no failed calls): every effect is the same under '
-                f'{", ".join(map(esc, report["failure_rules"]))}.</p>')
+        out += f'<p class="note">{esc(rules_note(report))}</p>'
     extra = sorted({k for c in report["contrasts"] for k in c} - CONTRAST_KEYS)
     if extra:
         out += "<h4>More per-contrast quantities</h4>" + table(

@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from guardeval.estimators.compare.rows import pair_rows
 from guardeval.estimators.report.formats import interval, level, num, pval, text_table
+from guardeval.estimators.report.rows import Interval
 from guardeval.estimators.verdicts import decisions as dc
-from guardeval.estimators.verdicts.decisions import short
+from guardeval.estimators.verdicts.record import Decision, short
 from guardeval.run.folder.answered import describe
 
 Table = tuple[list[str], list[list[str]]]
@@ -106,36 +108,37 @@ def words(result: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _sig(eq: Mapping[str, Any] | None) -> str:
-    return " *" if dc.significant(eq) else ""
+def _sig(d: Decision | None) -> str:
+    return " *" if d is not None and d.starred else ""
 
 
-def _p_decision(eq: Mapping[str, Any] | None) -> str:
-    if not eq or not eq.get("family"):
+def _p_decision(d: Decision | None) -> str:
+    if d is None or not d.family:
         return "(not in family)"
-    return pval(eq.get("p_adjusted"))
+    return pval(d.p_adjusted)
+
+
+def _ci(ci: Interval | None) -> str:
+    return interval(None if ci is None else list(ci))
 
 
 def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     """The headline: B − A of the placebo-corrected effect, decided in the stated family."""
     head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[str(r["condition"]) + _sig(r["equivalence_minus_placebo"]), num(r["delta_minus_placebo_a"]),
-             num(r["delta_minus_placebo_b"]), num(r["difference_minus_placebo"]),
-             interval(r["ci_difference_minus_placebo"]), pval(r["p_difference_minus_placebo"]),
-             _p_decision(r["equivalence_minus_placebo"]), short(r["equivalence_minus_placebo"])]
-            for r in pair["conditions"] if r["difference_minus_placebo"] is not None
-            or r["delta_minus_placebo_a"] is not None]
+    rows = [[r.condition + _sig(r.verdict_minus_placebo), num(r.delta_minus_placebo_a), num(r.delta_minus_placebo_b),
+             num(r.difference_minus_placebo), _ci(r.ci_difference_minus_placebo), pval(r.p_difference_minus_placebo),
+             _p_decision(r.verdict_minus_placebo), short(r.verdict_minus_placebo)]
+            for r in pair_rows(pair) if r.has_corrected]
     return head, rows
 
 
 def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     head = ["condition", "A Δ", f"A {lv} CI", "B Δ", f"B {lv} CI", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[str(r["condition"]) + _sig(r["equivalence"]), num(r["delta_a"]), interval(r["ci_a"]), num(r["delta_b"]),
-             interval(r["ci_b"]), num(r["difference"]), interval(r["ci_difference"]), pval(r["p_difference"]),
-             _p_decision(r["equivalence"]), short(r["equivalence"])]
-            for r in pair["conditions"]]
+    rows = [[r.condition + _sig(r.verdict), num(r.delta_a), _ci(r.ci_a), num(r.delta_b), _ci(r.ci_b),
+             num(r.difference), _ci(r.ci_difference), pval(r.p_difference), _p_decision(r.verdict), short(r.verdict)]
+            for r in pair_rows(pair)]
     return head, rows
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guardeval.estimators.verdicts.decisions import headline_decision
-
 
 def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
     if x is None:
@@ -40,12 +38,6 @@ def rules_differ(report: Mapping[str, Any]) -> bool:
             if len(values) > 1:
                 return True
     return False
-
-
-def headline_p(c: Mapping[str, Any]) -> float | None:
-    """The Holm-adjusted p of a row's headline (what its star follows)."""
-    d = headline_decision(c)
-    return None if d is None else d.p_adjusted
 
 
 def text_table(head: list[str], rows: list[list[str]]) -> str:

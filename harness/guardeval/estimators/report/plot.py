@@ -21,8 +21,8 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from guardeval.estimators.report.formats import headline_p, level, rules_differ  # noqa: E402
-from guardeval.estimators.verdicts.decisions import headline_significant  # noqa: E402
+from guardeval.estimators.report.formats import level, rules_differ  # noqa: E402
+from guardeval.estimators.report.rows import effect_rows  # noqa: E402
 from guardeval.terminal import safe  # noqa: E402
 
 CORRECTED, RAW, PLACEBO = "#1b4f8a", "#8c8c8c", "#b8860b"
@@ -49,6 +49,8 @@ def _p(p: float | None) -> str:
 
 def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure:
     contrasts = list(report["contrasts"])
+    # Each row's star and headline p: the effects table's rows (the same records every format reads).
+    marks = effect_rows(report)
     placebo = report.get("placebo")
     rules = list(report["failure_rules"]) if rules_differ(report) else []
     n = max(1, len(contrasts))
@@ -58,7 +60,7 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
         ax, side = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
         side.axis("off")
         ys = list(range(len(contrasts)))[::-1]              # first contrast on top
-        for y, c in zip(ys, contrasts):
+        for y, c, mark in zip(ys, contrasts, marks):
             is_placebo = c["condition"] == placebo
             corrected = None if is_placebo else c.get("delta_minus_placebo")
             lift = 0.16 if corrected is not None else 0.0
@@ -87,18 +89,18 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
             headline = (f"Δ−pl {_num(corrected)}{_ci(c.get('ci_minus_placebo'))}" if corrected is not None
                         else f"Δ {_num(c.get('delta'))}{_ci(c.get('ci'))}")
             # The p beside the headline is the headline's own Holm p (Δ − placebo's; Δ's for the placebo).
-            hp = headline_p(c)
+            hp = mark.headline_p
             p_text = (f"p_Holm {_p(hp)}" if hp is not None
                       else "not in family" if not c.get("in_family") or corrected is not None else "p_Holm —")
-            side.text(0.02, y, f"{headline}\n{p_text}{'  *' if headline_significant(c) else ''}", va="center", ha="left",
-                      fontsize=8.5, family="monospace", weight="bold" if headline_significant(c) else "normal",
+            side.text(0.02, y, f"{headline}\n{p_text}{'  *' if mark.starred else ''}", va="center", ha="left",
+                      fontsize=8.5, family="monospace", weight="bold" if mark.starred else "normal",
                       transform=side.get_yaxis_transform())
         ax.axvline(0.0, color="black", lw=0.8)
         labels = [_label(c["condition"]) + (" (placebo)" if c["condition"] == placebo else "")
-                  + (" *" if headline_significant(c) else "") for c in contrasts]
+                  + (" *" if m.starred else "") for c, m in zip(contrasts, marks)]
         ax.set_yticks(ys, labels)
-        for tick, c in zip(ax.get_yticklabels(), contrasts):
-            if headline_significant(c):
+        for tick, m in zip(ax.get_yticklabels(), marks):
+            if m.starred:
                 tick.set_fontweight("bold")
         ax.set_ylim(-0.7, len(contrasts) - 0.3)
         side.set_ylim(ax.get_ylim())

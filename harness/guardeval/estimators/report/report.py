@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 
-from guardeval.estimators.report import sections
-from guardeval.estimators.report.formats import headline_p, interval, level, md_table, num, pval, rules_differ
+from guardeval.estimators.report import rows, sections
+from guardeval.estimators.report.formats import interval, level, md_table, num, pval, rules_differ
 from guardeval.estimators.verdicts import decisions as dc
-from guardeval.estimators.verdicts.decisions import headline_significant
+from guardeval.estimators.verdicts.record import headline
 from guardeval.run.folder.folder import RunFolder, write_into
 from guardeval.run.folder.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
 from guardeval.terminal import safe as terminal_safe
@@ -26,27 +26,31 @@ def dumps_json(report: Mapping[str, Any]) -> str:
     return orjson.dumps(report, option=JSON_OPTS).decode("utf-8")
 
 
+def md_cell(cell: rows.Cell) -> str:
+    """A cell of the effects table as report.md writes it."""
+    if isinstance(cell, rows.Name):
+        return cell.condition + (" (placebo)" if cell.placebo else "") + (" *" if cell.starred else "")
+    if isinstance(cell, rows.Est):
+        return num(cell.value) + ("" if cell.ci is None else f" {interval(list(cell.ci))}")
+    if isinstance(cell, rows.P):
+        return cell.absent if cell.p is None else pval(cell.p)
+    if isinstance(cell, rows.Rate):
+        return num(cell.value, sign=False)
+    if isinstance(cell, rows.Signed):
+        return num(cell.value)
+    return "—" if cell is None else str(cell)
+
+
 def effects_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    margin = report.get("margin")
-    lv = level(report)
-    head = ["condition", "delta", f"{lv} CI (unadjusted)", "p", "p_Holm (delta)", "delta-placebo",
-            f"{lv} CI (corr., unadjusted)", "p (corr.)", "p_Holm (corr.)", "+/-/=", "bases", "drop", "fail-closed",
-            "fail-open", f"delta: ±{margin:g} verdict; MDE" if margin else "delta: verdict; MDE",
-            "corr.: verdict; MDE"]
-    rows = []
-    for c in report["contrasts"]:
-        corr_holm = c.get("p_holm_minus_placebo")
-        rows.append([
-            c["condition"] + (" (placebo)" if c["condition"] == report["placebo"] else "") + (" *" if headline_significant(c) else ""),
-            num(c["delta"]), interval(c["ci"]), pval(c["p"]),
-            pval(c["p_holm"]) if c["in_family"] else "(not in family)",
-            num(c["delta_minus_placebo"]), interval(c["ci_minus_placebo"]), pval(c["p_minus_placebo"]),
-            "—" if c["delta_minus_placebo"] is None else pval(corr_holm) if corr_holm is not None else "(not in family)",
-            f"{c['increase']}/{c['decrease']}/{c['tie']}", str(c["n_bases"]),
-            *(num(c["by_rule"][r]) for r in report["failure_rules"]),
-            dc.short(c.get("equivalence")), dc.short(c.get("equivalence_minus_placebo")),
-        ])
-    return head, rows
+    """report.md's effects table: the columns of `rows.effects_table`, in words."""
+    t = rows.effects_table(report)
+    return t.heads("markdown"), [[md_cell(c) for c in r] for r in t.cells("markdown")]
+
+
+def rules_note(report: Mapping[str, Any]) -> str:
+    """Said under the effects table when it has no column per failure rule."""
+    return ("The three failure rules agree (no failed calls): every effect is the same under "
+            f"{', '.join(report['failure_rules'])}.")
 
 
 def _who(report: Mapping[str, Any]) -> str:
@@ -95,7 +99,7 @@ def headline_sentences(report: Mapping[str, Any]) -> list[str]:
     failed = bool((report.get("placebo_check") or {}).get("failed"))
     out = up_front(report)
     for c in report["contrasts"]:
-        quantity, eq = dc.headline(c)
+        quantity, eq = headline(c)
         if quantity == "delta_minus_placebo" and failed and c["delta_minus_placebo"] is not None:
             line = _against_failed_placebo(c, report, eq)
         else:
@@ -182,35 +186,34 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
     safe = terminal_safe
     width = width or terminal_width()
+    effects = rows.effects_table(report)
     # Fixed widths for the numbers, the rest for the names: the table never passes `width`.
     one_line = width >= 104
     est_w = 23 if one_line else 16
-    names = [safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "") + " *"
-             for c in report["contrasts"]]
+    names = [safe(md_cell(rows.Name(r.condition, r.is_placebo, True))) for r in effects.rows]
     # p_w fits pval's longest form ("1.0e-100"): a p cut to "1.5e-…" cannot be read.
     p_w, count_w, bases_w = 8, 8, 5
     # each of the 5 gaps: padding on both sides and the (blank) column rule
     name_w = max(9, min(max(map(len, names), default=9), width - (2 * est_w + p_w + count_w + bases_w) - 5 * 3))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
-    table.add_column("condition", overflow="fold", width=name_w)
-    gap = " " if one_line else "\n"
-    table.add_column(f"Δ vs {safe(report['baseline'])}{gap}[{level(report)} CI]", overflow="fold", width=est_w)
-    table.add_column(f"Δ − placebo{gap}[{level(report)} CI]", overflow="fold", width=est_w)
-    table.add_column("p_Holm", justify="right", width=p_w)
-    table.add_column("+/−/=", justify="right", overflow="fold", width=count_w)
-    table.add_column("bases", justify="right", overflow="fold", width=bases_w)
     # An estimate and its interval on one line when they fit, else the interval under it.
     sep = " " if one_line else "\n"
-    for c in report["contrasts"]:
-        name = safe(c["condition"]) + (" (placebo)" if c["condition"] == report["placebo"] else "")
-        table.add_row(
-            Text(name + (" *" if headline_significant(c) else "")),
-            Text(f"{_n3(c['delta'])}{sep}{_ci3(c['ci'])}".strip()),
-            Text(f"{_n3(c['delta_minus_placebo'])}{sep}{_ci3(c['ci_minus_placebo'])}".strip()),
-            Text(pval(headline_p(c))),
-            Text(f"{c['increase']}/{c['decrease']}/{c['tie']}"),
-            Text(str(c["n_bases"])),
-        )
+    fit = {"condition": (name_w, "left"), "delta": (est_w, "left"), "delta_minus_placebo": (est_w, "left"),
+           "headline_p": (p_w, "right"), "counts": (count_w, "right"), "bases": (bases_w, "right")}
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False)
+    for col, head in zip(effects.shown("terminal"), effects.heads("terminal")):
+        w, justify = fit.get(col.key, (None, "right"))
+        table.add_column(safe(head).replace(" [", sep + "["), justify=justify,  # type: ignore[arg-type]
+                         overflow="ellipsis" if col.key == "headline_p" else "fold", width=w)
+
+    def cell(c: rows.Cell) -> str:
+        if isinstance(c, rows.Name):
+            return safe(md_cell(c))
+        if isinstance(c, rows.Est):
+            return f"{_n3(c.value)}{sep}{_ci3(None if c.ci is None else list(c.ci))}".strip()
+        return md_cell(c)
+
+    for r in effects.cells("terminal"):
+        table.add_row(*(Text(cell(c)) for c in r))
     by_rule = None
     if rules_differ(report):
         by_rule = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
@@ -218,8 +221,8 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
         by_rule.add_column("condition", overflow="fold")
         for rule in report["failure_rules"]:
             by_rule.add_column(rule + (" (headline)" if rule == report["failure_rule"] else ""), justify="right")
-        for c in report["contrasts"]:
-            by_rule.add_row(Text(safe(c["condition"])), *(Text(_n3(c["by_rule"][r])) for r in report["failure_rules"]))
+        for e in effects.rows:
+            by_rule.add_row(Text(safe(e.condition)), *(Text(_n3(e.by_rule.get(r))) for r in report["failure_rules"]))
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
@@ -257,8 +260,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     words = headline_sentences(report)
     out = ["# guardeval estimate", "", summary_line(report), "", *pin, *sections.notes(report),
            *(["## In words", "", *(f"- {line}" for line in words), ""] if words else []),
-           "## Effects", "", md_table(head, rows), "",
-           "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); delta-placebo is "
+           "## Effects", "", md_table(head, rows), "", *([] if rules_differ(report) else [rules_note(report), ""]),
+           "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); Δ − placebo is "
            "Δc − Δplacebo on the bases present in all three conditions. "
            + "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS) + ".", "",
            *(f"- {line}" for line in decision_lines(report)),

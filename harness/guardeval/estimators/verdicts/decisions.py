@@ -164,28 +164,6 @@ def difference_sentence(condition: str, a: str, b: str, eff_a: float | None, eff
     return f"{head}{claim}; {_decision_words(eq)}."
 
 
-def headline(c: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
-    """A contrast's headline quantity and its decision record: the placebo-corrected effect of an
-    intervention, else Δ (the placebo's own row, or no placebo)."""
-    h = c.get("headline")
-    if h == "delta_minus_placebo" or (h is None and c.get("equivalence_minus_placebo") is not None):
-        return "delta_minus_placebo", c.get("equivalence_minus_placebo")
-    return "delta", c.get("equivalence")
-
-
-def headline_decision(c: Mapping[str, Any]) -> Decision | None:
-    """The decision behind an estimate row's star: its headline's. The placebo's own row is never
-    starred: its Δ is a check of the placebo (decided in the Δ family, said in its sentence), so
-    the stars are one family — the interventions' corrected effects (Δ's without a placebo)."""
-    return Decision.of(headline(c)[1], star=c.get("headline") != "placebo")
-
-
-def headline_significant(c: Mapping[str, Any]) -> bool:
-    """The star of an estimate's row: its headline decision's `starred`."""
-    d = headline_decision(c)
-    return d is not None and d.starred
-
-
 def power_record(alpha: float = ALPHA) -> dict[str, Any]:
     """What the report's `power` key says about every decision record."""
     return {"power": POWER, "alpha": alpha, "rule": RULE}
