@@ -20,6 +20,7 @@ from guardeval.estimators.compare.compare import CompareInput, compare_inputs
 from guardeval.estimators.compare.rows import PairRow, pair_rows
 from guardeval.estimators.report import report as rp
 from guardeval.estimators.report import rows
+from guardeval.estimators.report.formats import md_table
 from guardeval.view import tables
 
 pytestmark = pytest.mark.fast
@@ -130,3 +131,18 @@ def test_the_pair_tables_are_built_from_the_apis_pair_rows() -> None:
             assert row[0].endswith(" *") == bool(d is not None and d.starred), r.condition
             assert row[-1] == ("—" if d is None else d.short), r.condition
     assert got and all(r.verdict is not None for r in got)   # every row decided (stars: test_decisions_agree)
+
+
+def test_report_md_and_report_html_render_the_same_strata_tables(report: dict) -> None:
+    """The strata tables too are built once (`rows.strata_tables`) and rendered by both formats."""
+    built = rows.strata_tables(report)
+    assert [t.kind for t in built] == list(report["strata"])
+    md = rp.markdown(report)
+    html = tables.strata_tables(report)
+    for t in built:
+        assert f"## Strata {t.title}" in md and f"<h4>{t.title}</h4>" in html
+        assert md_table(t.heads, [[rp.md_cell(c) for c in r] for r in t.cells]) in md
+        p = _Cells()
+        p.feed(html[html.index(f"<h4>{t.title}</h4>"):])
+        shown = [[" ".join(c.split()) for c in r] for r in p.rows[:len(t.cells) + 1]]
+        assert shown == [t.heads, *([rp.md_cell(c) for c in r] for r in t.cells)]

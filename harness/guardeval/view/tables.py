@@ -14,7 +14,6 @@ import orjson
 
 from guardeval.estimators.report import rows
 from guardeval.estimators.report.definitions import DEFINITIONS
-from guardeval.estimators.report.formats import level
 from guardeval.estimators.report.report import decision_lines, headline_sentences, rules_note
 from guardeval.estimators.report.sections import Section
 
@@ -232,24 +231,18 @@ def _short(v: Any) -> bool:
 
 
 def strata_tables(report: Mapping[str, Any]) -> str:
+    """The strata tables report.md shows too (`estimators.report.rows.strata_tables`), then each
+    kind's block rates."""
     out = []
-    conds = [c["condition"] for c in report["contrasts"]]
-    titles = {"domain": "by domain", "label": "by original label (0 safe, 1 unsafe)"}
-    for kind, strata in (report.get("strata") or {}).items():
-        if not isinstance(strata, Mapping):
-            continue
-        head = [kind, "bases", *(f"Δ {c} [{level(report)} CI]" for c in conds)]
-        rows = []
-        for name, s in strata.items():
-            cs = s.get("contrasts") or {}
-            rows.append([name, s.get("n_bases"),
-                         *(est_ci((cs.get(c) or {}).get("delta"), (cs.get(c) or {}).get("ci")) for c in conds)])
+    for st in rows.strata_tables(report):
         # Wraps at spaces, each word whole: an interval breaks between its numbers, never inside one.
-        out.append(f"<h4>{esc(titles.get(kind, 'by ' + kind))}</h4>" + table(head, whole_words(rows), cls="wraps"))
+        out.append(f"<h4>{esc(st.title)}</h4>"
+                   + table(st.heads, whole_words([[effect_cell(c) for c in r] for r in st.cells]), cls="wraps"))
+        strata = report["strata"][st.kind]
         rates = {name: s["block_rate"] for name, s in strata.items() if isinstance(s.get("block_rate"), Mapping)}
         if rates:
-            out.append(f"<details><summary>block rates {esc(titles.get(kind, 'by ' + kind))}</summary>"
-                       + generic(rates, row_name=kind) + "</details>")
+            out.append(f"<details><summary>block rates {esc(st.title)}</summary>"
+                       + generic(rates, row_name=st.kind) + "</details>")
     return "".join(out)
 
 

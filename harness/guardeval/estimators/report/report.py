@@ -254,13 +254,13 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
 
 def markdown(report: Mapping[str, Any]) -> str:
-    head, rows = effects_rows(report)
+    head, body = effects_rows(report)
     fp = (report.get("source") or {}).get("fingerprint")
     pin = [f"Run fingerprint `{fp}` (`guardeval verify RUN --expect {fp}` checks the run against it).", ""] if fp else []
     words = headline_sentences(report)
     out = ["# guardeval estimate", "", summary_line(report), "", *pin, *sections.notes(report),
            *(["## In words", "", *(f"- {line}" for line in words), ""] if words else []),
-           "## Effects", "", md_table(head, rows), "", *([] if rules_differ(report) else [rules_note(report), ""]),
+           "## Effects", "", md_table(head, body), "", *([] if rules_differ(report) else [rules_note(report), ""]),
            "Effects are proportions: Δc = mean over bases of p(i,c) − p(i,baseline); Δ − placebo is "
            "Δc − Δplacebo on the bases present in all three conditions. "
            + "; ".join(f"{term}: {text}" for term, text in SHORT_TERMS) + ".", "",
@@ -280,13 +280,8 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"{num(report['repeat_disagreement'], sign=False)} over {report['repeat_disagreement_n_bases']} bases",
             f"- {report['flip_rate']['label']}: " + ", ".join(
                 f"{c} {num(v, sign=False)}" for c, v in report["flip_rate"]["by_condition"].items()), ""]
-    for kind, title in (("domain", "domain"), ("label", "original label")):
-        conds = [c["condition"] for c in report["contrasts"]]
-        s_head = [title, "bases", *conds]
-        s_rows = [[name, str(s["n_bases"]), *(f"{num(s['contrasts'][c]['delta'])} {interval(s['contrasts'][c]['ci'])}"
-                                              for c in conds)]
-                  for name, s in report["strata"][kind].items()]
-        out += [f"## Strata by {title}", "", md_table(s_head, s_rows), ""]
+    for st in rows.strata_tables(report):
+        out += [f"## Strata {st.title}", "", md_table(st.heads, [[md_cell(c) for c in r] for r in st.cells]), ""]
     out += sections.markdown_lines(sections.labels(report))
     if report.get("components"):
         c_rows = [[c, name, num(v["rate"], sign=False), str(v["n"])]

@@ -231,3 +231,39 @@ def effects_table(report: Mapping[str, Any]) -> EffectsTable:
 
     rules = list(report["failure_rules"]) if rules_differ(report) else []
     return EffectsTable(effect_rows(report), columns(report, rules))
+
+
+# -- the strata tables -------------------------------------------------------------------------------
+
+STRATA_TITLES = {"domain": "by domain", "label": "by original label (0 safe, 1 unsafe)"}
+
+
+@dataclass(frozen=True)
+class StrataTable:
+    """Δ per condition within each stratum of one kind (domain, original label): one table that
+    report.md and report.html both render."""
+
+    kind: str
+    title: str
+    heads: list[str]
+    cells: list[list[Cell]]
+
+
+def strata_tables(report: Mapping[str, Any]) -> list[StrataTable]:
+    """A table per kind of stratum in the report, in its order; a kind the report does not hold as
+    an object is left out."""
+    from guardeval.estimators.report.formats import level
+
+    conds = [c["condition"] for c in report["contrasts"]]
+    out = []
+    for kind, strata in (report.get("strata") or {}).items():
+        if not isinstance(strata, Mapping):
+            continue
+        cells: list[list[Cell]] = []
+        for name, s in strata.items():
+            cs = s.get("contrasts") or {}
+            cells.append([str(name), s.get("n_bases"),
+                          *(Est((cs.get(c) or {}).get("delta"), interval_of((cs.get(c) or {}).get("ci"))) for c in conds)])
+        out.append(StrataTable(kind, STRATA_TITLES.get(kind, f"by {kind}"),
+                               [kind, "bases", *(f"Δ {c} [{level(report)} CI]" for c in conds)], cells))
+    return out
