@@ -140,3 +140,52 @@ def test_the_decision_step_calls_the_backends_own_quarantine_checks(fake_backend
     # A back-end without checks of its own: the generic ones only.
     d = decide(raw, "sha", expected_request_sha256="r", parser=parser, backend="python")
     assert d["quarantine_reason"] is None
+
+
+# An answer in OpenRouter's shape: the upstream's own finish reason, and a BYOK call's two costs.
+_BYOK_ANSWER = {"id": "gen-1", "choices": [{"index": 0, "finish_reason": "stop", "native_finish_reason": "end_turn",
+                                            "message": {"role": "assistant", "content": "{}"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "cost": 0.0001,
+                          "is_byok": True, "cost_details": {"upstream_inference_cost": 0.002}}}
+
+
+def _judged(backend: str, answer: dict[str, Any]) -> Any:
+    import json
+
+    from guardeval.backends.base import Reply
+    from guardeval.backends.chat_http import ChatCompletionsGuard
+
+    config = GuardConfig(name="g", backend=backend, model="m", prompt="guardeval-json-v1", base_url="http://127.0.0.1:9/v1")
+    guard = backend_for(backend).make_guard(config, load_prompt("guardeval-json-v1"), 1) \
+        if backend in ("openrouter", "openai-compatible") else ChatCompletionsGuard(config, load_prompt("guardeval-json-v1"))
+    return guard.judge(Reply(status=200, raw=json.dumps(answer)), {}, lambda s: s)
+
+
+def test_only_openrouter_declares_what_it_adds_to_finish_reason_and_usage(fake_backend):
+    """Issue 38 §4: the generic chat client reads what every OpenAI-compatible server returns;
+    OpenRouter's upstream finish reason and BYOK cost are its record's `normalise_reply`."""
+    from guardeval.backends.base import Reply
+
+    byok = {}
+    for name in builtin_names():
+        reply = Reply(status=200, raw="", usage={"cost": 0.0001})
+        backend_for(name).normalise_reply(_BYOK_ANSWER["choices"][0], _BYOK_ANSWER, reply, lambda s: s)
+        byok[name] = reply.usage != {"cost": 0.0001}
+    assert [n for n, added in byok.items() if added] == ["openrouter"]
+    assert backend_for("mlx").normalise_reply is backend_for("python").normalise_reply is fake_backend.normalise_reply
+
+    generic = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "cost": 0.0001}
+    openrouter = _judged("openrouter", _BYOK_ANSWER)
+    assert openrouter.usage == {**generic, "is_byok": True, "upstream_inference_cost": 0.002}
+    assert openrouter.native_finish_reason == "end_turn" and openrouter.finish_reason == "stop"
+    # openai-compatible: no BYOK parts recorded; the upstream's finish reason is, as it always was.
+    local = _judged("openai-compatible", _BYOK_ANSWER)
+    assert local.usage == generic and (local.finish_reason, local.native_finish_reason) == ("stop", "end_turn")
+    # A back-end of the generic client that declares nothing: neither.
+    plain = _judged("fake-echo", _BYOK_ANSWER)
+    assert plain.usage == generic and (plain.finish_reason, plain.native_finish_reason) == ("stop", None)
+    # Hostile numbers and text stay refused and bounded in OpenRouter's part.
+    hostile = {**_BYOK_ANSWER, "choices": [{**_BYOK_ANSWER["choices"][0], "native_finish_reason": "x" * 500}],
+               "usage": {"cost": -1, "is_byok": True, "cost_details": {"upstream_inference_cost": float("nan")}}}
+    reply = _judged("openrouter", hostile)
+    assert reply.usage == {"cost_invalid": True, "is_byok": True} and reply.native_finish_reason == "x" * 200

@@ -21,7 +21,7 @@ from guardeval.estimators.compare.compare_text import text as compare_text
 from guardeval.estimators.compare.compare_text import words as compare_words
 from guardeval.estimators.planning.plan import plan_rows
 from guardeval.estimators.report.report import headline_sentences, human_text, markdown
-from guardeval.study.answer import condition_answer
+from guardeval.study.answer import answer, condition_answer, pair_decision
 from guardeval.view.compare import markdown as compare_markdown
 from guardeval.view.tables import in_words
 
@@ -178,6 +178,35 @@ def test_equal_effects_are_a_tie_not_most_and_least():
     assert "equally sensitive" in ans["text"] and "shared rank" in ans["text"]
     ranks = [e["rank"]["effect"] for e in res["leaderboard"]["tool_alias"]]
     assert ranks == [1, 1]
+
+
+
+def test_the_studys_answer_states_the_compares_decision_at_its_alpha():
+    """Issue 38 §3: the answer reads the decision record (decided at the compare's α, 0.01 here),
+    never `p_adj < 0.05`: a Holm-adjusted p of 0.03 does not hold at 0.01, and every α the
+    answer prints is the one its comparison ran at."""
+    rng = np.random.default_rng(11)
+    pop = sy.population(sy.design(24, 48), rng)
+    tables = {"a": sy.rows(pop, sy.EFFECTS, rng), "b": sy.rows(pop, {**sy.EFFECTS, "tool_alias": 0.02}, rng)}
+    res = compare_inputs([CompareInput(k, t, sy.ROLES) for k, t in tables.items()], n_boot=400, seed=0, alpha=0.01)
+    row = next(r for r in res["pairs"][0]["conditions"] if r["condition"] == "tool_alias")
+    record = row["equivalence_minus_placebo"]
+    assert record["alpha"] == 0.01 and 0.01 <= record["p_adjusted"] < 0.05 and record["differs"] is False
+    ans = condition_answer(res, "tool_alias")
+    assert (ans["holds"], ans["p_adjusted"], ans["family"]) == (False, record["p_adjusted"], record["family"])
+    assert "The difference is not shown after the stated correction (p_adj 0.0299, 3 interventions)." in ans["text"]
+    reports = {k: estimate(t, roles=sy.ROLES, n_boot=400, seed=0, alpha=0.01) for k, t in tables.items()}
+    whole = answer(res, reports)
+    assert "below 0.01 within its stated family" in whole["rule"]
+    assert all(g["text"].endswith("α 0.01).") for g in whole["guards"]), [g["text"] for g in whole["guards"]]
+    # A hand-made row: the record says it does not differ at 0.01, whatever its p against 0.05.
+    hand = {"difference_minus_placebo": 0.1, "p_holm_minus_placebo": 0.03,
+            "equivalence_minus_placebo": {"differs": False, "p_adjusted": 0.03, "alpha": 0.01, "family": "3 interventions"}}
+    d, _ = pair_decision(hand, 0.05)
+    assert (d.differs, d.alpha, d.p_adjusted) == (False, 0.01, 0.03)
+    # A row without a decided record falls back to its Holm p below the α it was run at.
+    bare = {**hand, "equivalence_minus_placebo": None}
+    assert pair_decision(bare, 0.01)[0].differs is False and pair_decision(bare, 0.05)[0].differs is True
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -47,6 +47,10 @@ def _no_check(data: dict[str, Any], fail: Callable[..., Exception]) -> None:
     return None
 
 
+def _plain_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Any, clean: Callable[[str], str]) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Backend:
     """One back-end: its config rules and defaults, and how its guards are made and checked."""
@@ -87,6 +91,13 @@ class Backend:
     generation_stats: bool = False
     # Where a run's calls go, for the launch line ("at URL", "calling pkg.mod:fn").
     target: Callable[[Any], str] = _at_base_url
+    # A chat-completions answer's fields beyond the OpenAI shape that this back-end reads into the
+    # reply (guardeval.backends.chat_http): normalise_reply(choices[0], body, reply, clean), after
+    # the generic client has set content, finish_reason and usage (token counts, a valid cost).
+    # `clean` redacts a string taken from the answer; whatever is kept is bounded and checked
+    # like any provider value (the finish reason of the upstream, OpenRouter's BYOK cost).
+    normalise_reply: Callable[[Mapping[str, Any], Mapping[str, Any], Any, Callable[[str], str]], None] = \
+        _plain_reply
 
     @property
     def takes_callable(self) -> bool:

@@ -1,9 +1,13 @@
 """Chat-completions back-ends over HTTP: `openrouter` and `openai-compatible`.
 
 One wire format, two flavours: OpenRouter adds the `provider` routing table, its own error
-shapes (judged by `guardeval.backends.openrouter.errors`), the resolved upstream provider, the generation id
-and BYOK cost in the reply. `send` reads an answer (the transport: bounded, the key redacted);
-`judge` decides what it amounts to, through hooks the flavours override. The HTTP client is
+shapes (judged by `guardeval.backends.openrouter.errors`), the resolved upstream provider and the
+generation id in the reply. `send` reads an answer (the transport: bounded, the key redacted);
+`judge` decides what it amounts to, through hooks the flavours override. The client itself
+reads only what every OpenAI-compatible server returns (content, `finish_reason`, token counts,
+a valid `usage.cost`); what a back-end adds to the finish reason and usage (OpenRouter's
+upstream finish reason and BYOK cost) is its record's `normalise_reply`
+(guardeval.backends.backend). The HTTP client is
 httpx over the aiohttp transport (httpx's own pool is CPU-bound at high concurrency,
 docs/design.md §11).
 """
@@ -74,6 +78,7 @@ class ChatCompletionsGuard(Guard):
         # has ~100,000 distinct bodies; only those of calls in flight are needed).
         self._payloads: LRU[int, tuple[Mapping[str, Any], bytes]] = LRU(1024)
         self._redact = Redactor(None)
+        self._normalise = config.backend_entry.normalise_reply
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,9 +207,9 @@ class ChatCompletionsGuard(Guard):
             raise TransientError("malformed", "message content is not a string", reply)
         reply.content = clean(content) if content is not None else None
         reply.finish_reason = clean(finish) if isinstance(finish, str) else None
-        native = choice.get("native_finish_reason")
-        reply.native_finish_reason = clean(native[:200]) if isinstance(native, str) else None
         reply.usage = _usage(data.get("usage"))
+        # What the back-end adds to the finish reason and usage (its record's hook).
+        self._normalise(choice, data, reply, clean)
         self._read_extras(data, headers, reply, clean)
         return reply
 
@@ -234,7 +239,8 @@ class ChatCompletionsGuard(Guard):
 
     def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], reply: Reply,
                      clean: Callable[[str], str]) -> None:
-        """Dialect hook: fields beyond the OpenAI shape (OpenRouter's provider, generation id, BYOK cost)."""
+        """Dialect hook: fields beyond the OpenAI shape (OpenRouter's provider, generation id, router
+        metadata); the finish reason and usage beyond it are the back-end record's `normalise_reply`."""
 
     def _payload(self, body: Mapping[str, Any]) -> bytes:
         """Serialised body, once per body object (repetitions and retries reuse one body)."""
@@ -275,17 +281,6 @@ class OpenRouterGuard(ChatCompletionsGuard):
         gen = data.get("id")
         gen = gen if isinstance(gen, str) and gen else headers.get("x-generation-id")
         reply.generation_id = clean(gen[:200]) if gen else None
-        usage = data.get("usage")
-        if isinstance(usage, dict) and usage.get("is_byok") is True:
-            # The caller's own provider key: OpenRouter's `cost` is only its part; the upstream
-            # charges the rest (docs/design.md §7, Cost). Untrusted like any provider number.
-            details = usage.get("cost_details")
-            upstream = details.get("upstream_inference_cost") if isinstance(details, dict) else None
-            reply.usage["is_byok"] = True
-            if valid_cost(upstream):
-                reply.usage["upstream_inference_cost"] = upstream
-            elif upstream is not None:
-                reply.usage["cost_invalid"] = True
 
     @property
     def allowed_providers(self) -> tuple[str, ...]:

@@ -25,6 +25,15 @@ def _renderer(config: Any, prompt: Any) -> Callable[[Mapping[str, Any]], dict[st
     return functools.partial(chat_body, config, prompt)
 
 
+def _normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Any,
+                     clean: Callable[[str], str]) -> None:
+    # An upstream's own finish reason, when the server reports one (a proxy in OpenRouter's
+    # shape does): kept as text, redacted, at most 200 characters. Usage is the generic
+    # client's alone: token counts and a valid `cost` (no BYOK parts; those are OpenRouter's).
+    native = choice.get("native_finish_reason")
+    reply.native_finish_reason = clean(native[:200]) if isinstance(native, str) else None
+
+
 def _preflight(config: Any, prompt: Any, work: Any) -> Any:
     from guardeval.backends.local_preflight import run_local_preflight
 
@@ -35,5 +44,5 @@ BACKEND = register(Backend(
     name=NAME, make_guard=_make_guard, make_renderer=_renderer, default_base_url="http://127.0.0.1:8000/v1",
     # Servers differ: the preflight finds out which shape this one accepts.
     default_dialect="auto", dialects=frozenset({"json_schema", "json_object", "none", "auto"}),
-    preflight=_preflight,
+    preflight=_preflight, normalise_reply=_normalise_reply,
 ))

@@ -4,54 +4,70 @@ after the placebo correction, with intervals), and whether that difference holds
 stated correction; then, for each guard, under which interventions its placebo-corrected effect
 differs from 0.
 
-Whether a difference "holds" is read in one place, `decision`: a verdict record carrying
-`differs` (with `p_adjusted` and `family`) is taken as it says; a record without them falls back
-to the Holm-adjusted p below α of the row it belongs to (for a pair of guards, Holm over the
-interventions within the pair; for one guard, Holm over its interventions). Everything else
-here arranges numbers the comparison already holds.
+Whether a difference "holds" is the decision record's (guardeval.estimators.verdicts.record,
+`Decision.of` over the row's `equivalence…` record, decided by the compare or the estimator at
+its α): it is read in one place, `decision`, and never re-derived. A row without a record carrying
+`differs` (a quantity with no estimate: its p is undefined too) falls back to the Holm-adjusted p
+of the row it belongs to, below the α its comparison was run at (the `alpha` of the compare
+result or the guard's report; for a pair of guards, Holm over the interventions within the pair;
+for one guard, Holm over its interventions). Everything else here arranges numbers the comparison
+already holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from guardeval.estimators.report.formats import interval, num, pval
 from guardeval.estimators.verdicts.holm import holm
+from guardeval.estimators.verdicts.power import ALPHA
+from guardeval.estimators.verdicts.record import Decision
 
-ALPHA = 0.05
 PAIR_FAMILY = "Holm over the interventions, within the pair"
 GUARD_FAMILY = "Holm over the guard's interventions"
 
 
-@dataclass(frozen=True)
-class Decision:
-    differs: bool | None          # None: undefined (no paired base)
-    p_adjusted: float | None
-    family: str
-
-    def words(self) -> str:
-        if self.differs is None:
-            return "undefined (no paired base)"
-        return f"p_adj {pval(self.p_adjusted)}, {self.family}"
+def alpha_of(result: Mapping[str, Any]) -> float:
+    """The level a compare result or a guard's report was decided at (the estimators' default
+    for a record that predates the field)."""
+    alpha = result.get("alpha")
+    return float(alpha) if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else ALPHA
 
 
-def decision(verdict: Mapping[str, Any] | None, p_adjusted: float | None, family: str) -> Decision:
+def decision(verdict: Mapping[str, Any] | None, p_adjusted: float | None, family: str, alpha: float) -> Decision:
     """Does a quantity differ from 0 after the stated correction? The one place a verdict is read:
-    `verdict` (an `equivalence…` record) when it carries `differs`, else `p_adjusted < α`."""
+    the decision record of `verdict` (an `equivalence…` record) when it carries `differs`, else
+    `p_adjusted < alpha` in a record made here (the family named `family`)."""
     if verdict is not None and "differs" in verdict:
-        d = verdict["differs"]
-        return Decision(None if d is None else bool(d), verdict.get("p_adjusted"), str(verdict.get("family") or family))
-    return Decision(None if p_adjusted is None else p_adjusted < ALPHA, p_adjusted, family)
+        d = Decision.of(verdict)
+        if d is not None:
+            return d
+    return _made(None if p_adjusted is None else p_adjusted < alpha, p_adjusted, family, alpha)
 
 
-def pair_decision(row: Mapping[str, Any]) -> Decision:
-    """A compare pair row's headline: the difference of the placebo-corrected effects (or of Δ
-    when the study has no placebo)."""
+def _made(differs: bool | None, p_adjusted: float | None, family: str, alpha: float) -> Decision:
+    made = Decision.of({"differs": differs, "p_adjusted": p_adjusted, "family": family, "alpha": alpha})
+    assert made is not None
+    return made
+
+
+def words(d: Decision, family: str) -> str:
+    """The decision in the answer's words: 'p_adj 0.0006, <family>' (the record's family, else
+    `family`), or why there is none."""
+    if d.differs is None:
+        return "undefined (no paired base)"
+    return f"p_adj {pval(d.p_adjusted)}, {d.family or family}"
+
+
+def pair_decision(row: Mapping[str, Any], alpha: float) -> tuple[Decision, str]:
+    """A compare pair row's headline decision and the family it falls back to naming: the
+    difference of the placebo-corrected effects (or of Δ when the study has no placebo)."""
     if row.get("difference_minus_placebo") is not None:
-        return decision(row.get("equivalence_minus_placebo"), row.get("p_holm_minus_placebo"), PAIR_FAMILY)
-    return decision(row.get("equivalence"), row.get("p_holm"), "Holm over the family, within the pair")
+        return decision(row.get("equivalence_minus_placebo"), row.get("p_holm_minus_placebo"), PAIR_FAMILY,
+                        alpha), PAIR_FAMILY
+    family = "Holm over the family, within the pair"
+    return decision(row.get("equivalence"), row.get("p_holm"), family, alpha), family
 
 
 def _flip(ci: Sequence[float] | None) -> list[float] | None:
@@ -90,7 +106,7 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
     row, same = _pair_row(result, most["label"], least["label"], condition)
     gap, gap_ci = _oriented(row, "difference", same)
     gap_c, gap_c_ci = _oriented(row, "difference_minus_placebo", same)
-    d = pair_decision(row)
+    d, family = pair_decision(row, alpha_of(result))
     corrected = gap_c is not None
     holds = "holds" if d.differs else "is not shown" if d.differs is False else "is undefined"
     m, le = most["label"], least["label"]
@@ -107,15 +123,15 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
         names = [e["label"] for e in defined if abs(abs(e["headline_effect"]) - abs(most["headline_effect"])) <= 1e-12]
         text = (f"{condition}: {', '.join(names)} are equally sensitive (the same size of effect, "
                 f"{effect(most)}); the data give them a shared rank, no most or least; {m} − {le}: {by_how_much}. "
-                f"The difference {holds} after the stated correction ({d.words()}).")
+                f"The difference {holds} after the stated correction ({words(d, family)}).")
     else:
         text = (f"{condition}: {m} is the most sensitive ({effect(most)}), {le} the least ({effect(least)}); "
-                f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({d.words()}).")
+                f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({words(d, family)}).")
     return {"condition": condition, "most": m, "least": le, "tied": tied, "most_effect": most["headline_effect"],
             "least_effect": least["headline_effect"], "most_delta": most["delta"], "least_delta": least["delta"],
             "difference": gap, "ci_difference": gap_ci,
             "difference_minus_placebo": gap_c, "ci_difference_minus_placebo": gap_c_ci,
-            "holds": d.differs, "p_adjusted": d.p_adjusted, "family": d.family, "text": text}
+            "holds": d.differs, "p_adjusted": d.p_adjusted, "family": d.family or family, "text": text}
 
 
 def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,12 +144,13 @@ def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
         return {"label": label, "effects": [], "undefined": [], "checked": [],
                 "text": f"{label}: no placebo, so no corrected effect."}
     adjusted = dict(zip(fam, holm([by[c]["p_minus_placebo"] for c in fam])))
+    alpha = alpha_of(report)
     found, checked = [], []
     for c in fam:
-        d = decision(by[c].get("equivalence_minus_placebo"), adjusted[c], GUARD_FAMILY)
+        d = decision(by[c].get("equivalence_minus_placebo"), adjusted[c], GUARD_FAMILY, alpha)
         entry = {"condition": c, "delta_minus_placebo": by[c]["delta_minus_placebo"],
                  "ci_minus_placebo": by[c]["ci_minus_placebo"], "differs": d.differs, "p_adjusted": d.p_adjusted,
-                 "family": d.family}
+                 "family": d.family or GUARD_FAMILY}
         checked.append(entry)
         if d.differs:
             found.append(entry)
@@ -142,12 +159,12 @@ def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
     if found:
         listed = "; ".join(f"{e['condition']} {num(e['delta_minus_placebo'])} {interval(e['ci_minus_placebo'])}"
                            for e in found)
-        text = f"{label}: a placebo-corrected effect under {listed} ({GUARD_FAMILY}, α {ALPHA:g})."
+        text = f"{label}: a placebo-corrected effect under {listed} ({GUARD_FAMILY}, α {alpha:g})."
     elif not defined:
         text = f"{label}: no placebo-corrected effect can be estimated (no base paired under the question)."
     else:
         text = (f"{label}: no placebo-corrected effect under any of {', '.join(defined)} ({GUARD_FAMILY}, "
-                f"α {ALPHA:g}).")
+                f"α {alpha:g}).")
     if undefined and defined:
         text = text[:-1] + f"; undefined under {', '.join(undefined)} (no paired base)."
     return {"label": label, "effects": [e["condition"] for e in found], "undefined": undefined, "checked": checked,
@@ -176,5 +193,5 @@ def answer(result: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) 
             "rule": ("most and least sensitive by the size of the headline effect under each intervention (the "
                      "placebo-corrected effect; Δ without a placebo); the difference between them is their paired "
                      "difference on bases paired in both, and it holds when its Holm-adjusted p is below "
-                     f"{ALPHA:g} within its stated family"),
+                     f"{alpha_of(result):g} within its stated family"),
             "text": [lead, *(a["text"] for a in per_condition), *(g["text"] for g in per_guard)]}

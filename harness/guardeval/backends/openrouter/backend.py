@@ -1,5 +1,6 @@
 """The `openrouter` back-end declared: OpenRouter's chat-completions API, with its routing table
-(`provider`), its key, its preflight and its generation stats. On a loopback address it is the
+(`provider`), its key, its preflight, its generation stats, and what it adds to an answer's
+finish reason and usage (guardeval.backends.openrouter.normalise). On a loopback address it is the
 simulated provider (guardeval.backends.sim)."""
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def _quarantine(raw: Mapping[str, Any], allowed: Sequence[str]) -> Verdict | Non
     return checks(raw, allowed)
 
 
+def _normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Any,
+                     clean: Callable[[str], str]) -> None:
+    from guardeval.backends.openrouter.normalise import normalise_reply
+
+    normalise_reply(choice, data, reply, clean)
+
+
 def _preflight(config: Any, prompt: Any, work: Any) -> Any:
     from guardeval.backends.openrouter.preflight import run_preflight
 
@@ -62,5 +70,5 @@ BACKEND = register(Backend(
     default_base_url="https://openrouter.ai/api/v1", default_api_key_env="OPENROUTER_API_KEY",
     fields=frozenset({"provider"}), complete=_complete, simulated_when_local=True,
     preflight=_preflight, server="OpenRouter", allowed_providers=allowed_providers, generation_stats=True,
-    quarantine=_quarantine,
+    quarantine=_quarantine, normalise_reply=_normalise_reply,
 ))
