@@ -189,3 +189,17 @@ def test_only_openrouter_declares_what_it_adds_to_finish_reason_and_usage(fake_b
                "usage": {"cost": -1, "is_byok": True, "cost_details": {"upstream_inference_cost": float("nan")}}}
     reply = _judged("openrouter", hostile)
     assert reply.usage == {"cost_invalid": True, "is_byok": True} and reply.native_finish_reason == "x" * 200
+
+
+def test_a_guard_runs_in_process_exactly_when_its_backends_record_says_so():
+    """Said once, by the record: the dispatcher's stall rule reads `guard.in_process`."""
+    from types import SimpleNamespace
+
+    from guardeval.backends.base import Guard
+
+    for name in builtin_names():
+        holder = SimpleNamespace(config=SimpleNamespace(backend_entry=backend_for(name)))
+        assert Guard.in_process.fget(holder) is backend_for(name).in_process, name   # type: ignore[attr-defined]
+    assert [backend_for(n).in_process for n in builtin_names()] == [False, False, True, True]
+    sim = make_guard(load_guard_config("sim"), load_prompt("guardeval-json-v1"))
+    assert sim.in_process is False

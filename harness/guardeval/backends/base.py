@@ -58,9 +58,6 @@ def valid_cost(value: Any) -> TypeGuard[int | float]:
 class Guard(abc.ABC):
     """A configured guard back-end. One instance per run; `aclose` releases its resources."""
 
-    # Runs in this process (python, mlx): its timeouts are the guard's, not an unreachable provider's.
-    in_process = False
-
     def __init__(self, config: GuardConfig, prompt: Prompt) -> None:
         self.config = config
         self.prompt = prompt
@@ -75,6 +72,12 @@ class Guard(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections, models, threads."""
+
+    @property
+    def in_process(self) -> bool:
+        """Runs in this process (python, mlx): its timeouts are the guard's, not an unreachable
+        provider's. Said once, by its back-end's record."""
+        return self.config.backend_entry.in_process
 
     @property
     def allowed_providers(self) -> tuple[str, ...]:

@@ -178,8 +178,6 @@ def _prefill_step() -> int:
 class MlxGuard(Guard):
     """`backend = "mlx"`: `model` is a local MLX model folder (e.g. TS-Guard converted to Q8)."""
 
-    in_process = True
-
     def __init__(self, config: GuardConfig, prompt: Prompt) -> None:
         super().__init__(config, prompt)
         if config.temperature != 0:

@@ -102,8 +102,6 @@ def _valid_three(v: Mapping[str, Any]) -> bool:
 class PythonGuard(Guard):
     """`backend = "python"`, `callable = "package.module:function"`."""
 
-    in_process = True
-
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 16) -> None:
         super().__init__(config, prompt)
         assert config.callable is not None
