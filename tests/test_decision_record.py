@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from guardeval.api.results import estimate_record
-from guardeval.estimators.verdicts.decisions import decide_family, effect_sentence, short, significant
+from guardeval.estimators.verdicts.decisions import decide_family, effect_sentence, significant
 from guardeval.estimators.verdicts.equivalence import equivalence
-from guardeval.estimators.verdicts.record import Decision, headline_decision, headline_significant
+from guardeval.estimators.verdicts.record import Decision, headline_decision, headline_significant, short
 
 pytestmark = pytest.mark.fast
 
@@ -35,7 +35,7 @@ def test_a_decision_is_read_once_from_its_family() -> None:
     e = Decision.of(null)
     assert e is not None and e.outcome == "equivalent" and not e.starred and e.verdict == "within ±0.05"
     # The surfaces' helpers are reads of the record.
-    assert significant(far) is d.starred and short(far) == d.short and short(None) == "—"
+    assert significant(far) is d.starred and short(Decision.of(far)) == d.short and short(None) == "—"
     assert d.words in effect_sentence("tool_alias", "g", -0.4, [-0.5, -0.3], far, "against the baseline original")
     assert Decision.of(None) is None
 

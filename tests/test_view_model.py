@@ -5,6 +5,7 @@ themselves, not copies mapped by hand."""
 
 from __future__ import annotations
 
+import copy
 import re
 from html.parser import HTMLParser
 
@@ -80,6 +81,9 @@ def test_the_api_returns_the_tables_rows_not_copies(report: dict) -> None:
 
 
 def test_report_md_and_report_html_render_the_same_columns_and_cells(report: dict) -> None:
+    report = copy.deepcopy(report)
+    report["contrasts"][1]["block_rate"] = 1e-5          # small rates: one way of writing them
+    report["contrasts"][2]["same_round_flip_rate"] = 4e-4
     md, html = _md_rows(report), _html_rows(report)
     assert md[0] == html[0] == rows.effects_table(report).heads("markdown")
     assert len(md) == len(html) == len(report["contrasts"]) + 1
@@ -108,7 +112,8 @@ def test_one_column_declared_once_reaches_every_format(report: dict, monkeypatch
     text = rp.human_text(report, width=200)
     assert "2×bases" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("tool_alias"))
-    assert line.split()[-1] == str(2 * rows.effect_rows(report)[0].n_bases)
+    alias = next(r for r in rows.effect_rows(report) if r.condition == "tool_alias")
+    assert line.split()[-1] == str(2 * alias.n_bases)
 
 
 def test_the_pair_tables_are_built_from_the_apis_pair_rows() -> None:
@@ -146,3 +151,30 @@ def test_report_md_and_report_html_render_the_same_strata_tables(report: dict) -
         p.feed(html[html.index(f"<h4>{t.title}</h4>"):])
         shown = [[" ".join(c.split()) for c in r] for r in p.rows[:len(t.cells) + 1]]
         assert shown == [t.heads, *([rp.md_cell(c) for c in r] for r in t.cells)]
+
+
+def test_an_intervention_without_a_corrected_effect_shows_no_headline_p_and_no_star(report: dict) -> None:
+    """Its headline (Δ − placebo) is undefined: no star, p_Holm '—' in the terminal and the plot's
+    rows, and the API's headline is None, though its own Δ is decided."""
+    report = copy.deepcopy(report)
+    c = next(c for c in report["contrasts"] if c["condition"] == "threat_names")
+    for key in ("delta_minus_placebo", "ci_minus_placebo", "p_minus_placebo", "p_holm_minus_placebo",
+                "equivalence_minus_placebo"):
+        c[key] = None
+    assert c["headline"] == "delta_minus_placebo" and c["equivalence"]["differs"]
+    row = next(r for r in rows.effect_rows(report) if r.condition == "threat_names")
+    assert row.headline is None and row.headline_p is None and not row.starred and row.verdict is not None
+    line = next(ln for ln in rp.human_text(report, width=200).splitlines() if ln.startswith("threat_names"))
+    assert "*" not in line and line.split()[-4:-2] == ["—", "—"], line   # Δ − placebo, p_Holm
+    md = next(r for r in _md_rows(report) if r[0].startswith("threat_names"))
+    assert md[0] == "threat_names" and md[6] == "—"
+
+
+def test_an_older_report_without_the_headline_key_never_stars_the_placebo(report: dict) -> None:
+    report = copy.deepcopy(report)
+    for c in report["contrasts"]:
+        del c["headline"]
+    placebo = rows.effect_rows(report)[0]
+    assert placebo.is_placebo and placebo.verdict is not None and placebo.verdict.differs
+    assert not placebo.starred and not _md_rows(report)[1][0].endswith("*")
+    assert len({hash(r) for r in rows.effect_rows(report)}) == len(report["contrasts"])   # records hash

@@ -14,6 +14,7 @@ import orjson
 
 from guardeval.estimators.report import rows
 from guardeval.estimators.report.definitions import DEFINITIONS
+from guardeval.estimators.report.formats import num
 from guardeval.estimators.report.report import decision_lines, headline_sentences, rules_note
 from guardeval.estimators.report.sections import Section
 
@@ -47,10 +48,6 @@ def signed(x: float | None) -> str:
     if x is None:
         return "—"
     return f"{x:+.4f}".replace("-0.0000", "+0.0000")
-
-
-def est_ci(x: float | None, ci: Sequence[float] | None) -> str:
-    return signed(x) + ("" if ci is None else f" [{signed(ci[0])}, {signed(ci[1])}]")
 
 
 def est_ci_cell(x: float | None, ci: Sequence[float] | None) -> Raw:
@@ -197,7 +194,7 @@ def effect_cell(cell: rows.Cell) -> Any:
     if isinstance(cell, rows.Signed):
         return signed(cell.value)
     if isinstance(cell, rows.Rate):
-        return cell.value
+        return num(cell.value, sign=False)
     return cell
 
 

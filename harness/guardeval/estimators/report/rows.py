@@ -20,6 +20,7 @@ from guardeval.estimators.verdicts.record import Decision, headline, headline_de
 from guardeval.records import Record
 
 Interval = tuple[float, float]
+Headline = Literal["delta", "delta_minus_placebo"]
 Format = Literal["terminal", "markdown", "html"]
 PAGES: frozenset[Format] = frozenset({"markdown", "html"})
 EVERY: frozenset[Format] = frozenset({"terminal", "markdown", "html"})
@@ -57,7 +58,8 @@ class EffectRow(Record):
     is_placebo: bool = False                 # the placebo's own row (its Δ checks the placebo; never starred)
     n_clusters: int | None = None
     same_round_flip_rate: float | None = None
-    by_rule: dict[str, float | None] = field(default_factory=dict)   # Δ under each failure rule
+    by_rule: dict[str, float | None] = field(default_factory=dict, hash=False)   # Δ under each failure rule
+    headline_quantity: Headline = "delta"    # the row's headline: Δ − placebo for an intervention, else Δ
 
     @classmethod
     def of(cls, c: Mapping[str, Any], placebo: str | None = None) -> EffectRow:
@@ -66,7 +68,9 @@ class EffectRow(Record):
         never on the placebo's own row."""
         name, _ = headline(c)
         star = headline_decision(c)
-        on = star is not None and star.starred
+        is_placebo = placebo is not None and c["condition"] == placebo
+        # The placebo's own row is never starred, even in a report.json from before the `headline` key.
+        on = star is not None and star.starred and not is_placebo
         return cls(condition=c["condition"], role=c["role"], in_family=bool(c["in_family"]), delta=c["delta"],
                    ci=interval_of(c["ci"]), p=c["p"], p_holm=c["p_holm"], delta_minus_placebo=c["delta_minus_placebo"],
                    ci_minus_placebo=interval_of(c["ci_minus_placebo"]), p_minus_placebo=c["p_minus_placebo"],
@@ -75,14 +79,15 @@ class EffectRow(Record):
                    verdict=Decision.of(c.get("equivalence"), star=on and name == "delta"),
                    verdict_minus_placebo=Decision.of(c.get("equivalence_minus_placebo"),
                                                      star=on and name == "delta_minus_placebo"),
-                   starred=on, is_placebo=placebo is not None and c["condition"] == placebo,
-                   n_clusters=c.get("n_clusters"), same_round_flip_rate=c.get("same_round_flip_rate"),
-                   by_rule=dict(c.get("by_rule") or {}))
+                   starred=on, is_placebo=is_placebo, n_clusters=c.get("n_clusters"),
+                   same_round_flip_rate=c.get("same_round_flip_rate"), by_rule=dict(c.get("by_rule") or {}),
+                   headline_quantity="delta_minus_placebo" if name == "delta_minus_placebo" else "delta")
 
     @property
     def headline(self) -> Decision | None:
-        """The decision behind the row's star: the corrected effect's, Δ's for the placebo."""
-        return self.verdict_minus_placebo if self.verdict_minus_placebo is not None else self.verdict
+        """The decision behind the row's star: the corrected effect's for an intervention (None
+        where it is undefined), Δ's for the placebo and without a placebo."""
+        return self.verdict_minus_placebo if self.headline_quantity == "delta_minus_placebo" else self.verdict
 
     @property
     def headline_p(self) -> float | None:
@@ -183,7 +188,7 @@ def columns(report: Mapping[str, Any], rules: Sequence[str] = ()) -> list[Column
     from guardeval.estimators.report.formats import level
 
     lv = level(report)
-    margin = report.get("margin", 0.05)
+    margin = report.get("margin")
     return [
         Column("condition", "condition", lambda r: Name(r.condition, r.is_placebo, r.starred), EVERY, "condition"),
         Column("delta", f"Δ [{lv} CI, unadjusted]", lambda r: Est(r.delta, r.ci), EVERY,
@@ -202,7 +207,7 @@ def columns(report: Mapping[str, Any], rules: Sequence[str] = ()) -> list[Column
         Column("block_rate", "block rate", lambda r: Rate(r.block_rate)),
         Column("flip_rate", "same-round flip rate", lambda r: Rate(r.same_round_flip_rate)),
         *(Column("rule", f"Δ {rule}", _by_rule(rule)) for rule in rules),
-        Column("verdicts", f"±{margin:g}: Δ; Δ − placebo (verdict; MDE)", _verdicts),
+        Column("verdicts", f"{f'±{margin:g}: ' if margin else ''}Δ; Δ − placebo (verdict; MDE)", _verdicts),
     ]
 
 

@@ -109,12 +109,6 @@ def significant(eq: Mapping[str, Any] | None) -> bool:
     return d is not None and d.starred
 
 
-def short(eq: Mapping[str, Any] | None) -> str:
-    """Verdict and MDE in one cell: 'within ±0.05; MDE 0.0712'."""
-    d = Decision.of(eq)
-    return "—" if d is None else d.short
-
-
 def _n(x: float | None, digits: int = 3) -> str:
     if x is None:
         return "—"
