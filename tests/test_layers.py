@@ -298,9 +298,15 @@ def test_the_generic_decision_step_imports_no_backends_routing():
 MAKES_RUN_FOLDERS = ("harness/guardeval/run/run.py", "harness/guardeval/run/folder/")
 NOT_A_RUN = {"harness/guardeval/study/record.py:open_study": "a study folder (study.json), not a run"}
 # The openers Run replaced, by the module that held them: importing one is opening a run another way.
+# `opened` (a path or a RunFolder as a RunFolder, with no "not a run folder" check) was the last:
+# a module handed a path opens it with `Run.using`, and a study opens its runs with
+# `guardeval.study.record.open_run` (a Run). Calling something named `opened` is forbidden too,
+# however it was reached (`folder.opened(...)`, a module imported whole).
 DELETED_OPENERS = {"guardeval.api.runs": {"run_folder"}, "guardeval.cli.run": {"_existing_run"},
                    "guardeval.estimators.runs": {"open_run", "run_dir"},
-                   "guardeval.run.folder.manifest": {"manifest_json"}}
+                   "guardeval.run.folder.manifest": {"manifest_json"},
+                   "guardeval.run.folder.folder": {"opened"}, "guardeval.study.record": {"run_folder"}}
+DELETED_CALLS = {"opened"}
 
 
 def _other_openers(rel: str, tree: ast.AST) -> list[str]:
@@ -313,6 +319,8 @@ def _other_openers(rel: str, tree: ast.AST) -> list[str]:
             name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
             if name == "RunFolder" and f"{rel}:{self.where}" not in NOT_A_RUN:
                 found.append(f"{rel}:{node.lineno}: RunFolder(...)")
+            elif name in DELETED_CALLS:
+                found.append(f"{rel}:{node.lineno}: {name}(...)")
             self.generic_visit(node)
 
         def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -339,3 +347,14 @@ def test_the_one_opener_rule_catches_what_it_forbids():
     assert _other_openers("x.py", ast.parse(src)) == [
         "x.py:1: imports guardeval.api.runs.run_folder", "x.py:2: imports guardeval.estimators.runs.open_run",
         "x.py:4: RunFolder(...)", "x.py:4: RunFolder(...)"]
+
+
+def test_the_one_opener_rule_catches_the_old_opened():
+    # `opened` went with issue 38 §2: imported from its module, or called however it was reached.
+    src = ("from guardeval.run.folder.folder import RunFolder, opened\n"
+           "from guardeval.run.folder import folder\nfrom guardeval.study.record import run_folder\n"
+           "def f(p, study):\n    with opened(p) as a, folder.opened(p) as b:\n        return a, b\n"
+           "def g(opened):\n    opened.append(1)\n    return opened.folder\n")
+    assert _other_openers("x.py", ast.parse(src)) == [
+        "x.py:1: imports guardeval.run.folder.folder.opened", "x.py:3: imports guardeval.study.record.run_folder",
+        "x.py:5: opened(...)", "x.py:5: opened(...)"]

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from guardeval.run.folder.manifest import manifest_with_hash
-from guardeval.run.integrity.verify import verify_run
+from guardeval.run.run import Run
 
 from conftest import REPO, run_cli, write_guard
 
@@ -62,7 +62,7 @@ def test_the_run_carries_its_prompt_and_resumes_from_it(pilot):
     r = run_cli("resume", str(run), "--no-progress", env=env)
     assert r.code == 0, r.err
     shutil.rmtree(src)
-    report = verify_run(run)
+    report = Run.open(run).verify()
     assert report["ok"] and report["skipped"] == [], report
     assert report["n_decisions"] == 80
 
@@ -82,7 +82,7 @@ def test_an_old_run_without_a_copy(pilot):
     run, env = pilot
     _as_old_run(run)
     # The prompts folder still hashes as pinned: it stands in, nothing is skipped.
-    report = verify_run(run)
+    report = Run.open(run).verify()
     assert report["ok"] and report["skipped"] == [], report
     # Edited since launch: resume refuses (its bodies would differ); verify cannot re-render.
     _edit_prompt(Path(env["GUARDEVAL_PROMPTS"]) / "guardeval-json-v1")
@@ -104,7 +104,7 @@ def test_an_unknown_parser_is_a_skipped_rederivation(pilot):
     m["prompt"]["parser"] = "from-a-newer-version"
     (run / "manifest.json").write_bytes(orjson.dumps(manifest_with_hash(m), option=orjson.OPT_INDENT_2
                                                      | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE))
-    report = verify_run(run)
+    report = Run.open(run).verify()
     assert not report["ok"]
     assert "decision re-derivation" in [s["check"] for s in report["skipped"]]
-    assert verify_run(run, allow_skipped=True)["ok"]
+    assert Run.open(run).verify(allow_skipped=True)["ok"]

@@ -21,7 +21,7 @@ from guardeval.backends.sim import SimServerProcess
 from guardeval.canon import dumps_line, sha256_hex
 from guardeval.cli import run as cli_run
 from guardeval.run.folder import supersede
-from guardeval.run.integrity.verify import verify_run
+from guardeval.run.run import Run
 
 from conftest import REPO, cli_env, run_cli, write_guard
 
@@ -227,7 +227,7 @@ def test_sigkill_during_a_retry_round_loses_nothing_and_pays_nothing_twice(copy_
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         lost = _orphans(run)
-        assert verify_run(run)["undecided_answers"] == lost     # verify names the lost ones
+        assert Run.open(run).verify()["undecided_answers"] == lost     # verify names the lost ones
         # A plain resume decides the lost answers from the log and sends nothing.
         raw_before = (run / "raw.jsonl").read_bytes()
         r = run_cli("resume", str(run), "--json", *common)
@@ -299,7 +299,7 @@ def retried_run(tmp_path_factory: pytest.TempPathFactory, failed_run: Path) -> P
     with SimServerProcess(["--seed", "4"], env=cli_env()) as sim:
         r = run_cli("resume", str(run), "--retry-failed", "--base-url", sim.base_url, "--no-progress")
         assert r.code == 0, r.err
-    assert verify_run(run)["ok"]
+    assert Run.open(run).verify()["ok"]
     return run
 
 
@@ -309,7 +309,7 @@ def _edit(run: Path, tmp_path: Path, change: Callable[[list[dict]], None]) -> li
     lines = _jsonl(dst / "decisions.jsonl")
     change(lines)
     (dst / "decisions.jsonl").write_bytes(b"".join(dumps_line(d) for d in lines))
-    return verify_run(dst)["problems"]
+    return Run.open(dst).verify()["problems"]
 
 
 def _messages(problems: list[dict]) -> list[str]:

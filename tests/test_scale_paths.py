@@ -74,14 +74,13 @@ def no_whole_file_reads(monkeypatch):
 
 
 def test_built_folder_verifies_and_status_is_exact(half_run, no_whole_file_reads):
-    from guardeval.run.integrity.verify import verify_run
-    from guardeval.run.status import run_status
+    from guardeval.run.run import Run
 
-    report = verify_run(half_run)
+    report = Run.open(half_run).verify()
     assert report["ok"], report["problems"]
     assert report["n_calls"] == 2000 and report["n_decisions"] == DECIDED
 
-    st = run_status(half_run)
+    st = Run.open(half_run).status()
     raw = [orjson.loads(line) for line in open(half_run / "raw.jsonl", "rb")]
     decisions = [orjson.loads(line) for line in open(half_run / "decisions.jsonl", "rb")]
     assert st["decided"] == DECIDED and st["pending"] == 2000 - DECIDED and not st["complete"]
@@ -92,11 +91,10 @@ def test_built_folder_verifies_and_status_is_exact(half_run, no_whole_file_reads
 
 
 def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
-    from guardeval.run.integrity.verify import verify_run
-    from guardeval.run.status import run_status
+    from guardeval.run.run import Run
 
-    assert verify_run(half_run)["ok"]
-    st = run_status(half_run)
+    assert Run.open(half_run).verify()["ok"]
+    st = Run.open(half_run).status()
     assert st["decided"] == DECIDED and st["attempts"] > DECIDED
     # A damaged copy: the same problems whether the raw log is read here or in a worker.
     run = _copy(half_run, tmp_path / "damaged")
@@ -104,11 +102,11 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
     second = data.index(b"\n") + 1
     data[second + 300] ^= 0x01
     (run / "raw.jsonl").write_bytes(bytes(data))
-    forked = verify_run(run)
+    forked = Run.open(run).verify()
     from guardeval.run.dispatch import workers
 
     workers.LOG_MIN_BYTES, workers.RENDER_MIN_INSTANCES = 1 << 60, 1 << 60
-    inline = verify_run(run)
+    inline = Run.open(run).verify()
     assert forked == inline and not forked["ok"]
     assert any(p["file"] == "raw.jsonl" and p["line"] in (1, 2) for p in forked["problems"])
 
@@ -131,10 +129,9 @@ def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypat
     import os
 
     from guardeval.run.dispatch import workers
-    from guardeval.run.integrity.verify import verify_run
-    from guardeval.run.status import run_status
+    from guardeval.run.run import Run
 
-    inline_verify, inline_status = verify_run(half_run), run_status(half_run)   # small files: no workers
+    inline_verify, inline_status = Run.open(half_run).verify(), Run.open(half_run).status()   # small files: no workers
     inline_open = _open_state(_copy(half_run, tmp_path / "inline"))
     monkeypatch.setattr(workers, "LOG_MIN_BYTES", 0)
     monkeypatch.setattr(workers, "RENDER_MIN_INSTANCES", 0)
@@ -149,14 +146,15 @@ def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypat
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)   # the fallback answers; this is what a 2-CPU Mac says
     assert workers.usable_cpus() == 2
-    assert verify_run(half_run) == inline_verify and inline_verify["ok"]
-    assert run_status(half_run) == inline_status
+    assert Run.open(half_run).verify() == inline_verify and inline_verify["ok"]
+    assert Run.open(half_run).status() == inline_status
     assert _open_state(_copy(half_run, tmp_path / "forked")) == inline_open
     assert sorted(set(forks)) == ["_raw_counts", "_write_facts", "render_cells", "scan_raw_part"]
 
 
 def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, monkeypatch):
     from guardeval.run.integrity import verify
+    from guardeval.run.run import Run
 
     run = _copy(half_run, tmp_path / "run")
     lines = (run / "schedule.jsonl").read_bytes().splitlines(keepends=True)
@@ -165,9 +163,9 @@ def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, mo
     lines[7] = json.dumps(row, separators=(",", ":"), sort_keys=True).encode() + b"\n"
     lines[12], lines[13] = lines[13], lines[12]
     (run / "schedule.jsonl").write_bytes(b"".join(lines))
-    fast = verify.verify_run(run)
+    fast = Run.open(run).verify()
     monkeypatch.setattr(verify._Verifier, "_regenerated", lambda self: iter(()))
-    slow = verify.verify_run(run)
+    slow = Run.open(run).verify()
     assert fast == slow and not fast["ok"]
     lines_hit = {p["line"] for p in fast["problems"] if p["file"] == "schedule.jsonl"}
     assert {8, 13, 14} <= lines_hit
@@ -175,7 +173,7 @@ def test_schedule_fast_path_and_line_by_line_checks_agree(half_run, tmp_path, mo
 
 @pytest.mark.slow
 def test_resume_dispatches_exactly_the_undecided_calls(half_run, tmp_path, sim_factory):
-    from guardeval.run.integrity.verify import verify_run
+    from guardeval.run.run import Run
 
     run = _copy(half_run, tmp_path / "run")
     sched = [r["call_id"] for r in _jsonl(run / "schedule.jsonl")]
@@ -196,7 +194,7 @@ def test_resume_dispatches_exactly_the_undecided_calls(half_run, tmp_path, sim_f
     new_raw = [rec for rec in _jsonl(run / "raw.jsonl") if rec["seq"] > last_seq]
     assert {rec["call_id"] for rec in new_raw} == set(sched) - before   # nothing decided was sent again
     assert all(rec["attempt"] == 1 for rec in new_raw)
-    report = verify_run(run)
+    report = Run.open(run).verify()
     assert report["ok"], report["problems"]
     st = json.loads(run_cli("status", str(run), "--json").out)
     assert st["complete"] and st["decided"] == 2000

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from guardeval.run.integrity.verify import verify_run
+from guardeval.run.run import Run
 
 from conftest import run_cli
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.fast
 
 
 def test_clean_run_verifies(finished_run):
-    report = verify_run(finished_run)
+    report = Run.open(finished_run).verify()
     assert report["ok"], report["problems"]
     assert report["n_decisions"] == 80 and report["n_raw"] > 80
 
@@ -31,7 +31,7 @@ def test_any_flipped_byte_is_caught_with_file_and_line(tmp_path, finished_run, n
         data = bytearray((run / name).read_bytes())
         data[pos] ^= 0x01
         (run / name).write_bytes(bytes(data))
-        report = verify_run(run)
+        report = Run.open(run).verify()
         assert not report["ok"], (name, pos)
         hits = [p for p in report["problems"] if p["file"] == name and p["line"]]
         assert hits, (name, pos, report["problems"])
@@ -69,7 +69,7 @@ def test_every_renamed_key_is_caught(tmp_path, finished_run, name):
         lines = (run / name).read_bytes().split(b"\n")
         lines[1] = lines[1].replace(f'"{key}":'.encode(), f'"{key}X":'.encode(), 1)
         (run / name).write_bytes(b"\n".join(lines))
-        report = verify_run(run)
+        report = Run.open(run).verify()
         assert not report["ok"], (name, key)
         assert any(p["file"] == name and p["line"] in (1, 2, 3) for p in report["problems"]), (key, report)
 

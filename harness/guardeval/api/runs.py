@@ -130,11 +130,12 @@ def _execute(run_dir: Path | RunFolder, *, base_url: str | None, concurrency: in
              retry_failed: tuple[str, ...] | None = None, rate_limit_stop_s: float | None = None) -> RunResult:
     from guardeval.run.runner import execute
 
-    o = execute(run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
-                max_calls=max_calls, progress=progress, adaptive=not fixed_concurrency, row_limits=row_limits,
-                allow_changed_callable=allow_changed_callable, retry_failed=retry_failed,
-                rate_limit_stop_s=rate_limit_stop_s,
-                handle_signals=_main_thread())
+    with Run.using(run_dir) as r:
+        o = execute(r.folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                    max_calls=max_calls, progress=progress, adaptive=not fixed_concurrency, row_limits=row_limits,
+                    allow_changed_callable=allow_changed_callable, retry_failed=retry_failed,
+                    rate_limit_stop_s=rate_limit_stop_s,
+                    handle_signals=_main_thread())
     return _result(o)
 
 

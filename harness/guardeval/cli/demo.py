@@ -17,6 +17,7 @@ from pathlib import Path
 from guardeval.backends.config import PRESETS_DIR
 from guardeval.cohorts.builders.demo import BUNDLED_DEMO
 from guardeval.run.planning import materialise, plan_launch, resolve_run_dir
+from guardeval.run.run import Run
 from guardeval.run.runner import execute, finish_message, raise_if_stopped
 from guardeval.terminal import safe
 
@@ -37,7 +38,8 @@ def run_demo(*, run_dir: str | None, as_json: bool, progress: bool = True, guard
         target = resolve_run_dir(run_dir, plan.manifest["run_id"])
         materialise(plan, target)
         print(f"demo: run folder {target} ({plan.n_calls} calls)", file=sys.stderr)
-        outcome = execute(target, base_url=sim.base_url, concurrency=32, progress=progress)
+        with Run.using(target) as run:
+            outcome = execute(run.folder, base_url=sim.base_url, concurrency=32, progress=progress)
         print(f"demo: {finish_message(outcome)}; fingerprint {outcome.fingerprint}", file=sys.stderr)
         raise_if_stopped(outcome)
     return _estimate(target, as_json)

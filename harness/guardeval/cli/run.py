@@ -172,11 +172,19 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from guardeval.run.planning import materialise, plan_launch, require_key, resolve_run_dir
+    from guardeval.run.planning import plan_launch, resolve_run_dir
 
     plan = plan_launch(cohort_dir=args.cohort, guard_path=args.guard, reps=args.reps, seed=args.seed,
                        order=args.order, base_url=args.base_url, row_limits=row_limits(args))
-    run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
+    return _start_new_run(plan, resolve_run_dir(args.run_dir, plan.manifest["run_id"]), args)
+
+
+def _start_new_run(plan: Any, run_dir: Path, args: argparse.Namespace, *, replicate: bool = False) -> int:
+    """What `launch` and `replicate` do with their plan: the plain-http warning, then `--dry-run`'s
+    summary, or the checks (a new folder, the key, the preflight), the folder written and the
+    first session."""
+    from guardeval.run.planning import materialise, require_key
+
     _warn_if_plain_http(plan.config.effective_base_url)
     if args.dry_run:
         return _dry_run(plan, run_dir, args)
@@ -186,7 +194,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise preflight.refuse(plan)
     _record_options(plan, args)
     materialise(plan, run_dir)
-    print(f"run: {safe(run_dir)}", file=sys.stderr)
+    of = f" (replicate of {plan.manifest['parent_run']['run_id']})" if replicate else ""
+    print(safe(f"run: {run_dir}{of}"), file=sys.stderr)
     return _first_session(run_dir, args)
 
 
@@ -375,23 +384,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
-    from guardeval.run.planning import materialise, plan_replicate, require_key, resolve_run_dir
+    from guardeval.run.planning import plan_replicate, resolve_run_dir
     from guardeval.run.run import Run
 
     parent = Run.open(args.run).folder
     plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
-    run_dir = resolve_run_dir(args.run_dir, plan.manifest["run_id"])
-    _warn_if_plain_http(plan.config.effective_base_url)
-    if args.dry_run:
-        return _dry_run(plan, run_dir, args)
-    check_new_run_dir(run_dir)
-    require_key(plan.config, plan.config.source)   # before the preflight, which would send it
-    if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
-        raise preflight.refuse(plan)
-    _record_options(plan, args)
-    materialise(plan, run_dir)
-    print(safe(f"run: {run_dir} (replicate of {plan.manifest['parent_run']['run_id']})"), file=sys.stderr)
-    return _first_session(run_dir, args)
+    return _start_new_run(plan, resolve_run_dir(args.run_dir, plan.manifest["run_id"]), args, replicate=True)
 
 
 STATE_TEXT = {

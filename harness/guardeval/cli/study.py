@@ -324,12 +324,12 @@ def cmd_add(args: argparse.Namespace) -> int:
 def _preflight_add(args: argparse.Namespace) -> None:
     """The new guard's preflight, on the study's schedule (as `replicate` runs it)."""
     from guardeval.run.planning import plan_replicate
-    from guardeval.study.record import open_study, read_record, run_folder
+    from guardeval.study.record import open_run, open_study, read_record
 
     with open_study(args.study) as study:
         record = read_record(study)
-        with run_folder(study, record["runs"][0]["label"]) as first:
-            plan = plan_replicate(first, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
+        with open_run(study, record["runs"][0]["label"]) as first:
+            plan = plan_replicate(first.folder, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
             if not preflight.check_plan(plan, args, max_calls=args.max_calls, out=sys.stderr):
                 raise preflight.refuse(plan)
 

@@ -28,7 +28,7 @@ from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits, load_
 from guardeval.errors import InputError
 from guardeval.run.dispatch.budget import projected_cost
 from guardeval.run.folder.create import create_run_dir, create_run_in
-from guardeval.run.folder.folder import RunFolder, opened
+from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, PROMPT_DIR, RUNS_ROOT, SCHEDULE, STIMULI, new_run_id, utcnow
 from guardeval.run.folder.manifest import (
     load_cohort_copy,
@@ -294,15 +294,15 @@ def load_run_cohort(folder: RunFolder, manifest: dict[str, Any], row_limits: Row
     return cohort
 
 
-def run_prompt_tokens(run: Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
+def run_prompt_tokens(folder: RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS
                       ) -> tuple[GuardConfig, int, int]:
-    """(guard config, rough prompt tokens of one call of every instance summed, bases) of a run,
-    rendered from its cohort copy with its config and prompt as `launch --dry-run` counts them."""
-    with opened(run) as folder:
-        manifest = read_manifest(folder)
-        config = run_config(folder, manifest)
-        prompt = load_run_prompt(folder, manifest)
-        cohort = load_run_cohort(folder, manifest, row_limits)
+    """(guard config, rough prompt tokens of one call of every instance summed, bases) of a run
+    its caller opened (`guardeval.run.Run.open`), rendered from its cohort copy with its config
+    and prompt as `launch --dry-run` counts them."""
+    manifest = read_manifest(folder)
+    config = run_config(folder, manifest)
+    prompt = load_run_prompt(folder, manifest)
+    cohort = load_run_cohort(folder, manifest, row_limits)
     render = make_renderer(config, prompt)
     total = sum(_render_request(render, inst)[1] for inst in cohort.iter_instances())
     return config, total, len(cohort.base_ids)

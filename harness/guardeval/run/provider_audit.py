@@ -26,7 +26,7 @@ from guardeval.backends.openrouter import providers
 from guardeval.backends.openrouter.generation import fetch_generations
 from guardeval.errors import InputError
 from guardeval.run.dispatch.budget import reported_cost
-from guardeval.run.folder.folder import RunFolder, opened
+from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, RAW
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.run.folder.manifest import read_manifest, run_config
@@ -62,8 +62,10 @@ def _id_in_response(response: Any) -> str | None:
 
 
 def audit_providers(run: Path | RunFolder, *, base_url: str | None = None, concurrency: int = 8) -> dict[str, Any]:
-    with opened(run) as folder:
-        return _audit(folder, base_url, concurrency)
+    from guardeval.run.run import Run
+
+    with Run.using(run) as r:
+        return _audit(r.folder, base_url, concurrency)
 
 
 def _audit(folder: RunFolder, base_url: str | None, concurrency: int) -> dict[str, Any]:

@@ -77,12 +77,26 @@ class Run:
         """The one way to open a run (InputError, exit 2: no such folder, a link, no manifest.json)."""
         if isinstance(run, Run):
             return run
-        owns = not isinstance(run, RunFolder)
-        folder = RunFolder(run) if not isinstance(run, RunFolder) else run
-        if not folder.has(MANIFEST):
+        if isinstance(run, RunFolder):
+            return cls._checked(run, owns=False)
+        return cls._checked(RunFolder(run), owns=True)
+
+    @classmethod
+    def inside(cls, parent: RunFolder, name: str) -> Run:
+        """The run in the folder `name` of `parent` (a study's `runs/<label>`), each step opened
+        relative to the one before and never through a link; InputError as `open`."""
+        return cls._checked(parent.folder(name), owns=True)
+
+    @classmethod
+    def _checked(cls, folder: RunFolder, *, owns: bool) -> Run:
+        """The "not a run folder" check, made once; a folder opened here is closed when it fails."""
+        try:
+            if not folder.has(MANIFEST):
+                raise InputError("not a run folder (no manifest.json)", path=folder.path)
+        except BaseException:
             if owns:
                 folder.close()
-            raise InputError("not a run folder (no manifest.json)", path=folder.path)
+            raise
         return cls(folder, owns=owns)
 
     @classmethod

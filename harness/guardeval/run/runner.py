@@ -27,7 +27,7 @@ from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from guardeval.run.folder import supersede
-from guardeval.run.folder.folder import RunFolder, opened
+from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import STIMULUS_LINE, iter_jsonl, parse_line
 from guardeval.run.folder.manifest import load_run_prompt, read_manifest, run_config
@@ -58,21 +58,21 @@ class RunOutcome:
         return self.decided >= self.total
 
 
-def execute(run: Path | RunFolder, *, base_url: str | None = None, concurrency: int | None = None,
+def execute(folder: RunFolder, *, base_url: str | None = None, concurrency: int | None = None,
             rpm: float | None = None, max_cost: float | None = None, max_calls: int | None = None,
             progress: bool = True, handle_signals: bool = True, adaptive: bool = True,
             row_limits: RowLimits = DEFAULT_ROW_LIMITS, retry_failed: tuple[str, ...] | None = None,
             rate_limit_stop_s: float | None = None, allow_changed_callable: bool = False) -> RunOutcome:
     """Dispatch every undecided call of a run folder (launch and resume both end here); with
     `retry_failed` (failure statuses), also the calls whose live decision has one of them, their
-    new decisions superseding the old (`guardeval.run.folder.supersede`)."""
-    with opened(run) as folder:
-        with session(folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
-                     max_calls=max_calls, progress=progress, handle_signals=handle_signals, adaptive=adaptive,
-                     row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s,
-                     allow_changed_callable=allow_changed_callable) as s:
-            anyio.run(s.dispatch, backend_options=backend_options())
-        return s.finished()
+    new decisions superseding the old (`guardeval.run.folder.supersede`). `folder` is the run
+    as its caller opened it (`guardeval.run.Run.open`), left open."""
+    with session(folder, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
+                 max_calls=max_calls, progress=progress, handle_signals=handle_signals, adaptive=adaptive,
+                 row_limits=row_limits, retry_failed=retry_failed, rate_limit_stop_s=rate_limit_stop_s,
+                 allow_changed_callable=allow_changed_callable) as s:
+        anyio.run(s.dispatch, backend_options=backend_options())
+    return s.finished()
 
 
 @dataclass

@@ -20,7 +20,7 @@ import orjson
 
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import CheckFailed
-from guardeval.run.folder.folder import RunFolder, opened
+from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
@@ -109,8 +109,10 @@ def _retry_round(d: dict[str, Any] | None) -> int:
 
 
 def load_run_table(run: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
-    with opened(run) as folder:
-        return _run_table(folder, row_limits)
+    from guardeval.run.run import Run
+
+    with Run.using(run) as r:
+        return _run_table(r.folder, row_limits)
 
 
 def _run_table(folder: RunFolder, row_limits: RowLimits) -> RunTable:

@@ -13,7 +13,6 @@ A 1,000,000-call run reports in seconds.
 from __future__ import annotations
 
 from array import array
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,7 +21,7 @@ from guardeval.backends.base import valid_cost
 from guardeval.run.dispatch.workers import halves
 from guardeval.run.folder import supersede
 from guardeval.run.folder.answered import answered_by
-from guardeval.run.folder.folder import RunFolder, opened
+from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import DECISIONS, EVENTS, RAW
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, iter_raw_fields
 from guardeval.run.folder.manifest import read_manifest, run_config
@@ -32,12 +31,8 @@ from guardeval.run.integrity.head import head_problems
 MAX_PROBLEMS = 50   # listed by status (verify lists them all, up to its own bound)
 
 
-def run_status(run: Path | RunFolder) -> dict[str, Any]:
-    with opened(run) as folder:
-        return _status(folder)
-
-
-def _status(folder: RunFolder) -> dict[str, Any]:
+def run_status(folder: RunFolder) -> dict[str, Any]:
+    """`guardeval status` of a run its caller opened (`guardeval.run.Run.open`), left open."""
     manifest = read_manifest(folder)
     raw_counts = _RawCounts(folder)   # workers read the raw log while this reads decisions
     rounds: dict[int, int] = {}

@@ -7,7 +7,8 @@ A study folder may come from someone else: it is opened as a run folder is (`Run
 link followed, regular files only, every read bounded, one writer), study.json is read under a
 size bound, refused when it repeats a key, and checked against harness/guardeval/schemas/study.schema.json
 before anything reads a field. Run labels are slugs (the schema's pattern), the only names
-joined into a path (`runs/<label>`), and never through a link.
+joined into a path (`runs/<label>`), and never through a link; each run is opened as every run
+is (`guardeval.run.Run`: `open_run`).
 
 The **study fingerprint** pins what a comparison was made from: `s<runs>.<decisions>.<24 hex>`,
 the hex from the SHA-256 of the canonical JSON of the study id, cohort, schedule, prompt,
@@ -31,6 +32,7 @@ from guardeval.cohorts.model import checked_json
 from guardeval.errors import InputError, RunLocked
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import utcnow
+from guardeval.run.run import Run
 
 STUDY_JSON = "study.json"
 RUNS_DIR = "runs"
@@ -120,9 +122,10 @@ def run_entry(label: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
             "added": utcnow(), "fingerprint": None}
 
 
-def run_folder(study: RunFolder, label: str) -> RunFolder:
-    """`runs/<label>` of a study (a slug, checked), opened without following a link."""
-    return study.folder(f"{RUNS_DIR}/{check_label(label, 'label')}")
+def open_run(study: RunFolder, label: str) -> Run:
+    """The run `runs/<label>` of a study (a slug, checked), opened as every run is (`Run`), each
+    step relative to the study's folder and never through a link; InputError as `Run.open`."""
+    return Run.inside(study, f"{RUNS_DIR}/{check_label(label, 'label')}")
 
 
 def check_label(label: str, where: str) -> str:

@@ -27,10 +27,10 @@ from guardeval.study.record import (
     StudyLock,
     check_label,
     command,
+    open_run,
     open_study,
     read_record,
     run_entry,
-    run_folder,
     write_record,
 )
 from guardeval.study.status import require_intact
@@ -56,7 +56,8 @@ def open_runs(study: RunFolder, record: Mapping[str, Any], labels: Sequence[str]
     for entry in wanted:
         label = entry["label"]
         try:
-            folder = run_folder(study, label)
+            run = open_run(study, label)
+            folder = run.folder
             manifest = read_manifest(folder)
         except InputError as exc:
             raise CheckFailed(f"{study.file(RUNS_DIR)}/{label}: the study's run {label!r} cannot be opened ({exc}); "
@@ -89,7 +90,8 @@ def _outcome(study: RunFolder, record: Mapping[str, Any], done: StudyDispatch) -
             complete[entry["label"]] = r.outcome.complete
         else:
             try:
-                complete[entry["label"]] = bool(run_status(run_folder(study, entry["label"]))["complete"])
+                with open_run(study, entry["label"]) as run:
+                    complete[entry["label"]] = bool(run.status()["complete"])
             except InputError:
                 complete[entry["label"]] = False
     return StudyOutcome(study.path, done.runs, complete, done.budget, done.interrupted)

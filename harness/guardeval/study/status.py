@@ -26,9 +26,7 @@ from guardeval.run.folder.folder import RunFolder, reason
 from guardeval.run.folder.layout import MANIFEST, RAW
 from guardeval.run.folder.manifest import read_manifest
 from guardeval.run.integrity.fingerprint import not_a_later_session
-from guardeval.run.integrity.verify import verify_run
-from guardeval.run.status import run_status
-from guardeval.study.record import RUNS_DIR, STUDY_JSON, open_study, read_record, run_folder, study_fingerprint
+from guardeval.study.record import RUNS_DIR, STUDY_JSON, open_run, open_study, read_record, study_fingerprint
 
 _PARTIAL = re.compile(r"\..+\.partial-[0-9]+")
 
@@ -116,9 +114,9 @@ def study_status(study_dir: str | Path) -> dict[str, Any]:
         for entry in record["runs"]:
             label = entry["label"]
             try:
-                with run_folder(study, label) as folder:
-                    manifest = read_manifest(folder)
-                    st = run_status(folder)
+                with open_run(study, label) as run:
+                    manifest = read_manifest(run.folder)
+                    st = run.status()
             except (InputError, CheckFailed) as exc:
                 tokens[label] = None
                 runs.append({"label": label, "problem": str(exc), "complete": False})
@@ -175,12 +173,13 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
             where = study.file(f"{RUNS_DIR}/{label}")
             tokens[label] = None
             try:
-                folder = run_folder(study, label)
+                run = open_run(study, label)
             except InputError as exc:
                 problem(where, f"the study's run {label!r} is missing or cannot be opened: {reason(exc)}")
                 continue
-            with folder:
-                rep = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
+            with run:
+                folder = run.folder
+                rep = run.verify(allow_skipped=allow_skipped, row_limits=row_limits)
                 runs[label] = {"ok": rep["ok"], "checked": rep["checked"], "problems": len(rep["problems"]),
                                "fingerprint": (rep.get("fingerprint") or {}).get("token")}
                 problems.extend({**p, "run": label} for p in rep["problems"])
@@ -232,9 +231,9 @@ def require_intact(study: RunFolder, record: Mapping[str, Any]) -> None:
     for entry in record["runs"]:
         label = entry["label"]
         try:
-            with run_folder(study, label) as folder:
-                found += identity_problems(entry, read_manifest(folder), record)
-                found += list(run_status(folder)["problems"])
+            with open_run(study, label) as run:
+                found += identity_problems(entry, read_manifest(run.folder), record)
+                found += list(run.status()["problems"])
         except (InputError, CheckFailed) as exc:
             found.append(f"{RUNS_DIR}/{label}: {exc}")
     if found:

@@ -20,7 +20,7 @@ from typing import Any
 from guardeval.canon import sha256_hex
 from guardeval.errors import InputError
 from guardeval.run.dispatch.budget import reported_cost
-from guardeval.run.folder.folder import LineTooLong, RunFolder, opened
+from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, parse_line, raw_head
 from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
@@ -252,10 +252,12 @@ def resolve_call_id(folder: RunFolder, text: str, shown: int = 5) -> str:
 def find_call(run: str | Path | RunFolder, call_id: str) -> dict[str, Any]:
     """One call's whole story, read straight from the files (no full scan of a large run):
     its schedule row, cohort row, every attempt, its decisions. `call_id` may be a unique prefix."""
-    with opened(run) as folder:
-        if not folder.has(SCHEDULE):
-            raise InputError("not a run folder (no schedule.jsonl)", path=folder.path)
-        return _story(folder, resolve_call_id(folder, call_id))
+    from guardeval.run.run import Run
+
+    with Run.using(run) as r:
+        if not r.folder.has(SCHEDULE):
+            raise InputError("not a run folder (no schedule.jsonl)", path=r.path)
+        return _story(r.folder, resolve_call_id(r.folder, call_id))
 
 
 def _story(folder: RunFolder, call_id: str) -> dict[str, Any]:

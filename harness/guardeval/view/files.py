@@ -49,14 +49,13 @@ def compare_folder(out: str | Path | None, runs: Sequence[Path]) -> Path:
 
 def _holds_run(target: Path) -> bool:
     from guardeval.errors import GuardevalError
-    from guardeval.run.folder.folder import opened
-    from guardeval.run.folder.layout import MANIFEST
+    from guardeval.run.run import Run
 
     if not target.is_dir():
         return False
     try:
-        with opened(target) as folder:   # never through a link
-            return folder.has(MANIFEST)
+        with Run.using(target):   # never through a link; InputError when it has no manifest.json
+            return True
     except (GuardevalError, OSError):
         return False
 

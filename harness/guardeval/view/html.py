@@ -29,7 +29,7 @@ from guardeval.canon import canonical_bytes
 from guardeval.errors import CheckFailed, GuardevalError, InputError
 from guardeval.estimators.report import sections as S
 from guardeval.estimators.report.formats import level
-from guardeval.run.folder.folder import RunFolder, opened
+from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.view import tables as T
@@ -236,8 +236,10 @@ def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_est
                 "checked": "skipped, allowed: " + ", ".join(map(str, allowed)) if allowed else "every check",
                 "problems": []}
     from guardeval.run.integrity.verify import verify_run
+    from guardeval.run.run import Run
 
-    result = verify_run(run, allow_skipped=allow_skipped)
+    with Run.using(run) as r:
+        result = verify_run(r.folder, allow_skipped=allow_skipped)
     skipped: list[Mapping[str, Any]] = [s for s in result.get("skipped") or [] if isinstance(s, Mapping)]
     names = ", ".join(str(s.get("check")) for s in skipped)
     return {"ok": bool(result.get("ok")), "how": "run when this report was made",
@@ -399,7 +401,10 @@ def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | N
     against it (`recheck_report`). A run that fails either gets no report that looks like one:
     the page says why instead (no numbers of the run in it), and CheckFailed (exit 1) says the
     same."""
-    with opened(run) as folder:
+    from guardeval.run.run import Run
+
+    with Run.using(run) as r:
+        folder = r.folder
         target = out_file(out, folder.file(REPORT_HTML)) if out is not None else None
         if report is None:
             return _report_from_file(folder, target, calls, allow_skipped)

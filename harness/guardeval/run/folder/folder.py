@@ -503,17 +503,6 @@ def _named(path: Path) -> Path:
     return path
 
 
-@contextmanager
-def opened(run: str | Path | RunFolder) -> Iterator[RunFolder]:
-    """`run` as a RunFolder: the one given (left open for its owner), or the folder at a path,
-    opened now and closed after. Commands open the folder once and hand it down."""
-    if isinstance(run, RunFolder):
-        yield run
-        return
-    with RunFolder(run) as folder:
-        yield folder
-
-
 def write_into(where: RunFolder | Path, name: str, write: Callable[[BinaryIO], object]) -> Path:
     """`write(file)` as `name` in a run folder (`RunFolder.replace`) or in a plain folder given
     by `--out` (a new file beside, `O_EXCL`, renamed into place): a reader never sees half a

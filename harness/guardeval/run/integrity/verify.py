@@ -34,7 +34,6 @@ import heapq
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,7 @@ from guardeval.canon import canonical_sha256, dumps_line
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from guardeval.errors import GuardevalError, InputError
 from guardeval.run.folder import supersede
-from guardeval.run.folder.folder import LineTooLong, RunFolder, opened, reason
+from guardeval.run.folder.folder import LineTooLong, RunFolder, reason
 from guardeval.run.folder.layout import DECISIONS, EVENTS, GENESIS, MANIFEST, PROMPT_DIR, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import STIMULUS_LINE
 from guardeval.run.folder.manifest import MAX_MANIFEST_BYTES, load_cohort_copy, load_run_prompt, run_row_limits
@@ -73,17 +72,17 @@ _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"ind
                   b'"interaction_id":%s,"repetition":%d}\n')
 
 
-def verify_run(run: Path | RunFolder, *, allow_skipped: bool = False,
+def verify_run(folder: RunFolder, *, allow_skipped: bool = False,
                row_limits: RowLimits = DEFAULT_ROW_LIMITS, expect: str | None = None) -> dict[str, Any]:
     """Every check, as a report: `problems` (file, line, message), `skipped` (checks that could
     not be done, with the reason) and `ok`, which is false when there is a problem, or a
     skipped check unless `allow_skipped`; `fingerprint` (guardeval.run.integrity.fingerprint), which must
     equal `expect` when one is given. A file of the run that is a symbolic link or not a
-    regular file is a problem, and is not read."""
+    regular file is a problem, and is not read. `folder` is the run as its caller opened it
+    (`guardeval.run.Run.open`), left open."""
     try:
-        with opened(run) as folder:
-            return _verify(folder, allow_skipped, row_limits, expect)
-    except InputError as exc:   # the folder itself: missing, not a folder, a link
+        return _verify(folder, allow_skipped, row_limits, expect)
+    except InputError as exc:   # the folder itself: gone, not a folder, a link
         return {"ok": False, "problems": [{"file": MANIFEST, "line": None, "message": str(exc)}], "skipped": [],
                 "checked": "manifest unreadable"}
 
