@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The estimators' own records, not copies: a quantity's decision (verdicts/record.py), the effects
-# table's row and a comparison's pair row.
-from guardeval.estimators.compare.rows import PairRow
-from guardeval.estimators.report.rows import EffectRow
+# The estimators' own records, not copies: a condition's effect is the effects table's row
+# (estimators/report/rows.py), a pair's difference the comparison's row (estimators/compare/rows.py),
+# a quantity's decision the one decision record (estimators/verdicts/record.py).
+from guardeval.estimators.compare.rows import PairRow as Difference
+from guardeval.estimators.report.rows import EffectRow as Effect
 from guardeval.estimators.report.rows import Interval as Interval
 from guardeval.estimators.verdicts.record import Decision as Decision
 from guardeval.records import Record
@@ -176,10 +177,6 @@ class VerifyReport(_Record):
         return {k: v for k, v in d.items() if v is not None or k not in _VERIFY_OPTIONAL}
 
 
-# One condition against the baseline: the effects table's row itself (estimators/report/rows.py).
-Effect = EffectRow
-
-
 @dataclass(frozen=True)
 class Estimate(_Record):
     """`guardeval estimate`: the headline numbers typed; `report` is the whole report.json."""
@@ -205,10 +202,6 @@ class Estimate(_Record):
             if e.condition == condition:
                 return e
         raise KeyError(condition)
-
-
-# One condition of a pair (B − A): the comparison's row itself (estimators/compare/rows.py).
-Difference = PairRow
 
 
 @dataclass(frozen=True)
