@@ -2,7 +2,7 @@
 report.html's p columns never break a number across lines, and at both widths its effects table,
 its families' tables (the contrast diagnostics among them) and the table of every field of its
 accuracy need no sideways scroll; study.html's tables (its pairs' B − A tables among them) need none
-either."""
+either; nor do compare.html's."""
 
 from __future__ import annotations
 
@@ -107,15 +107,21 @@ WIDE_ALL = """(() => {
 })()"""
 
 
-def _at_each_width(report: Path, *scripts: str) -> dict[int, list]:
-    """Each script's value on `report` at each width, in one browser."""
+def _at_each_width(report: Path, *scripts: str, ready: str | None = None) -> dict[int, list]:
+    """Each script's value on `report` at each width, in one browser; `ready`: what says a page
+    without report.html's script has loaded."""
     async def scenario() -> dict[int, list]:
         seen = {}
         async with Chromium() as browser:
             page = await browser.page()
             for width in WIDTHS:
                 await _at(page, width)
-                await load(page, report)
+                if ready is None:
+                    await load(page, report)
+                else:
+                    await page.send("Page.enable")
+                    await page.send("Page.navigate", url=report.resolve().as_uri())
+                    await page.wait_for(ready)
                 seen[width] = [await page.evaluate(s) for s in scripts]
             await page.close()
         return seen
@@ -223,3 +229,28 @@ def test_study_html_leaderboards_show_every_column(tmp_path, small_cohort):
     for width in WIDTHS:
         assert seen[width][1] > 0 and seen[width][3] >= 2, seen[width]
         assert seen[width][0] == [] and seen[width][2] == [], (width, seen[width])
+
+
+def test_no_table_of_compare_html_scrolls_sideways(tmp_path, small_cohort):
+    """Three guards with long labels on a labelled cohort (so its leaderboards carry accuracy and
+    its ranks): at 1400 and at 1000 pixels no table of compare.html (each pair's two B − A tables,
+    the leaderboards) needs a sideways scroll."""
+    runs = [tmp_path / name for name in ("a", "b", "c")]
+    r = run_cli("launch", "--cohort", str(small_cohort), "--guard", "python-example", "--reps", "2",
+                "--run-dir", str(runs[0]), "--no-progress")
+    assert r.code == 0, r.err
+    for run in runs[1:]:
+        r = run_cli("replicate", str(runs[0]), "--guard", "python-example", "--run-dir", str(run), "--no-progress")
+        assert r.code == 0, r.err
+    out = tmp_path / "cmp"
+    r = run_cli("compare", *map(str, runs), "--label", "shortcut-keywords-first", "--label",
+                "alias-sensitive-keywords-second", "--label", "robust-keywords-third", "--bootstrap", "300",
+                "--out", str(out))
+    assert r.code == 0, r.err
+    seen = _at_each_width(out / "compare.html", "document.querySelectorAll('table').length", WIDE_ALL,
+                          "Array.from(document.querySelectorAll('th')).filter(h => h.textContent.startsWith("
+                          "'rank by accuracy')).length",
+                          ready="document.readyState === 'complete' && !!document.querySelector('table.leaderboard')")
+    # 3 pairs x 2 B − A tables, and a leaderboard per condition
+    assert all(n >= 6 + 5 and ranks > 0 for n, _, ranks in seen.values()), seen
+    assert {w: wide for w, (_, wide, _) in seen.items()} == {w: [] for w in WIDTHS}
