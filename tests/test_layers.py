@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,13 @@ LAYERS = ["guardeval.cli", "guardeval.api", "guardeval.study", "guardeval.view",
 ALLOWED_UP = {("harness/guardeval/__main__.py", "guardeval.cli")}   # the `python -m guardeval` entry point
 # `import guardeval as ge; ge.launch(...)`: the package's own names are the API's, loaded on first use.
 ALLOWED_UP |= {("harness/guardeval/__init__.py", "guardeval.api")}
+
+
+@functools.cache
+def engine_modules() -> tuple[tuple[str, ast.AST], ...]:
+    """Every module of the engine: its path from the repository root and its tree, parsed once."""
+    return tuple((f.relative_to(REPO).as_posix(), ast.parse(f.read_text(encoding="utf-8")))
+                 for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")))
 
 
 def layer(module: str) -> str | None:
@@ -194,11 +202,10 @@ def _path_uses(tree: ast.AST) -> list[tuple[str, str, int]]:
 
 def test_only_the_run_folder_object_opens_a_run_folders_files():
     offenders = []
-    for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")):
-        rel = f.relative_to(REPO).as_posix()
+    for rel, tree in engine_modules():
         if not rel.startswith(RUN_LAYERS) or rel in OPENS_ELSEWHERE:
             continue
-        for where, what, line in _path_uses(ast.parse(f.read_text(encoding="utf-8"))):
+        for where, what, line in _path_uses(tree):
             if f"{rel}:{where}" not in OPENS_ELSEWHERE:
                 offenders.append(f"{rel}:{line} ({where or 'module'}): {what}")
     assert offenders == [], "open run-folder files through guardeval.run.folder.folder.RunFolder:\n" + "\n".join(offenders)
@@ -264,11 +271,10 @@ def _backend_names_used(tree: ast.AST) -> list[tuple[str, int, str]]:
 
 def test_no_backend_name_outside_the_registry_and_the_backends_own_modules():
     offenders = []
-    for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")):
-        rel = f.relative_to(REPO).as_posix()
+    for rel, tree in engine_modules():
         if rel.startswith(BACKEND_MODULES):
             continue
-        for where, line, what in _backend_names_used(ast.parse(f.read_text(encoding="utf-8"))):
+        for where, line, what in _backend_names_used(tree):
             if f"{rel}:{where}" not in OTHER_MEANINGS:
                 offenders.append(f"{rel}:{line} ({where or 'module'}): {what}")
     assert offenders == [], "ask the back-end's record (guardeval.backends.backend) instead:\n" + "\n".join(offenders)
@@ -333,11 +339,8 @@ def _other_openers(rel: str, tree: ast.AST) -> list[str]:
 
 
 def test_only_the_run_object_opens_a_run():
-    offenders = []
-    for f in sorted((REPO / "harness" / "guardeval").rglob("*.py")):
-        rel = f.relative_to(REPO).as_posix()
-        if not rel.startswith(MAKES_RUN_FOLDERS):
-            offenders += _other_openers(rel, ast.parse(f.read_text(encoding="utf-8")))
+    offenders = [found for rel, tree in engine_modules() if not rel.startswith(MAKES_RUN_FOLDERS)
+                 for found in _other_openers(rel, tree)]
     assert offenders == [], "open a run with guardeval.run.Run.open:\n" + "\n".join(offenders)
 
 

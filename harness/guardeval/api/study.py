@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from guardeval.api.runs import Guard, _main_thread
-from guardeval.api.types import Problem, Skipped, StudyReport, StudyResult, StudyRun, StudyVerifyReport, _Record
+from guardeval.api.types import Problem, Skipped, StudyReport, StudyResult, StudyRun, StudyVerifyReport
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
+from guardeval.records import Record
 
 
 @dataclass
-class StudyPlanned(_Record):
+class StudyPlanned(Record):
     """A study, planned and checked; nothing written yet (`study_launch_plan` writes and runs it)."""
 
     study_id: str

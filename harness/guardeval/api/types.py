@@ -16,12 +16,9 @@ from guardeval.estimators.report.rows import Interval as Interval
 from guardeval.estimators.verdicts.record import Decision as Decision
 from guardeval.records import Record
 
-# The one record base (to_dict): the estimators' rows are API records too.
-_Record = Record
-
 
 @dataclass(frozen=True)
-class Projection(_Record):
+class Projection(Record):
     """What a launch would cost, projected before anything is sent (`launch --dry-run`): an upper
     estimate, prompt characters / 4 and every call's full `max_tokens`."""
 
@@ -32,7 +29,7 @@ class Projection(_Record):
 
 
 @dataclass
-class LaunchPlan(_Record):
+class LaunchPlan(Record):
     """A launch or replicate, prepared and hashed; nothing written yet (`launch_plan` writes it)."""
 
     run_id: str
@@ -54,7 +51,7 @@ class LaunchPlan(_Record):
 
 
 @dataclass(frozen=True)
-class RunResult(_Record):
+class RunResult(Record):
     """What one launch, resume or replicate did, and where the whole run stands."""
 
     run_dir: Path
@@ -96,7 +93,7 @@ class RunResult(_Record):
 
 
 @dataclass(frozen=True)
-class RunStatus(_Record):
+class RunStatus(Record):
     """`guardeval status`: the same fields as `status --json`."""
 
     run_id: str
@@ -139,7 +136,7 @@ class RunStatus(_Record):
 
 
 @dataclass(frozen=True)
-class Problem(_Record):
+class Problem(Record):
     """One thing `verify` or `status` found wrong: the file, the line when there is one, and what."""
 
     file: str
@@ -148,7 +145,7 @@ class Problem(_Record):
 
 
 @dataclass(frozen=True)
-class Skipped(_Record):
+class Skipped(Record):
     """A check `verify` could not make here, and why (`--allow-skipped` accepts it)."""
 
     check: str
@@ -159,7 +156,7 @@ _VERIFY_OPTIONAL = ("n_calls", "n_raw", "n_decisions", "undecided_answers", "fin
 
 
 @dataclass(frozen=True)
-class VerifyReport(_Record):
+class VerifyReport(Record):
     """`guardeval verify`: ok is false on any problem, or a skipped check unless allowed."""
 
     ok: bool
@@ -178,7 +175,7 @@ class VerifyReport(_Record):
 
 
 @dataclass(frozen=True)
-class Estimate(_Record):
+class Estimate(Record):
     """`guardeval estimate`: the headline numbers typed; `report` is the whole report.json."""
 
     run_dir: Path | None
@@ -205,7 +202,7 @@ class Estimate(_Record):
 
 
 @dataclass(frozen=True)
-class Comparison(_Record):
+class Comparison(Record):
     """`guardeval compare`: runs of one schedule; `conditions` is the first pair (B − A),
     `result` the whole comparison (every pair, the leaderboard, ranking checks)."""
 
@@ -223,7 +220,7 @@ class Comparison(_Record):
 
 
 @dataclass(frozen=True)
-class CallRecord(_Record):
+class CallRecord(Record):
     """One scheduled call joined across the run folder (the columns of `guardeval export`)."""
 
     call_id: str
@@ -247,7 +244,7 @@ class CallRecord(_Record):
 
 
 @dataclass(frozen=True)
-class StudyRun(_Record):
+class StudyRun(Record):
     """One run of a study after a `study_launch`, `study_resume` or `study_add`."""
 
     label: str
@@ -264,7 +261,7 @@ class StudyRun(_Record):
 
 
 @dataclass(frozen=True)
-class StudyResult(_Record):
+class StudyResult(Record):
     """What one `study_launch`, `study_resume` or `study_add` did, and where the study stands."""
 
     study_dir: Path
@@ -299,7 +296,7 @@ class StudyResult(_Record):
 
 
 @dataclass(frozen=True)
-class StudyVerifyReport(_Record):
+class StudyVerifyReport(Record):
     """`guardeval study verify`: every run, and the study's record against them."""
 
     ok: bool
@@ -312,7 +309,7 @@ class StudyVerifyReport(_Record):
 
 
 @dataclass(frozen=True)
-class StudyReport(_Record):
+class StudyReport(Record):
     """`guardeval study report`: the answer, typed where a caller reads it; `report` is the
     whole of study-report.json."""
 

@@ -152,7 +152,8 @@ def backend_names() -> tuple[str, ...]:
 
 def backends_with(test: Callable[[Backend], bool]) -> tuple[str, ...]:
     """The names of the back-ends for which `test` holds (for messages that list them)."""
-    return tuple(b.name for b in (backend_for(n) for n in backend_names()) if test(b))
+    _load()
+    return tuple(name for name, b in _TABLE.items() if test(b))
 
 
 def builtin_names() -> tuple[str, ...]:

@@ -82,5 +82,5 @@ class Guard(abc.ABC):
     @property
     def allowed_providers(self) -> tuple[str, ...]:
         """Routing slugs of the upstream providers the config allows, if it pins any (an answer
-        from another is quarantined as drift; docs/design.md §10)."""
-        return ()
+        from another is quarantined as drift; docs/design.md §10): its back-end's record says."""
+        return self.config.allowed_providers

@@ -282,10 +282,6 @@ class OpenRouterGuard(ChatCompletionsGuard):
         gen = gen if isinstance(gen, str) and gen else headers.get("x-generation-id")
         reply.generation_id = clean(gen[:200]) if gen else None
 
-    @property
-    def allowed_providers(self) -> tuple[str, ...]:
-        return self.config.allowed_providers
-
 
 class OpenAICompatibleGuard(ChatCompletionsGuard):
     """vLLM, llama.cpp server, mlx_lm.server: no key required, no routing table."""

@@ -25,7 +25,7 @@ def _renderer(config: Any, prompt: Any) -> Callable[[Mapping[str, Any]], dict[st
     return functools.partial(chat_body, config, prompt)
 
 
-def _normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Any,
+def keep_native_finish_reason(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Any,
                      clean: Callable[[str], str]) -> None:
     # An upstream's own finish reason, when the server reports one (a proxy in OpenRouter's
     # shape does): kept as text, redacted, at most 200 characters. Usage is the generic
@@ -44,5 +44,5 @@ BACKEND = register(Backend(
     name=NAME, make_guard=_make_guard, make_renderer=_renderer, default_base_url="http://127.0.0.1:8000/v1",
     # Servers differ: the preflight finds out which shape this one accepts.
     default_dialect="auto", dialects=frozenset({"json_schema", "json_object", "none", "auto"}),
-    preflight=_preflight, normalise_reply=_normalise_reply,
+    preflight=_preflight, normalise_reply=keep_native_finish_reason,
 ))

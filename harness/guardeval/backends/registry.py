@@ -6,13 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from guardeval.backends.backend import Backend, backend_for, backend_names, find_backend, register, unregister
+from guardeval.backends.backend import backend_for
 from guardeval.backends.base import Guard
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.prompts import Prompt
-
-__all__ = ["Backend", "backend_for", "backend_names", "find_backend", "make_guard", "make_renderer", "register",
-           "unregister"]
 
 
 def make_guard(config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> Guard:

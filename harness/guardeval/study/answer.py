@@ -40,24 +40,22 @@ def decision(verdict: Mapping[str, Any] | None, p_adjusted: float | None, family
     the decision record of `verdict` (an `equivalence…` record) when it carries `differs`, else
     `p_adjusted < alpha` in a record made here (the family named `family`)."""
     if verdict is not None and "differs" in verdict:
-        d = Decision.of(verdict)
-        if d is not None:
-            return d
-    return _made(None if p_adjusted is None else p_adjusted < alpha, p_adjusted, family, alpha)
+        return _record({**verdict, "family": verdict.get("family") or family})
+    return _record({"differs": None if p_adjusted is None else p_adjusted < alpha, "p_adjusted": p_adjusted,
+                    "family": family, "alpha": alpha})
 
 
-def _made(differs: bool | None, p_adjusted: float | None, family: str, alpha: float) -> Decision:
-    made = Decision.of({"differs": differs, "p_adjusted": p_adjusted, "family": family, "alpha": alpha})
-    assert made is not None
+def _record(eq: Mapping[str, Any]) -> Decision:
+    made = Decision.of(eq)
+    assert made is not None     # a non-empty record always reads as one
     return made
 
 
-def words(d: Decision, family: str) -> str:
-    """The decision in the answer's words: 'p_adj 0.0006, <family>' (the record's family, else
-    `family`), or why there is none."""
+def words(d: Decision) -> str:
+    """The decision in the answer's words: 'p_adj 0.0006, <family>', or why there is none."""
     if d.differs is None:
         return "undefined (no paired base)"
-    return f"p_adj {pval(d.p_adjusted)}, {d.family or family}"
+    return f"p_adj {pval(d.p_adjusted)}, {d.family}"
 
 
 def pair_decision(row: Mapping[str, Any], alpha: float) -> tuple[Decision, str]:
@@ -106,7 +104,7 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
     row, same = _pair_row(result, most["label"], least["label"], condition)
     gap, gap_ci = _oriented(row, "difference", same)
     gap_c, gap_c_ci = _oriented(row, "difference_minus_placebo", same)
-    d, family = pair_decision(row, alpha_of(result))
+    d, _ = pair_decision(row, alpha_of(result))
     corrected = gap_c is not None
     holds = "holds" if d.differs else "is not shown" if d.differs is False else "is undefined"
     m, le = most["label"], least["label"]
@@ -123,15 +121,15 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
         names = [e["label"] for e in defined if abs(abs(e["headline_effect"]) - abs(most["headline_effect"])) <= 1e-12]
         text = (f"{condition}: {', '.join(names)} are equally sensitive (the same size of effect, "
                 f"{effect(most)}); the data give them a shared rank, no most or least; {m} − {le}: {by_how_much}. "
-                f"The difference {holds} after the stated correction ({words(d, family)}).")
+                f"The difference {holds} after the stated correction ({words(d)}).")
     else:
         text = (f"{condition}: {m} is the most sensitive ({effect(most)}), {le} the least ({effect(least)}); "
-                f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({words(d, family)}).")
+                f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({words(d)}).")
     return {"condition": condition, "most": m, "least": le, "tied": tied, "most_effect": most["headline_effect"],
             "least_effect": least["headline_effect"], "most_delta": most["delta"], "least_delta": least["delta"],
             "difference": gap, "ci_difference": gap_ci,
             "difference_minus_placebo": gap_c, "ci_difference_minus_placebo": gap_c_ci,
-            "holds": d.differs, "p_adjusted": d.p_adjusted, "family": d.family or family, "text": text}
+            "holds": d.differs, "p_adjusted": d.p_adjusted, "family": d.family, "text": text}
 
 
 def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,7 +148,7 @@ def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
         d = decision(by[c].get("equivalence_minus_placebo"), adjusted[c], GUARD_FAMILY, alpha)
         entry = {"condition": c, "delta_minus_placebo": by[c]["delta_minus_placebo"],
                  "ci_minus_placebo": by[c]["ci_minus_placebo"], "differs": d.differs, "p_adjusted": d.p_adjusted,
-                 "family": d.family or GUARD_FAMILY}
+                 "family": d.family}
         checked.append(entry)
         if d.differs:
             found.append(entry)

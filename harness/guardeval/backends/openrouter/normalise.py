@@ -17,11 +17,13 @@ from typing import Any
 
 from guardeval.backends.base import Reply, valid_cost
 
+# Loaded when a reply is read, after the registry: importing it registers nothing new then.
+from guardeval.backends.openai_compatible import keep_native_finish_reason
+
 
 def normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Reply,
                     clean: Callable[[str], str]) -> None:
-    native = choice.get("native_finish_reason")
-    reply.native_finish_reason = clean(native[:200]) if isinstance(native, str) else None
+    keep_native_finish_reason(choice, data, reply, clean)
     usage = data.get("usage")
     if isinstance(usage, dict) and usage.get("is_byok") is True:
         details = usage.get("cost_details")

@@ -10,7 +10,6 @@ from typing import Any
 
 from guardeval.estimators.compare.rows import pair_rows
 from guardeval.estimators.report.formats import interval, level, num, pval, text_table
-from guardeval.estimators.report.rows import Interval
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.record import Decision, short
 from guardeval.run.folder.answered import describe
@@ -118,16 +117,12 @@ def _p_decision(d: Decision | None) -> str:
     return pval(d.p_adjusted)
 
 
-def _ci(ci: Interval | None) -> str:
-    return interval(None if ci is None else list(ci))
-
-
 def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     """The headline: B − A of the placebo-corrected effect, decided in the stated family."""
     head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
     rows = [[r.condition + _sig(r.verdict_minus_placebo), num(r.delta_minus_placebo_a), num(r.delta_minus_placebo_b),
-             num(r.difference_minus_placebo), _ci(r.ci_difference_minus_placebo), pval(r.p_difference_minus_placebo),
+             num(r.difference_minus_placebo), interval(r.ci_difference_minus_placebo), pval(r.p_difference_minus_placebo),
              _p_decision(r.verdict_minus_placebo), short(r.verdict_minus_placebo)]
             for r in pair_rows(pair) if r.has_corrected]
     return head, rows
@@ -136,8 +131,8 @@ def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
 def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     head = ["condition", "A Δ", f"A {lv} CI", "B Δ", f"B {lv} CI", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[r.condition + _sig(r.verdict), num(r.delta_a), _ci(r.ci_a), num(r.delta_b), _ci(r.ci_b),
-             num(r.difference), _ci(r.ci_difference), pval(r.p_difference), _p_decision(r.verdict), short(r.verdict)]
+    rows = [[r.condition + _sig(r.verdict), num(r.delta_a), interval(r.ci_a), num(r.delta_b), interval(r.ci_b),
+             num(r.difference), interval(r.ci_difference), pval(r.p_difference), _p_decision(r.verdict), short(r.verdict)]
             for r in pair_rows(pair)]
     return head, rows
 

@@ -3,7 +3,7 @@ imported by the report, its sections and the plots alike."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -22,7 +22,7 @@ def level(obj: Mapping[str, Any] | None) -> str:
     return f"{100 * (1 - float(a)):g}%"
 
 
-def interval(ci: list[float] | None) -> str:
+def interval(ci: Sequence[float] | None) -> str:
     return "—" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
 
 

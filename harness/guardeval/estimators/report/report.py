@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ def md_cell(cell: rows.Cell) -> str:
     if isinstance(cell, rows.Name):
         return cell.condition + (" (placebo)" if cell.placebo else "") + (" *" if cell.starred else "")
     if isinstance(cell, rows.Est):
-        return num(cell.value) + ("" if cell.ci is None else f" {interval(list(cell.ci))}")
+        return num(cell.value) + ("" if cell.ci is None else f" {interval(cell.ci)}")
     if isinstance(cell, rows.P):
         return cell.absent if cell.p is None else pval(cell.p)
     if isinstance(cell, rows.Rate):
@@ -166,7 +166,7 @@ def _n3(x: float | None) -> str:
     return num(x, digits=3)
 
 
-def _ci3(ci: list[float] | None) -> str:
+def _ci3(ci: Sequence[float] | None) -> str:
     return "" if ci is None else f"[{_n3(ci[0])}, {_n3(ci[1])}]"
 
 
@@ -209,7 +209,7 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
         if isinstance(c, rows.Name):
             return safe(md_cell(c))
         if isinstance(c, rows.Est):
-            return f"{_n3(c.value)}{sep}{_ci3(None if c.ci is None else list(c.ci))}".strip()
+            return f"{_n3(c.value)}{sep}{_ci3(c.ci)}".strip()
         return md_cell(c)
 
     for r in effects.cells("terminal"):

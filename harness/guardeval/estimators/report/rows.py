@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from guardeval.estimators.verdicts.record import Decision, headline, headline_decision
+from guardeval.estimators.report.formats import level, rules_differ
+from guardeval.estimators.verdicts.record import Decision, headline, headline_decision, short
 from guardeval.records import Record
 
 Interval = tuple[float, float]
@@ -173,8 +174,6 @@ def _p_holm_corrected(r: EffectRow) -> Cell:
 
 
 def _verdicts(r: EffectRow) -> str:
-    def short(d: Decision | None) -> str:
-        return "—" if d is None else d.short
     return f"{short(r.verdict)} · {short(r.verdict_minus_placebo)}"
 
 
@@ -185,8 +184,6 @@ def _by_rule(rule: str) -> Callable[[EffectRow], Cell]:
 def columns(report: Mapping[str, Any], rules: Sequence[str] = ()) -> list[Column]:
     """The effects table's columns for `report`; `rules`: the failure rules given a column each
     (those whose answers differ; none when every rule agrees)."""
-    from guardeval.estimators.report.formats import level
-
     lv = level(report)
     margin = report.get("margin")
     return [
@@ -232,8 +229,6 @@ class EffectsTable:
 def effects_table(report: Mapping[str, Any]) -> EffectsTable:
     """The effects table of `report`: a column per failure rule only when the rules give
     different answers (else every format says once that they agree)."""
-    from guardeval.estimators.report.formats import rules_differ
-
     rules = list(report["failure_rules"]) if rules_differ(report) else []
     return EffectsTable(effect_rows(report), columns(report, rules))
 
@@ -257,8 +252,6 @@ class StrataTable:
 def strata_tables(report: Mapping[str, Any]) -> list[StrataTable]:
     """A table per kind of stratum in the report, in its order; a kind the report does not hold as
     an object is left out."""
-    from guardeval.estimators.report.formats import level
-
     conds = [c["condition"] for c in report["contrasts"]]
     out = []
     for kind, strata in (report.get("strata") or {}).items():

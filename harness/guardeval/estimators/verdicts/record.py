@@ -6,21 +6,19 @@ and the star, the verdict cell and the sentence's words are its fields, never re
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from guardeval.estimators.report.formats import pval
+from guardeval.records import Record
 
 Outcome = Literal["differs", "equivalent", "differs and equivalent", "inconclusive", "not tested"]
 OUTSIDE_WORDS = "outside the family, not tested"
 
 
-def pval_words(p: float | None) -> str:
-    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
-
-
 @dataclass(frozen=True)
-class Decision:
+class Decision(Record):
     """One member's decision in its Holm family at level α: what a star, a verdict cell and a
     sentence say about it. `starred` is False outside a star-bearing row (the placebo's own row
     of an estimate: its Δ is a check of the placebo, decided but never starred)."""
@@ -57,10 +55,6 @@ class Decision:
                    underpowered=eq.get("underpowered"), margin=eq.get("margin"), mde=eq.get("mde"),
                    mde_holm=eq.get("mde_holm"), p_min=eq.get("p_min"), starred=star and bool(differs))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The record as plain JSON-ready data (as the API's records give it)."""
-        return dataclasses.asdict(self)
-
     @property
     def family_words(self) -> str:
         """'after Holm over the 3 interventions' (or 'outside the family, not tested')."""
@@ -80,7 +74,7 @@ class Decision:
         if self.differs is None:
             return OUTSIDE_WORDS
         words = (("significant" if self.differs else "not significant")
-                 + f" {self.family_words} (p_Holm {pval_words(self.p_adjusted)})")
+                 + f" {self.family_words} (p_Holm {pval(self.p_adjusted)})")
         if self.equivalent:
             words += f"; within ±{self.margin:g} (equivalence, Holm over the same family)"
         if self.decidable is False:
