@@ -206,7 +206,7 @@ def loop(inp):
 @pytest.mark.parametrize("fn, said", [("mapping", "a Exploding that cannot be read: RuntimeError: iteration exploded"),
                                       ("loop", "a Loop that cannot be read: RecursionError")])
 def test_a_return_that_raises_when_read_fails_that_attempt_only(tmp_path, fn, said):
-    """Issue 27 item 5: a failed attempt (`python_return_type`), retried, then `exhausted`; no
+    """Issue 27 item 5: a failed attempt (`python_return_type`), retried, then `guard_error`; no
     ExceptionGroup traceback, the run goes on."""
     run = tmp_path / "run"
     r = _launch(run, _guard(tmp_path, "returns", HOSTILE_RETURNS, fn, max_attempts=2), "--max-calls", "3")
@@ -214,7 +214,7 @@ def test_a_return_that_raises_when_read_fails_that_attempt_only(tmp_path, fn, sa
     raw = _raw(run)
     assert len(raw) == 6 and {x["error_class"] for x in raw} == {"python_return_type"}
     assert all(said in x["error"] for x in raw), raw[0]["error"]
-    assert "3/320 calls decided: exhausted 3" in r.out
+    assert "3/320 calls decided: guard_error 3" in r.out
 
 
 PRINTING = '''

@@ -255,14 +255,15 @@ def test_an_exception_is_a_retried_attempt_recorded_redacted_and_bounded(tmp_pat
     r, run, _ = _launch_one(tmp_path, "raises", max_calls=2, max_attempts=3, api_key_env="PG_SECRET")
     assert r.code == 0, r.err
     raw = _raw(run)
-    assert len(raw) == 6 and {x["error_class"] for x in raw} == {"python_exception"}
+    # The guard's own error: tried once more, not max_attempts times (issue 45).
+    assert len(raw) == 4 and {x["error_class"] for x in raw} == {"python_exception"}
     err = raw[0]["error"]
     assert err.startswith("ValueError: upstream said no to key [redacted]") and "(5," in err and len(err) < 700
     assert raw[0]["redacted"] is True
     text = (run / "raw.jsonl").read_text()
     assert "pgsecret-" not in text and "Traceback" not in text and "secret =" not in text
     statuses = json.loads(r.out)["statuses"]
-    assert statuses == {"exhausted": 2}
+    assert statuses == {"guard_error": 2}
 
 
 def test_an_unsupported_return_type_fails_the_attempt_naming_it(tmp_path: Path) -> None:

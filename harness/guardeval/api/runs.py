@@ -144,7 +144,8 @@ def _result(o: Any) -> RunResult:
     return RunResult(run_dir=o.run_dir, total=o.total, decided=o.decided, complete=o.complete,
                      statuses=dict(o.statuses), session_dispatched=r.dispatched, session_decided=r.decided,
                      recovered=o.recovered, torn=list(o.torn), stop_reason=r.stop_reason,
-                     fatal_message=r.fatal_message, fingerprint=o.fingerprint, _outcome=o)
+                     fatal_message=r.fatal_message, fingerprint=o.fingerprint,
+                     failure_causes=list(o.failure_causes), _outcome=o)
 
 
 def _main_thread() -> bool:

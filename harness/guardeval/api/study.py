@@ -234,7 +234,8 @@ def _result(out: Any) -> StudyResult:
                              complete=bool(r["complete"]), decided=r.get("decided"), total=r.get("n_calls"),
                              statuses=dict(r.get("statuses") or {}), stop_reason=res.stop_reason if res else None,
                              fatal_message=res.fatal_message if res else None, fingerprint=r.get("fingerprint"),
-                             error=str(done.error) if done is not None and done.error is not None else None))
+                             error=str(done.error) if done is not None and done.error is not None else None,
+                             failure_causes=list(r.get("failure_causes") or [])))
     return StudyResult(study_dir=out.study_dir, runs=runs, complete=st["complete"], incomplete=st["incomplete"],
                        spend_usd=st["spend_usd"], max_cost=out.budget.get("max_cost"), interrupted=out.interrupted,
                        fingerprint=st["fingerprint"])

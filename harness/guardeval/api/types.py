@@ -66,6 +66,8 @@ class RunResult(Record):
     stop_reason: str | None                 # None: every pending call handled (or --max-calls)
     fatal_message: str | None
     fingerprint: str | None                 # the run's fingerprint when the session ended (`verify --expect`)
+    # Why the whole run's failed calls failed: [{status, cause, calls, example}], most first.
+    failure_causes: list[dict[str, Any]] = field(default_factory=list)
     _outcome: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -109,6 +111,7 @@ class RunStatus(Record):
     running: bool
     state: str                              # running, damaged, complete, stopped, interrupted, not_started
     statuses: dict[str, int]
+    failure_causes: list[dict[str, Any]]    # why the failed calls failed: {status, cause, calls, example}
     quarantined: int
     quarantine_by_reason: dict[str, int]
     generation_replays: int
@@ -258,6 +261,8 @@ class StudyRun(Record):
     fatal_message: str | None
     fingerprint: str | None
     error: str | None                       # why it could not start, or broke (the others went on)
+    # Why its failed calls failed: [{status, cause, calls, example}] (as RunStatus's).
+    failure_causes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

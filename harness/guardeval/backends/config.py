@@ -71,6 +71,7 @@ class GuardConfig:
     provider: dict[str, Any] | None = default("provider")
     callable: str | None = default("callable")   # backend python: "package.module:function"
     isolation: Isolation = default("isolation")   # backend python
+    retry_on: list[str] | None = default("retry_on")   # backend python: exception type names retried
     label: str | None = default("label")      # what outputs call its runs (guardeval.run.folder.answered.run_name)
     source: str | None = field(default=None, compare=False)
 
@@ -200,6 +201,8 @@ NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 MAX_CONFIG_BYTES = 1 << 20
 MAX_URL_CHARS = 2048
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# An exception type's name, optionally with its module (`retry_on`): dotted Python identifiers.
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Prefixes of well-known API tokens whose characters also make a valid variable name.
 _TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk_", "rk_", "pk_", "xox",
@@ -415,6 +418,10 @@ def _check_values(data: dict[str, Any], fail: Callable[..., InputError]) -> None
             raise fail(f"{f.name} applies only to the {_takers(f.name)} backend", f.name)
     if "isolation" in data and data["isolation"] not in ISOLATIONS:
         raise fail(f"expected one of {', '.join(ISOLATIONS)}", "isolation")
+    if "retry_on" in data and (len(data["retry_on"]) > 32 or not all(
+            isinstance(v, str) and _EXCEPTION_NAME.fullmatch(v) for v in data["retry_on"])):
+        raise fail("expected a list of at most 32 exception type names (TimeoutError, httpx.ReadTimeout)",
+                   "retry_on")
     if "api_key_env" in data and looks_like_token(data["api_key_env"]):
         # Probably a pasted key: refuse without echoing it.
         raise fail("must be the NAME of an environment variable (is a key pasted here?)", "api_key_env")

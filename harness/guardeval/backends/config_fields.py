@@ -80,6 +80,11 @@ FIELDS: tuple[Field, ...] = (
           "process (worker processes, each importing the module once: stoppable at timeout_s, one interpreter lock "
           "each); docs/how-to/python-guard.md says which to choose", default="thread", backend_only=True,
           omitted_at_default=True),
+    Field("retry_on", (list,), "python back-end only: the exceptions of the guard that are retried with back-off "
+          "like an outage, by their type's name (TimeoutError) or module and name (httpx.ReadTimeout), at most 32; "
+          "for a guard that calls a service. Any other exception, a wrong return type or a dead worker is the "
+          "guard's own error: tried once more at once, then the call fails as guard_error (docs/how-to/"
+          "python-guard.md)", backend_only=True, omitted_at_default=True),
     Field("label", (str,), "what replicate, compare and the pages call runs of this guard (at most 64 characters, "
           "no control characters; default: the guard that answered, e.g. the simulator's profile, else name); "
           "--label overrides", omitted_at_default=True),

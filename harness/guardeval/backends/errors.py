@@ -35,6 +35,14 @@ class FatalError(AttemptError):
     """Stop launching new calls; the run stays resumable: 400/401/402/403/404/422 and other 4xx."""
 
 
+class GuardError(AttemptError):
+    """The guard's own failure, not an outage: a python guard's exception, a return of the wrong
+    type or one that cannot be used, a worker process that died. The call is tried once more at
+    once (no back-off) and then fails as `guard_error`; identical ones in a row stop the run
+    (docs/design.md §7). A guard config's `retry_on` turns the exceptions it names back into
+    TransientError."""
+
+
 class CallFailed(AttemptError):
     """This call cannot succeed (e.g. `context_overflow`): record a failure, go on with others."""
 

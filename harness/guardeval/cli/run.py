@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 RUN_HELP = "run folder (the one holding manifest.json)"
 # guardeval.run.folder.supersede's FAILURE_STATUSES and DEFAULT_STATUSES, spelled here so that building
 # the parser imports nothing (tests/test_retry_failed.py checks that they agree).
-FAILURE_STATUSES = ("exhausted", "provider_error", "refused", "truncated", "unparseable")
+FAILURE_STATUSES = ("exhausted", "provider_error", "refused", "truncated", "unparseable", "guard_error")
 DEFAULT_RETRY = "exhausted,provider_error"
 
 
@@ -330,6 +330,7 @@ def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_ca
         _print_json(result.outcome_json())
     else:
         print(safe(f"{run_dir}: {result.message()}"))
+        say_causes(result.failure_causes)
         _say_answered(run.folder)
     # Written down elsewhere, the fingerprint pins this log: `verify --expect` checks it later.
     print(f"guardeval: fingerprint {result.fingerprint} (keep it with your results; "
@@ -352,6 +353,16 @@ def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_ca
                        + ", ".join(f"{k} {v}" for k, v in sorted(failed.items()))
                        + f"): try them again with: guardeval resume {run_dir} --retry-failed"), file=sys.stderr)
     return 0
+
+
+def say_causes(causes: list[dict[str, Any]], indent: str = "") -> None:
+    """Why the failed calls failed, a line per cause with one example (guardeval.run.folder.causes)."""
+    from guardeval.run.folder.causes import cause_lines
+
+    if causes:
+        print(safe(f"{indent}failed calls by cause:"))
+    for line in cause_lines(causes):
+        print(safe(f"{indent}  {line}"))
 
 
 def _say_answered(folder: RunFolder) -> None:
@@ -423,6 +434,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(safe(f"  answered by: {describe(st['answered_by'])}"))
     if st["statuses"]:
         print(safe("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(st["statuses"].items()))))
+    say_causes(st.get("failure_causes") or [], indent="  ")
     failed = sum(st["statuses"].get(k, 0) for k in DEFAULT_RETRY.split(","))
     if failed and not st["running"]:
         print(safe(f"  {failed} call(s) failed ({DEFAULT_RETRY.replace(',', ' or ')}); when the provider is back, "
@@ -466,6 +478,7 @@ STOP_TEXT = {
     "server_errors": "stopped: the server kept answering with errors",
     "unusable_answers": "stopped: the server kept answering with nothing usable",
     "guard_timeouts": "stopped: the guard kept timing out",
+    "guard_errors": "stopped: the guard kept failing with the same error",
     "rate_limited": "stopped: the provider answered nothing but 429s",
     "no_room": "stopped: no room on the disk to record answers",
     "write_failed": "stopped: a write failed",

@@ -21,6 +21,7 @@ from guardeval.cli.args import (
     seed_value,
 )
 from guardeval.cli.estimate import RULES as FAILURE_RULES
+from guardeval.cli.run import say_causes
 from guardeval.errors import InputError
 from guardeval.terminal import safe, safe_json
 
@@ -271,6 +272,7 @@ def _finish(result: Any, args: argparse.Namespace) -> int:
             elif not r.dispatched:
                 state += " (nothing to send)"
             print(safe(f"{r.label}: {state}"))
+            say_causes(r.failure_causes, indent="  ")
         done = sum(r.complete for r in result.runs)
         print(safe(f"study {result.study_dir}: {done}/{len(result.runs)} runs complete; spend ${result.spend_usd:.4f}"))
     print(safe(f"guardeval: study fingerprint {result.fingerprint} (the report records it: guardeval study report "
@@ -363,6 +365,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r.get("problem"):
             line += f"; {r['problem']}"
         print(safe(line))
+        say_causes(r.get("failure_causes") or [], indent="    ")
     if st["incomplete"]:
         print(safe(f"  incomplete: {', '.join(st['incomplete'])}; continue with: guardeval study resume {args.study}"))
     else:

@@ -24,7 +24,7 @@ from guardeval.estimators.quarantine import QUARANTINE_CODES
 
 OK = "ok"
 MISSING = "missing"
-FAILURE_STATUSES = ("unparseable", "truncated", "exhausted", "provider_error", "refused")
+FAILURE_STATUSES = ("unparseable", "truncated", "exhausted", "provider_error", "refused", "guard_error")
 STATUSES = (OK, *FAILURE_STATUSES, MISSING)
 REQUIRED = ("base_id", "interaction_id", "domain", "condition", "repetition", "decision", "status")
 

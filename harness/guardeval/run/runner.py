@@ -27,6 +27,7 @@ from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from guardeval.run.folder import supersede
+from guardeval.run.folder.causes import Causes
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import STIMULUS_LINE, iter_jsonl, parse_line
@@ -52,6 +53,7 @@ class RunOutcome:
     fingerprint: str | None = None   # guardeval.run.integrity.fingerprint, taken when the session ended
     retry: retries.RetrySession = field(default_factory=retries.RetrySession)
     simulated: bool = False     # sent to the simulated provider (for the hint when it is not there)
+    failure_causes: list[dict[str, Any]] = field(default_factory=list)   # guardeval.run.folder.causes
 
     @property
     def complete(self) -> bool:
@@ -213,9 +215,10 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
         return
     # The whole run's statuses (this session's are in `result`): one more pass over the decisions,
     # after the calls, so that it never delays the first request of a large resume.
-    statuses = decision_counts(folder)[1]
+    causes = Causes()
+    statuses = decision_counts(folder, causes=causes)[1]
     s.outcome = RunOutcome(run_dir, total, decided, result, recovered + retry.recovered, state.torn, statuses,
-                           run_fingerprint(folder, manifest).token, retry, config.is_simulated)
+                           run_fingerprint(folder, manifest).token, retry, config.is_simulated, causes.result())
 
 
 def _recover_decisions(folder: RunFolder, writer: RunWriter, parser: Any, config: GuardConfig) -> int:
@@ -382,7 +385,7 @@ def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
     """What `launch`, `resume` and `replicate` print with --json."""
     r = outcome.result
     return {"run_dir": str(outcome.run_dir), "total": outcome.total, "decided": outcome.decided,
-            "complete": outcome.complete, "statuses": outcome.statuses,
+            "complete": outcome.complete, "statuses": outcome.statuses, "failure_causes": outcome.failure_causes,
             "session": {"dispatched": r.dispatched, "decided": r.decided, "statuses": r.statuses,
                         "recovered": outcome.recovered, "torn": [str(p) for p in outcome.torn],
                         "retry": _retry_json(outcome)},
@@ -424,6 +427,10 @@ def raise_if_stopped(outcome: RunOutcome) -> None:
     if r.stop_reason == "guard_timeouts":
         raise RunStopped(f"stopped: the guard kept timing out ({said}); calls left pending. Make it faster or "
                          f"raise timeout_s in its config, then {hint}")
+    if r.stop_reason == "guard_errors":
+        raise RunStopped(f"stopped: the guard kept failing with its own error ({said}); calls left pending. Fix "
+                         f"the guard (or give its config retry_on = [...] for an exception that waiting cures), "
+                         f"then {hint}")
     if r.stop_reason == "rate_limited":
         raise RunStopped(f"stopped: the provider answered nothing but rate limits ({said}); calls left pending. "
                          f"When it serves again, {hint}")

@@ -21,6 +21,7 @@ from guardeval.backends.base import valid_cost
 from guardeval.run.dispatch.workers import halves
 from guardeval.run.folder import supersede
 from guardeval.run.folder.answered import answered_by
+from guardeval.run.folder.causes import Causes
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import DECISIONS, EVENTS, RAW
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, iter_raw_fields
@@ -37,8 +38,9 @@ def run_status(folder: RunFolder) -> dict[str, Any]:
     raw_counts = _RawCounts(folder)   # workers read the raw log while this reads decisions
     rounds: dict[int, int] = {}
     problems: list[str] = []
+    causes = Causes()
     try:
-        decided, statuses, quarantine = decision_counts(folder, rounds, problems)
+        decided, statuses, quarantine = decision_counts(folder, rounds, problems, causes)
         attempts, spend, retries, replayed, finals = raw_counts.result()
     finally:
         raw_counts.close()
@@ -67,7 +69,10 @@ def run_status(folder: RunFolder) -> dict[str, Any]:
         "parent_run": (manifest.get("parent_run") or {}).get("run_id"),
         "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": complete,
         "running": running, "state": _state(running, complete, last_event, last_stop, bool(problems)),
-        "statuses": statuses, "quarantined": sum(quarantine.values()), "quarantine_by_reason": quarantine,
+        "statuses": statuses,
+        # Why the failed calls failed: [{status, cause, calls, example}] (guardeval.run.folder.causes).
+        "failure_causes": causes.result(),
+        "quarantined": sum(quarantine.values()), "quarantine_by_reason": quarantine,
         # Calls whose answer shares a generation id with another call's (guardeval.run.integrity.replay):
         # quarantined by `estimate` as replay_mismatch, not counted in `quarantined` above.
         "generation_replays": replayed,
@@ -85,13 +90,13 @@ def run_status(folder: RunFolder) -> dict[str, Any]:
     }
 
 
-def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None,
-                    problems: list[str] | None = None) -> tuple[set[str], dict[str, int], dict[str, int]]:
+def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None, problems: list[str] | None = None,
+                    causes: Causes | None = None) -> tuple[set[str], dict[str, int], dict[str, int]]:
     """(distinct decided call ids, live decisions by status, quarantined by reason) of the whole
     run. A retried call counts once, at its live decision (`supersede.LiveCounts`); a line that
     breaks the retry chain (a call decided twice, a supersession of nothing) is not counted and
     goes into `problems`, when given. `rounds`, when given, gets the superseding decisions by
-    retry round."""
+    retry round; `causes`, when given, every counted line (the failed calls' causes)."""
     live = supersede.LiveCounts()
     decided: set[str] = set()
     path = folder.file(DECISIONS)
@@ -103,6 +108,8 @@ def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None,
                 problems.append(f"{DECISIONS} line {lineno}: {problem}")
             continue
         decided.add(cid)
+        if causes is not None:
+            causes.add(line, cid, status)
         if sup is not None and rounds is not None:
             rounds[rnd] = rounds.get(rnd, 0) + 1
     return decided, live.statuses, live.quarantine
@@ -140,7 +147,7 @@ def _raw_counts(folder: RunFolder, start: int = 0, end: int | None = None) -> _P
             finals.add(str(f.call_id))
         if valid_cost(f.cost):
             costs.append(f.cost)
-        if f.outcome == "transient" and not f.final:
+        if f.outcome in ("transient", "guard_error") and not f.final:
             retries += 1
         elif f.outcome == "reply" and f.final is True and isinstance(f.generation_id, str) and f.generation_id:
             generations.setdefault(f.generation_id, set()).add(str(f.call_id))

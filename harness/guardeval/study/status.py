@@ -126,6 +126,7 @@ def study_status(study_dir: str | Path) -> dict[str, Any]:
             runs.append({"label": label, "run_id": st["run_id"], "guard": st["guard"], "model": st["model"],
                          "n_calls": st["n_calls"], "decided": st["decided"], "pending": st["pending"],
                          "complete": st["complete"], "state": st["state"], "statuses": st["statuses"],
+                         "failure_causes": st["failure_causes"],
                          "quarantined": st["quarantined"], "spend_usd": st["spend_usd"],
                          "spend_simulated": st["spend_simulated"], "last_stop": st["last_stop"],
                          "fingerprint": st["fingerprint"], "reported_fingerprint": entry["fingerprint"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "unparseable", "truncated", "provider_error", "refused", "exhausted")
+STATUSES = ("ok", "unparseable", "truncated", "provider_error", "refused", "exhausted", "guard_error")
 
 @dataclass(frozen=True)
 class Parsed:

@@ -22,17 +22,20 @@ kept for the run (`processes`, `worker`), each importing the guard's module once
 the return cross as pickles; a return that cannot be pickled fails the attempt
 (`python_return_type`, the type named). A call past `timeout_s` is a `timeout` and its worker
 is killed, so nothing of it runs on; a worker that dies during a call (a segfault, `os._exit`)
-fails that attempt (`python_worker_died`, transient: retried on a fresh worker), naming how it
-ended. A worker that cannot import the module (`python_worker_start`), or that imports a source
+fails that attempt (`python_worker_died`, the guard's own error: tried once more, on a fresh
+worker), naming how it ended. A worker that cannot import the module (`python_worker_start`), or that imports a source
 other than the run's (`python_source_changed`: its SHA-256 is checked as every worker starts,
 so every attempt's answer comes from the pinned code), stops the run (fatal, resumable).
 
 What the function returns: `str` (the text the prompt's parser reads), or a structured verdict
 (`Verdict`, a dict, a dataclass) written in the parser's own format (`verdict_text`). Anything
-else fails the attempt (transient, `python_return_type`) naming the type. An exception is a
-transient `python_exception` recorded as its type and message (redacted, bounded, never a
-traceback); guardeval's own `TransientError`, `CallFailed` and `FatalError` raised by the
-function mean what they mean for any back-end.
+else fails the attempt (`python_return_type`) naming the type. An exception is a
+`python_exception` recorded as its type and message (redacted, bounded, never a traceback).
+These are the guard's own errors (`GuardError`), not an outage: the dispatcher tries the call
+once more at once and then records it as `guard_error` (docs/design.md §7); an exception whose
+type the config's `retry_on` names is transient instead (retried with back-off, for a guard
+that calls a service). guardeval's own `TransientError`, `CallFailed`, `FatalError` and
+`GuardError` raised by the function mean what they mean for any back-end.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import dataclasses
 import inspect
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -49,7 +52,7 @@ import orjson
 
 from guardeval.backends.base import Guard, Reply
 from guardeval.backends.config import GuardConfig
-from guardeval.backends.errors import AttemptError, CallFailed, FatalError, TransientError
+from guardeval.backends.errors import AttemptError, CallFailed, FatalError, GuardError, TransientError
 from guardeval.backends.parsers.common import JSON_FIELDS
 from guardeval.backends.prompts import Prompt
 from guardeval.backends.python_guard import resolve
@@ -217,7 +220,7 @@ class PythonGuard(Guard):
             except TimeoutError:
                 raise self._timeout() from None
             except WorkerLost as exc:
-                raise TransientError("python_worker_died", f"the worker process running {name} {exc} during the "
+                raise GuardError("python_worker_died", f"the worker process running {name} {exc} during the "
                                      "call; a fresh worker takes its place") from None
             except WorkerStartFailed as exc:
                 said = self._redact(str(exc)[:MAX_ERROR_CHARS])
@@ -244,22 +247,23 @@ class PythonGuard(Guard):
             try:
                 return pickle.loads(answer[2])
             except Exception as exc:  # noqa: BLE001 - a class that unpickles differently here
-                raise TransientError("python_return_type", f"{name} returned a {answer[1]} that cannot be received "
+                raise GuardError("python_return_type", f"{name} returned a {answer[1]} that cannot be received "
                                      f"from its worker process: {describe_exception(exc, 200)}") from None
         if kind == "unsendable":
-            raise TransientError("python_return_type", f"{name} returned a {answer[1]} that cannot be sent from its "
+            raise GuardError("python_return_type", f"{name} returned a {answer[1]} that cannot be sent from its "
                                  f"worker process (it must pickle): {answer[2]}")
         if kind == "too_large":
-            raise TransientError("response_too_large", f"{name} returned a {answer[1]} of {answer[2]:,} bytes "
+            raise GuardError("response_too_large", f"{name} returned a {answer[1]} of {answer[2]:,} bytes "
                                  f"pickled, more than max_response_bytes allows ({self.config.max_response_bytes:,} "
                                  "bytes)")
         if kind == "raised" and answer[1] == "attempt":
             cls_name, error_class, message, retry_after = answer[2]
-            cls = {"CallFailed": CallFailed, "FatalError": FatalError}.get(cls_name, TransientError)
+            cls = {"CallFailed": CallFailed, "FatalError": FatalError, "GuardError": GuardError}.get(cls_name,
+                                                                                            TransientError)
             raise self._cleaned(cls(error_class, message, retry_after=retry_after))
         if kind == "raised":
             raise self._described(str(answer[2]), fatal=answer[1] == "exit")
-        raise TransientError("python_worker_died", f"the worker process running {name} answered {kind!r}")
+        raise GuardError("python_worker_died", f"the worker process running {name} answered {kind!r}")
 
     def attempt_error(self, exc: BaseException) -> AttemptError:
         """What an exception from the function means for the attempt (docs/design.md §7)."""
@@ -270,10 +274,13 @@ class PythonGuard(Guard):
         return self._described(describe_exception(exc), fatal=not isinstance(exc, Exception))
 
     def _described(self, said: str, *, fatal: bool) -> AttemptError:
+        """An exception the guard raised, described (`describe_exception`): its own error, tried
+        once more at once, unless the config's `retry_on` names its type (retried like an outage)."""
         safe = self._redact(said)
         if fatal:
             return FatalError("python_exit", safe, redacted=safe is not said)
-        return TransientError("python_exception", safe, redacted=safe is not said)
+        kind = TransientError if retried(said, self.config.retry_on) else GuardError
+        return kind("python_exception", safe, redacted=safe is not said)
 
     def _cleaned(self, exc: AttemptError) -> AttemptError:
         """A guardeval error the function raised, its message bounded and redacted like any."""
@@ -293,7 +300,7 @@ class PythonGuard(Guard):
         except AttemptError:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever reading the guard's object raised
-            raise TransientError("python_return_type", f"{self.config.callable} returned a "
+            raise GuardError("python_return_type", f"{self.config.callable} returned a "
                                  f"{type(value).__name__[:100]} that cannot be read: "
                                  f"{describe_exception(exc, 200)}") from None
 
@@ -303,7 +310,7 @@ class PythonGuard(Guard):
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()   # never awaited: say so in the attempt, not as a warning at exit
-            raise TransientError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: an async "
+            raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: an async "
                                  "guard must be an `async def` function (it is then awaited on the event loop)")
         if isinstance(value, str):
             content, stored = value, value
@@ -314,18 +321,18 @@ class PythonGuard(Guard):
             stored = dict(value)
             content = self._verdict_text(dict(value), parser, kind)
         else:
-            raise TransientError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: expected "
+            raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: expected "
                                  "str (the parser's text), a Verdict, a dict or a dataclass with the parser's fields")
         limit = self.config.max_response_bytes
         if len(content) > limit or len(content.encode("utf-8", "surrogatepass")) > limit:
             head = content.encode("utf-8", "surrogatepass")[:MAX_KEPT_BYTES].decode("utf-8", "replace")
-            raise TransientError("response_too_large", f"{self.config.callable} returned more than "
+            raise GuardError("response_too_large", f"{self.config.callable} returned more than "
                                  f"max_response_bytes ({limit:,} bytes)",
                                  Reply(status="local", raw=self._redact(head)))
         try:
             value_json = orjson.dumps(stored)
         except orjson.JSONEncodeError as exc:   # e.g. a str holding a lone surrogate
-            raise TransientError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is not "
+            raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is not "
                                  f"valid text: {describe_exception(exc, 200)}") from None
         raw_text = (b'{"callable":' + self._provenance_json + b',"returned":' + orjson.dumps(kind[:100])
                     + b',"value":' + value_json + b"}").decode()
@@ -338,8 +345,20 @@ class PythonGuard(Guard):
         try:
             return verdict_text(verdict, parser)
         except (TypeError, orjson.JSONEncodeError) as exc:
-            raise TransientError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is "
+            raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is "
                                  f"not JSON: {describe_exception(exc, 200)}") from None
+
+
+def retried(described: str, names: Sequence[str] | None) -> bool:
+    """Whether `retry_on` names the exception `describe_exception` described: its name, its
+    module and name, or its top-level package and name (`httpx.ReadTimeout` for
+    `httpx._exceptions.ReadTimeout`). Only the exception's own type is matched, not its bases:
+    a worker process sends the description alone."""
+    if not names:
+        return False
+    full = described.split(": ", 1)[0]
+    parts = full.split(".")
+    return any(n in (full, parts[-1], f"{parts[0]}.{parts[-1]}") for n in names)
 
 
 def _input(body: Mapping[str, Any], call_id: str) -> GuardInput:

@@ -42,6 +42,6 @@ def _target(config: Any) -> str:
 
 
 BACKEND = register(Backend(
-    name=NAME, make_guard=_make_guard, make_renderer=_renderer, fields=frozenset({"callable", "isolation"}),
+    name=NAME, make_guard=_make_guard, make_renderer=_renderer, fields=frozenset({"callable", "isolation", "retry_on"}),
     check_config=_check, in_process=True, target=_target,
 ))

@@ -44,7 +44,7 @@ BOOTSTRAP = ("import os, pickle, sys\n"
              "from guardeval.backends.python_guard.worker import main\n"
              "main(start, wire)\n")
 # The error classes a guard may raise with a meaning (guardeval.backends.errors), most specific first.
-ATTEMPT_CLASSES = ("CallFailed", "FatalError", "TransientError")
+ATTEMPT_CLASSES = ("CallFailed", "FatalError", "GuardError", "TransientError")
 
 
 def main(start: dict[str, Any], wire_in: IO[bytes]) -> None:

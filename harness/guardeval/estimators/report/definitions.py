@@ -82,7 +82,7 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("expected", "calls scheduled under the condition"),
         ("received", "calls with a decision"),
         ("valid", "status ok and not quarantined: counted under every rule"),
-        ("failed", "a decision other than ok (unparseable, truncated, exhausted, provider_error, refused), "
+        ("failed", "a decision other than ok (unparseable, truncated, exhausted, provider_error, refused, guard_error), "
                    "not quarantined: counted by fail-closed and fail-open"),
         ("missing", "scheduled but not decided: the run is incomplete"),
         ("quarantined", "not attributable to the guard: excluded from every estimate"),

@@ -59,6 +59,10 @@ def decide(raw: Mapping[str, Any], raw_line_sha256: str, *, expected_request_sha
         status, quarantine = "refused", REPLAY_MISMATCH
     elif outcome == "transient":
         status = "provider_error" if error_class in _PROVIDER_FAILURES else "exhausted"
+    elif outcome == "guard_error":
+        # The guard's own failure (GuardError): its class kept with the message, for the causes
+        # that launch and status count (guardeval.run.folder.causes).
+        status, detail = "guard_error", f"{error_class}: {detail}"
     elif outcome == "call_failed":
         status = "refused" if isinstance(error_class, str) and error_class.startswith(REFUSED_PREFIX) \
             else "provider_error"

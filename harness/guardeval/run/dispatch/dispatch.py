@@ -4,7 +4,9 @@ Structure: one task group owns every call task; a producer admits calls through 
 limiter (so at most `concurrency` tasks exist: memory is bounded by the schedule, not by the
 backlog) and an optional requests-per-minute spacer. Each call retries transient failures with
 tenacity (jittered exponential backoff, `Retry-After` honoured) and logs every attempt to the
-hash-chained raw log before its decision. A fatal error, the budget, `--max-calls` or a signal
+hash-chained raw log before its decision. A guard's own error (`GuardError`) is tried once more
+at once and no more: the call is then `guard_error`, and a streak of identical ones stops the
+run (`stalls.GuardErrors`). A fatal error, the budget, `--max-calls` or a signal
 stops admission; what is in flight finishes or is cancelled, and the run stays resumable.
 
 Adaptive concurrency (on unless `adaptive=False`): attempts pass a wire gate whose limit
@@ -27,7 +29,7 @@ import anyio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from guardeval.backends.base import Guard, Reply
-from guardeval.backends.errors import AttemptError, CallFailed, FatalError, TransientError
+from guardeval.backends.errors import AttemptError, CallFailed, FatalError, GuardError, TransientError
 from guardeval.backends.parsers import Parsed
 from guardeval.canon import canonical_bytes, sha256_hex
 from guardeval.errors import WriteFailed
@@ -37,7 +39,7 @@ from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
 from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.progress import RunProgress
 from guardeval.run.dispatch.room import Room
-from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S, Stalls
+from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S, GuardErrors, Stalls
 from guardeval.run.folder import supersede
 from guardeval.run.folder.layout import RAW, utcnow
 from guardeval.run.folder.records import Attempt
@@ -46,7 +48,8 @@ from guardeval.run.folder.writer import RunWriter
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
 # Stops that leave the calls in flight pending: the provider gives nothing usable, or the disk
 # could not record what it gave.
-HALTS = frozenset({"unreachable", "server_errors", "unusable_answers", "guard_timeouts", "rate_limited", "no_room"})
+HALTS = frozenset({"unreachable", "server_errors", "unusable_answers", "guard_timeouts", "guard_errors",
+                   "rate_limited", "no_room"})
 
 
 @dataclass
@@ -144,6 +147,10 @@ class _CircuitOpen(Exception):
     """Raised inside a call when the breaker has opened: end the call without a decision."""
 
 
+class _Ended(Exception):
+    """Raised inside a call whose final attempt is recorded: no more attempts."""
+
+
 class Dispatcher:
     def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[dict[str, Any]], dict[str, Any]],
                  parser: Callable[[str | None, str | None], Parsed], options: DispatchOptions) -> None:
@@ -166,6 +173,8 @@ class Dispatcher:
         self._request_json: LRU[str, bytes] = LRU(BODY_CACHE)   # request_sha256 -> canonical body bytes
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._stalls = Stalls(options.concurrency, options.rate_limit_stop_s, in_process=guard.in_process)
+        self._guard_errors = GuardErrors()
+        self._guard_failed: set[str] = set()    # calls in flight whose guard already failed once
         self._halted = anyio.Event()    # set by a stop in HALTS: waiting calls give up at once
         self._room = Room(writer.folder.path, writer.folder.file(RAW), options.max_response_bytes)
         self._largest_request = 8 << 10     # before the first body is rendered
@@ -312,6 +321,7 @@ class Dispatcher:
             self.expected_sha.pop(row["call_id"], None)
             self._supersedes.pop(row["call_id"], None)
             self._empty_retried.discard(row["call_id"])
+            self._guard_failed.discard(row["call_id"])
             self._in_flight -= 1
             limiter.release()
 
@@ -341,7 +351,7 @@ class Dispatcher:
         wait = _Wait(self.opt.retry_initial_s, self.opt.retry_max_s, offset=1, paced=self.opt.adaptive)
         try:
             try:
-                await self._attempt(call_id, body, request_sha, last=max_attempts <= 1)
+                await self._try(call_id, body, request_sha, last=max_attempts <= 1)
                 return
             except TransientError as exc:
                 if max_attempts <= 1:
@@ -352,9 +362,9 @@ class Dispatcher:
             async for attempt in retrying:
                 with attempt:
                     n = attempt.retry_state.attempt_number + 1
-                    await self._attempt(call_id, body, request_sha, last=n >= max_attempts)
-        except TransientError:
-            pass  # recorded as the final attempt; decision `exhausted` already written
+                    await self._try(call_id, body, request_sha, last=n >= max_attempts)
+        except (TransientError, GuardError, _Ended):
+            pass  # recorded as the final attempt; decision `exhausted` or `guard_error` already written
         except _CircuitOpen:
             pass  # left pending: the provider looks unreachable or rate-limits all, or no room to log
         except FatalError as exc:
@@ -363,6 +373,21 @@ class Dispatcher:
             if self.result.stop_reason is None:
                 self._stop = self.result.stop_reason = "fatal"
                 self.result.fatal_message, self.result.fatal_class = str(exc), exc.error_class
+
+    async def _try(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
+        """One attempt; when the guard's own error fails it, one more at once, the call's last:
+        an exception or a wrong return is the guard's defect (or an input it cannot read), which
+        waiting does not cure (docs/design.md §7)."""
+        try:
+            await self._attempt(call_id, body, request_sha, last=last)
+        except GuardError:
+            if last or call_id in self._guard_failed:
+                raise
+            self._guard_failed.add(call_id)
+            try:
+                await self._attempt(call_id, body, request_sha, last=True)
+            except (TransientError, GuardError):
+                raise _Ended() from None
 
     async def _attempt(self, call_id: str, body: dict[str, Any], request_sha: str, *, last: bool) -> None:
         if self._halted.is_set():
@@ -396,6 +421,20 @@ class Dispatcher:
                 self._finish(rec)
             elif self._halted.is_set():
                 raise _CircuitOpen() from None
+            elif self.progress is not None:
+                self.progress.retry()
+            raise
+        except GuardError as exc:
+            # The guard answered, with its own error: not an outage. Final on the call's last
+            # attempt, or on its second guard error (`_try`).
+            self._stalls.answered()
+            final = last or call_id in self._guard_failed
+            rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="guard_error",
+                               final=final, exc=exc)
+            if final:
+                self._finish(rec)
+                if (stop := self._guard_errors.failed(exc.error_class, str(exc))) is not None:
+                    self._halt(*stop)
             elif self.progress is not None:
                 self.progress.retry()
             raise
@@ -534,6 +573,8 @@ class Dispatcher:
             decision = supersede.mark(decision, old)
             self.result.retried[st] = self.result.retried.get(st, 0) + 1
         self.writer.append_decision(decision)
+        if st != "guard_error":
+            self._guard_errors.ended()
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
         if self.progress is not None:

@@ -16,16 +16,26 @@
 
 An answer is anything else the provider answered: a reply, a failure of that call, an error
 body. Calls in flight when a rule fires stay pending for `resume`.
+
+A guard's own errors (`GuardError`: a python guard's exception, wrong return, dead worker) are
+answers, not an outage; `GuardErrors` stops the run when `GUARD_ERROR_STREAK` calls in a row
+ended in the same one (`guard_errors`): a guard that fails every call, or every worker that
+dies, is found after a few dozen calls, not after the whole schedule.
 """
 
 from __future__ import annotations
 
 import time
 
+from guardeval.run.folder.causes import guard_cause
+
 DEFAULT_RATE_LIMIT_STOP_S = 600.0
 NO_ANSWER = frozenset(("connection", "timeout"))
 # Answered, but with nothing to read: the attempt's error classes (guardeval.backends.chat_http).
 UNUSABLE = frozenset(("malformed", "body_cut", "body_timeout"))
+# Calls in a row ending in the same guard error that stop the run. A guard that fails a third of
+# its calls at random reaches it by chance about once in 3**20 (3.5 billion) calls.
+GUARD_ERROR_STREAK = 20
 
 
 def _kind(error_class: str) -> str | None:
@@ -97,3 +107,28 @@ class Stalls:
         return "rate_limited", (f"no answer for {quiet:.0f} s (the limit is {self.rate_limit_stop_s:g} s, "
                                 f"--rate-limit-stop): {self.limited} attempts answered 429{other}"
                                 + (f"; last: {last}" if last else ""))
+
+
+class GuardErrors:
+    """Calls in a row whose guard failed them with the same error (its cause: the exception's
+    type, or the error class), counted as calls end."""
+
+    def __init__(self, limit: int = GUARD_ERROR_STREAK) -> None:
+        self.limit = limit
+        self.cause: str | None = None
+        self.streak = 0
+
+    def ended(self) -> None:
+        """A call ended otherwise."""
+        self.cause, self.streak = None, 0
+
+    def failed(self, error_class: str, message: str) -> tuple[str, str] | None:
+        """Note one call ended by a guard error; (stop reason, message) when the streak is long enough."""
+        cause = f"{error_class}: {guard_cause(error_class, message)}"
+        self.streak = self.streak + 1 if cause == self.cause else 1
+        self.cause = cause
+        if self.streak < self.limit:
+            return None
+        what = "worker processes died" if error_class == "python_worker_died" else "the guard failed"
+        return "guard_errors", (f"{self.streak} calls in a row ended with the same guard error ({what}); "
+                                f"last: {error_class}: {message}")

@@ -30,7 +30,7 @@ class Attempt(TypedDict):
     usage: dict[str, Any]           # prompt_tokens, completion_tokens, total_tokens, cost (as reported)
     provider: str | None            # the upstream that answered (OpenRouter)
     answers_call_id: str | None     # X-Call-Id echoed by the server
-    outcome: str                    # reply, transient, call_failed, not_sent
+    outcome: str                    # reply, transient, guard_error, call_failed, not_sent
     final: bool                     # the call's last attempt
     seq: NotRequired[int]           # set once written
     redacted: NotRequired[bool]     # True on a line the API key was cut out of
@@ -56,7 +56,7 @@ class Decision(TypedDict):
     call_id: str
     raw_seq: int
     raw_line_sha256: str
-    status: str                     # ok, unparseable, truncated, provider_error, refused, exhausted
+    status: str                     # ok, unparseable, truncated, provider_error, refused, exhausted, guard_error
     decision: int | None            # 1 block, 0 allow, None
     score: float | None
     components: dict[str, Any]

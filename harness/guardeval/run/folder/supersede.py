@@ -36,7 +36,7 @@ from guardeval.run.folder.records import Decision
 
 # A decision's statuses other than `ok` (decide.py): the guard did not give a counted answer.
 # `unparseable` and `truncated` are the guard's own answers: retrying them samples the guard again.
-FAILURE_STATUSES = ("exhausted", "provider_error", "refused", "truncated", "unparseable")
+FAILURE_STATUSES = ("exhausted", "provider_error", "refused", "truncated", "unparseable", "guard_error")
 DEFAULT_STATUSES = ("exhausted", "provider_error")
 # What `decide` does not write: removed before a superseding decision is compared with its re-derivation.
 FIELDS = ("retry_round", "supersedes")
