@@ -315,7 +315,7 @@ def test_in_worker_processes_each_importing_the_module_once(tmp_path: Path, fn: 
 
 def test_an_exception_in_a_worker_is_recorded_redacted_and_bounded(tmp_path: Path) -> None:
     r = _launch(tmp_path, _process(tmp_path, "raises", max_attempts=2, api_key_env="PW_SECRET"), "--max-calls", "2")
-    assert r.code == 0 and json.loads(r.out)["statuses"] == {"exhausted": 2}, r.err
+    assert r.code == 0 and json.loads(r.out)["statuses"] == {"guard_error": 2}, r.err
     raw = _raw(tmp_path / "run")
     assert len(raw) == 4 and {x["error_class"] for x in raw} == {"python_exception"}
     assert raw[0]["error"].startswith("ValueError: upstream said no to key [redacted]") and len(raw[0]["error"]) < 700
@@ -334,7 +334,7 @@ def test_fatal_errors_from_a_worker_stop_the_run(tmp_path: Path, fn: str, said: 
 
 def test_a_return_that_cannot_be_pickled_fails_the_attempt_naming_the_type(tmp_path: Path) -> None:
     r = _launch(tmp_path, _process(tmp_path, "unpicklable", max_attempts=2), "--max-calls", "2")
-    assert r.code == 0 and json.loads(r.out)["statuses"] == {"exhausted": 2}, r.err
+    assert r.code == 0 and json.loads(r.out)["statuses"] == {"guard_error": 2}, r.err
     raw = _raw(tmp_path / "run")
     assert [x["error_class"] for x in raw] == ["python_return_type"] * 4
     assert "pw_proc:unpicklable returned a function that cannot be sent from its worker process" in raw[0]["error"]
