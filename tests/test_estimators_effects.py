@@ -120,7 +120,7 @@ def test_coverage_and_quarantine(report):
     assert cov["original"] == {"expected": 12, "received": 12, "valid": 11, "failed": 1, "missing": 0,
                                "quarantined": 0, "failures_by_status": {
                                    "unparseable": 0, "truncated": 0, "exhausted": 1, "provider_error": 0,
-                                   "refused": 0}}
+                                   "refused": 0, "guard_error": 0}}
     assert cov["format_placebo"]["expected"] == 12  # a quarantined call is still a scheduled call
     assert (cov["format_placebo"]["valid"], cov["format_placebo"]["failed"],
             cov["format_placebo"]["quarantined"]) == (8, 3, 1)
