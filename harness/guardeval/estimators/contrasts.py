@@ -54,7 +54,8 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
     d, rule, p = f.design, f.rule, f.p
     out: list[Contrast] = []
     # The corrected effects' family: the interventions of the family (not the placebo).
-    corr_family = [c for c in family if c != f.placebo and roles.get(c) != "placebo"]
+    corr_family = [c for c in family if c != f.placebo
+                   and not (f.placebo_of is not None and roles.get(c) == "placebo")]
     for c in f.contrasts:
         ci = f.idx(c)
         pl = f.pl_for(ci)
