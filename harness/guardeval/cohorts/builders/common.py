@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ class Tokenizer:
     """What `arg_matched` counts tokens with, as the cohort's record names it."""
 
     name: str
-    count: Any = None            # Callable[[str], int] | None (None: the built-in component count)
+    count: Callable[[str], int] | None = None     # None: the built-in component count
     sha256: str | None = None
 
     def record(self) -> dict[str, Any]:
