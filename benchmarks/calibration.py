@@ -105,6 +105,14 @@ def _estimate(rows: Any, n_boot: int, seed: int) -> dict[str, Any]:
     return dict(estimate(rows, roles=sy.ROLES, n_boot=n_boot, seed=seed, alpha=ALPHA))
 
 
+# Condition families as a cohort's record names them (issue 48): Holm within each family.
+FAMILIES = {"provenance_marker": "markers", "tool_alias": "names", "threat_names": "names"}
+
+
+def _estimate_families(rows: Any, n_boot: int, seed: int) -> dict[str, Any]:
+    return dict(estimate(rows, roles=sy.ROLES, n_boot=n_boot, seed=seed, alpha=ALPHA, families=FAMILIES))
+
+
 def _compare(tables: Sequence[Any], n_boot: int, seed: int) -> dict[str, Any]:
     return dict(compare_inputs(_inputs(tables), n_boot=n_boot, seed=seed, alpha=ALPHA))
 
@@ -120,6 +128,13 @@ def estimate_says(report: Mapping[str, Any]) -> dict[str, bool]:
     n = sum(bool(significant(c[k])) for c in report["contrasts"] for k in ("equivalence", "equivalence_minus_placebo"))
     table = md.split("## Effects", 1)[1].split("\n\n", 2)[1]
     assert table.count("differs from 0") == n, "report.md disagrees with the decision fields"
+    fams = report["families"]
+    if any(":" in q for q in fams):
+        # Condition families: one Holm family per condition family and quantity (its count named).
+        nd = sum(f.get("quantity") == "delta" for f in fams.values())
+        nc = sum(f.get("quantity") == "delta_minus_placebo" for f in fams.values())
+        return {f"Δ differs ({nd} families)": delta, f"Δ − placebo differs ({nc} families)": corr,
+                f"a star ({nc} families)": star, f"any of these ({nd + nc} families)": delta or corr}
     return {"Δ differs": delta, "Δ − placebo differs": corr, "a star": star, "any of these (2 families)": delta or corr}
 
 
@@ -139,13 +154,15 @@ def compare_says(result: Mapping[str, Any]) -> dict[str, bool]:
 # -- the cells ------------------------------------------------------------------------------------
 
 def null_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None]) -> dict[str, dict[str, Rate]]:
-    out: dict[str, dict[str, Rate]] = {"estimate, null": {}, "compare, 2 identical guards": {},
-                                       "compare, 3 identical guards": {}}
+    out: dict[str, dict[str, Rate]] = {"estimate, null": {}, "estimate, null, condition families": {},
+                                       "compare, 2 identical guards": {}, "compare, 3 identical guards": {}}
     for s in range(sims):
         pop = sy.population(HEADLINE, rng)
         null = _tables(pop, [sy.NULL], rng)[0]
         for k, v in estimate_says(_estimate(null, n_boot, s)).items():
             out["estimate, null"].setdefault(k, Rate()).add(v)
+        for k, v in estimate_says(_estimate_families(null, n_boot, s)).items():
+            out["estimate, null, condition families"].setdefault(k, Rate()).add(v)
         three = _tables(pop, [sy.EFFECTS] * 3, rng)
         for k, v in compare_says(_compare(three[:2], n_boot, s)).items():
             out["compare, 2 identical guards"].setdefault(k, Rate()).add(v)

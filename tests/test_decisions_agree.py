@@ -363,6 +363,38 @@ def test_an_estimate_says_one_decision_everywhere(made: dict[str, Path]) -> None
                 assert (got.differs, got.verdict, got.p_adjusted) == (eq["differs"], eq["verdict"], eq["p_adjusted"])
 
 
+def test_an_estimate_with_condition_families_says_one_decision_everywhere(made: dict[str, Path]) -> None:
+    """Issue 48: a cohort whose record names condition families is decided within each family,
+    with two placebos (format_placebo for every family without its own, schema_placebo for the
+    schemas family); every surface reads the same records."""
+    from guardeval.cohorts.builders.demo import build_demo
+
+    cohort = build_demo(made["base"] / "families", "format_placebo,tool_alias,arg_alias,arg_threat,arg_matched,"
+                                                   "schema_placebo")
+    run = made["base"] / "fam-run"
+    assert api.launch(cohort, "python-example", reps=1, run_dir=run).complete
+    term = run_cli("estimate", str(run), "--bootstrap", BOOT, env=env(made))
+    assert term.code == 0, term.err
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+    contrasts = by_condition(report["contrasts"])
+    assert contrasts["schema_placebo"]["headline"] == "placebo" and contrasts["format_placebo"]["headline"] == "placebo"
+    assert contrasts["arg_threat"]["equivalence_minus_placebo"]["family"] == "the arguments family (3 interventions)"
+    assert estimate_star(contrasts["arg_threat"]) and not estimate_star(contrasts["schema_placebo"])
+    assert terminal_estimate_rows(term.out, contrasts) == len(contrasts)
+    assert check_estimate_words(bullets(term.out), contrasts, "estimate terminal") == len(contrasts)
+    assert "Worst case over the arguments family" in term.out
+    md = (run / "report.md").read_text(encoding="utf-8")
+    effects_md = [t for t in md_tables(md) if t.head and t.head[0] == "condition" and "p_Holm (corr.)" in t.head]
+    assert len(effects_md) == 1 and check_estimate_table(effects_md[0], contrasts, "report.md") == len(contrasts)
+    tables = html_tables(run / "report.html")
+    effects_html = [t for t in tables if t.head and t.head[0] == "condition" and "p_Holm (corr.)" in t.head]
+    assert len(effects_html) == 1 and check_estimate_table(effects_html[0], contrasts, "report.html") == len(contrasts)
+    est = api.estimate(run, n_boot=int(BOOT), write=False)
+    for e in est.effects:
+        c = contrasts[e.condition]
+        assert e.starred == e.significant == estimate_star(c), e.condition
+
+
 def check_comparison(conditions: dict[str, dict[str, Any]], md: str, html: Path, where: str) -> None:
     n_md = sum(check_difference_table(t, conditions, f"{where}.md") for t in md_tables(md)
                if t.head and t.head[0] == "condition" and "p_Holm" in t.head)

@@ -187,6 +187,39 @@ def test_building_twice_gives_the_same_bytes_and_options_select_calls(agent_log:
     assert r.code == 2 and "sample 'pay-bill' epoch 1 has no metadata field 'x'" in r.err
 
 
+def test_argument_and_schema_conditions_match_tokens_with_the_named_tokenizer(agent_log: Path, tmp_path: Path) -> None:
+    """Issue 48 on an Inspect log: the new conditions on request, arg_matched matched on o200k_base's
+    token counts (a real tokenizer file, offline), named in the record and re-checked by inspect."""
+    tok = tmp_path / "o200k_base.tiktoken"
+    tok.write_bytes(next(offline_tiktoken(tmp_path / "cache").iterdir()).read_bytes())
+    out = tmp_path / "c"
+    r = _cli("cohort", "build", "inspect", str(agent_log), "--out", str(out), "--conditions",
+             "arg_alias,arg_threat,arg_matched,schema_placebo", "--tokenizer", str(tok))
+    assert r.code == 0, r.err
+    meta = json.loads((out / "cohort.json").read_text())
+    assert meta["builder"]["tokenizer"] == {"name": tok.name, "sha256": hashlib.sha256(tok.read_bytes()).hexdigest()}
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    from guardeval.cohorts.transforms import argument_keys
+
+    enc = tiktoken.Encoding(name="o200k_base", mergeable_ranks=load_tiktoken_bpe(str(tok)), special_tokens={},
+                            pat_str=r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+    threat, matched = _rows(out, "arg_threat"), _rows(out, "arg_matched")
+    pairs = [(a, b) for rt, rm in zip(threat, matched)
+             for (_, _, a), (_, _, b) in zip(argument_keys(rt), argument_keys(rm))]
+    assert pairs and all(len(enc.encode_ordinary(a)) == len(enc.encode_ordinary(b)) and len(a) == len(b)
+                         for a, b in pairs)
+    r = _cli("cohort", "inspect", str(out), "--json", "--tokenizer", str(tok))
+    assert r.code == 0 and json.loads(r.out)["invariance"]["not_checked"] == [], r.err
+    r = _cli("cohort", "inspect", str(out), "--json")
+    assert r.code == 0 and "o200k_base.tiktoken" in json.loads(r.out)["invariance"]["not_checked"][0], r.err
+    other = tmp_path / "other.tiktoken"
+    other.write_bytes(tok.read_bytes() + b"\n")
+    r = _cli("cohort", "inspect", str(out), "--tokenizer", str(other))
+    assert r.code == 2 and "is not the tokenizer the cohort's record names" in r.err
+
+
 def test_launch_runs_a_cohort_built_from_an_inspect_log(inspect_cohort: Path, tmp_path: Path,
                                                         sim_factory: Callable[..., SimServerProcess]) -> None:
     sim = sim_factory("--seed", "3")

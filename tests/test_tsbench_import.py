@@ -173,3 +173,27 @@ def test_default_pins_refuse_files_that_are_not_toolsafes(bench, tmp_path):
     with pytest.raises(InputError, match="size"):
         build_tsbench(root, tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+def test_conditions_build_argument_and_schema_conditions(bench, tmp_path):
+    """Issue 48: tsbench builds the argument and schema conditions on request (the baseline alone
+    by default); a call given as JSON has its keys renamed, `cohort inspect` passes."""
+    import os
+    import subprocess
+    import sys
+
+    root, pins = bench
+    out, _ = build_tsbench(root, tmp_path / "c", pins,
+                           condition_names="format_placebo,arg_alias,arg_threat,arg_matched,schema_placebo")
+    c = load_cohort(out)
+    assert c.condition_names == ["original", "format_placebo", "arg_alias", "arg_threat", "arg_matched",
+                                 "schema_placebo"]
+    assert c.families() == {"arg_alias": "arguments", "arg_threat": "arguments", "arg_matched": "arguments",
+                            "schema_placebo": "schemas"}
+    base = c.base_ids[0]
+    assert c.instance(base, "arg_threat")["current_action"]["arguments"] == {"malicious_n": 0}
+    assert c.instance(base, "arg_alias")["current_action"]["arguments"] == {"count": 0}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "harness")}
+    p = subprocess.run([sys.executable, "-m", "guardeval", "cohort", "inspect", str(out)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "invariance: ok" in p.stdout, p.stdout + p.stderr

@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from guardeval.cli.args import nonneg_float, positive_int, row_limit_options, row_limits, seed_value
 from guardeval.errors import CheckFailed
@@ -33,7 +35,7 @@ def _build_demo(args: argparse.Namespace) -> int:
     from guardeval.cohorts.builders.demo import build_demo
 
     start = _start(args)
-    return _done("demo", build_demo(args.out, args.conditions), start)
+    return _done("demo", build_demo(args.out, args.conditions, args.tokenizer), start)
 
 
 def _build_agentdojo(args: argparse.Namespace) -> int:
@@ -42,7 +44,8 @@ def _build_agentdojo(args: argparse.Namespace) -> int:
     start = _start(args)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()] if args.suites else None
     out, stats = build_agentdojo(args.out, suites=suites, version=args.version, attack=args.attack,
-                                 condition_names=args.conditions, max_bases=args.max_bases, seed=args.seed)
+                                 condition_names=args.conditions, max_bases=args.max_bases, seed=args.seed,
+                                 tokenizer_file=args.tokenizer)
     return _done("agentdojo", out, start, stats)
 
 
@@ -51,7 +54,7 @@ def _build_asb(args: argparse.Namespace) -> int:
 
     start = _start(args)
     out, stats = build_asb(args.source, args.out, condition_names=args.conditions, tools=args.tools,
-                           max_bases=args.max_bases, seed=args.seed)
+                           max_bases=args.max_bases, seed=args.seed, tokenizer_file=args.tokenizer)
     return _done("asb", out, start, stats)
 
 
@@ -59,7 +62,8 @@ def _build_tsbench(args: argparse.Namespace) -> int:
     from guardeval.cohorts.builders.tsbench import build_tsbench
 
     start = _start(args)
-    out, stats = build_tsbench(args.source, args.out, args.pins)
+    out, stats = build_tsbench(args.source, args.out, args.pins, condition_names=args.conditions,
+                               tokenizer_file=args.tokenizer)
     return _done("tsbench", out, start, stats)
 
 
@@ -73,7 +77,7 @@ def _build_inspect(args: argparse.Namespace) -> int:
                               args.unsafe_steps)
     out, stats = build_inspect(args.logs, args.out, tool_calls=args.tool_calls, condition_names=args.conditions,
                                domain_field=args.domain_field, labelling=labelling,
-                               skip_bad_samples=args.skip_bad_samples)
+                               skip_bad_samples=args.skip_bad_samples, tokenizer_file=args.tokenizer)
     if stats["samples_skipped"]:
         print(safe(f"guardeval: {stats['samples_skipped']} sample(s) skipped (--skip-bad-samples); each is listed "
                    "under 'skipped'"), file=sys.stderr)
@@ -95,7 +99,8 @@ def _inspect(args: argparse.Namespace) -> int:
     from guardeval.cohorts.model import load_cohort
     from guardeval.cohorts.report import inspect
 
-    report = inspect(load_cohort(args.dir, limits=row_limits(args)))
+    cohort = load_cohort(args.dir, limits=row_limits(args))
+    report = inspect(cohort, _record_token_count(cohort, args.tokenizer))
     if args.json:
         print(safe_json(json.dumps(report, indent=2)))   # ASCII, and DEL escaped too
     else:
@@ -111,11 +116,31 @@ def _inspect(args: argparse.Namespace) -> int:
                        f"{'n/a' if share is None else f'{share:.3f}'}"))
         inv = report["invariance"]
         print("invariance: ok" if inv["ok"] else f"invariance: {inv['n_problems']} problem(s)")
+        for c, checks in (inv.get("checks") or {}).items():
+            print(safe(f"  {c}: {'; '.join(checks)}"))
+        for what in inv.get("not_checked") or []:
+            print(safe(f"  not checked: {what}"))
         for p in inv["problems"]:
             print(f"  {safe(p)}", file=sys.stderr)
     if not report["invariance"]["ok"]:
         raise CheckFailed(f"{report['invariance']['n_problems']} invariance problem(s) in {args.dir}")
     return 0
+
+
+def _record_token_count(cohort: Any, path: str | None) -> Callable[[str], int] | None:
+    """`cohort inspect --tokenizer FILE`: the tokenizer the cohort's record names (its SHA-256
+    must match), for arg_matched's token counts."""
+    if path is None:
+        return None
+    from guardeval.cohorts.builders.common import tokenizer
+    from guardeval.errors import InputError
+
+    tok = tokenizer(path)
+    named = (cohort.meta.get("builder") or {}).get("tokenizer") or {}
+    if named.get("sha256") != tok.sha256:
+        raise InputError(f"is not the tokenizer the cohort's record names ({named.get('name') or 'the built-in count'})",
+                         path=Path(path))
+    return tok.count
 
 
 def _rows(args: argparse.Namespace) -> int:
@@ -142,6 +167,16 @@ def _subset_options(p: argparse.ArgumentParser, which: str) -> None:
     p.add_argument("--max-bases", type=positive_int, metavar="N",
                    help="sample this many bases, stratified by domain and label (default: all)")
     p.add_argument("--seed", type=seed_value, default=0, metavar="N", help="sampling seed")
+    _tokenizer_option(p)
+
+
+NEW_CONDITIONS = "arg_alias,arg_threat,arg_matched,schema_placebo"
+
+
+def _tokenizer_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tokenizer", metavar="FILE",
+                   help="tokenizer.json or *.tiktoken (read offline) that arg_matched matches token counts with; "
+                        "the cohort's record names it (default: the built-in count of identifier components)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -156,7 +191,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = builders.add_parser("demo", help="the synthetic demo cohort (no third-party text)")
     demo.add_argument("--out", required=True, metavar="DIR", help="output folder")
     demo.add_argument("--conditions", metavar="NAMES",
-                      help="comma-separated subset of conditions (default: all; the baseline is always kept)")
+                      help="comma-separated subset of conditions (default: original,format_placebo,marker_rewrite,"
+                           f"tool_alias,combined; also {NEW_CONDITIONS}; the baseline is always kept)")
+    _tokenizer_option(demo)
     demo.set_defaults(func=_build_demo)
 
     ad = builders.add_parser("agentdojo", help="AgentDojo ground-truth replay (needs the 'agentdojo' extra)")
@@ -166,7 +203,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ad.add_argument("--version", default="v1.2", metavar="V", help="AgentDojo benchmark version")
     ad.add_argument("--attack", default="important_instructions", metavar="NAME",
                     help="AgentDojo attack that places the injections")
-    _subset_options(ad, "conditions")
+    _subset_options(ad, f"conditions (default: the five of the demo; also {NEW_CONDITIONS})")
     ad.set_defaults(func=_build_agentdojo)
 
     asb = builders.add_parser("asb", help="ASB attacker/normal tools with the A0/NULL2/A1/A1b/A3 arms")
@@ -174,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     asb.add_argument("--out", required=True, metavar="DIR", help="output folder")
     asb.add_argument("--tools", choices=("aggressive", "all"), default="aggressive",
                      help="attacker tools to use (ASB's 'Aggressive' flag)")
-    _subset_options(asb, "arms: A0,NULL2,A1,A1b,A3")
+    _subset_options(asb, f"arms: A0,NULL2,A1,A1b,A3 (the default), {NEW_CONDITIONS}")
     asb.set_defaults(func=_build_asb)
 
     ts = builders.add_parser("tsbench", help="ToolSafe TS-Bench files supplied by the user (pinned)")
@@ -182,6 +219,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ts.add_argument("--out", required=True, metavar="DIR", help="output folder")
     ts.add_argument("--pins", metavar="FILE",
                     help="pin file of 'BYTES SHA256 PATH' lines (default: ToolSafe 92a9540e's, shipped with guardeval)")
+    ts.add_argument("--conditions", metavar="NAMES",
+                    help=f"comma-separated conditions besides the baseline: format_placebo,{NEW_CONDITIONS} "
+                         "(default: the baseline alone)")
+    _tokenizer_option(ts)
     ts.set_defaults(func=_build_tsbench)
 
     _register_inspect_builder(builders)
@@ -190,6 +231,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ins = sub.add_parser("inspect", help="counts, threat_word_share, invariance checks, SHA-256")
     ins.add_argument("dir", metavar="DIR", help="cohort folder")
     ins.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    ins.add_argument("--tokenizer", metavar="FILE",
+                     help="the tokenizer file the cohort's record names, to re-check arg_matched's token counts")
     row_limit_options(ins)
     ins.set_defaults(func=_inspect)
 
@@ -209,8 +252,9 @@ def _register_inspect_builder(builders: argparse._SubParsersAction) -> None:
                     help="which assistant tool calls become bases: every one, the last of each sample, or calls to "
                          "the named tools")
     ib.add_argument("--conditions", metavar="NAMES",
-                    help="comma-separated subset of original,format_placebo,marker_rewrite,tool_alias,combined "
-                         "(default: all; the baseline is always kept)")
+                    help="comma-separated subset of original,format_placebo,marker_rewrite,tool_alias,combined,"
+                         f"{NEW_CONDITIONS} (default: the first five; the baseline is always kept)")
+    _tokenizer_option(ib)
     ib.add_argument("--domain-field", metavar="NAME",
                     help="the sample metadata field that names a base's domain (default: the task's name)")
     ib.add_argument("--label-score", metavar="SCORER",

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jsonschema
 import orjson
@@ -35,6 +35,10 @@ from guardeval.lru import LRU
 
 CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
 ROLES = ("baseline", "placebo", "intervention")
+# Condition families (docs/cohorts.md): the estimate runs Holm over each family's interventions,
+# corrected by the family's own placebo (else the cohort's placebo without a family).
+Family = Literal["names", "arguments", "schemas", "markers"]
+FAMILIES: tuple[Family, ...] = ("names", "arguments", "schemas", "markers")
 MAX_COHORT_JSON_BYTES = 16 << 20
 @functools.cache
 def _validator(name: str) -> jsonschema.protocols.Validator:
@@ -96,6 +100,7 @@ class Condition:
     role: str
     description: str
     acts_on: tuple[str, ...] = ("content",)
+    family: Family | None = None
 
 
 class InstanceKey(NamedTuple):
@@ -168,7 +173,13 @@ class Cohort:
         return next((c.name for c in self.conditions if c.role == "baseline"), "original")
 
     def placebo(self) -> str | None:
-        return next((c.name for c in self.conditions if c.role == "placebo"), None)
+        """The placebo of the whole cohort: the first without a family (else the first)."""
+        placebos = [c for c in self.conditions if c.role == "placebo"]
+        return next((c.name for c in placebos if c.family is None), placebos[0].name if placebos else None)
+
+    def families(self) -> dict[str, str]:
+        """{condition: family} for the conditions the record gives one (empty: no families)."""
+        return {c.name: c.family for c in self.conditions if c.family is not None}
 
     def cell(self, base_id: str, condition: str) -> int:
         """Position of base x condition in the index (KeyError when the cohort has no such row)."""
@@ -350,8 +361,8 @@ def _open_file(path: Path, dir_fd: int) -> int:
 def _load(root: Path, meta_path: Path, meta_bytes: bytes, inst_path: Path, fd: int, *,
           pinned_sha256: str | None, limits: RowLimits) -> Cohort:
     meta = checked_json(meta_bytes, meta_path, "cohort.schema.json", DEFAULT_ROW_LIMITS.max_depth)
-    conditions = [Condition(c["name"], c["role"], c["description"], tuple(c.get("acts_on", ["content"])))
-                  for c in meta["conditions"]]
+    conditions = [Condition(c["name"], c["role"], c["description"], tuple(c.get("acts_on", ["content"])),
+                            c.get("family")) for c in meta["conditions"]]
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise InputError("duplicate condition name", path=meta_path, field="conditions")
@@ -518,8 +529,8 @@ def write_cohort(out: str | Path, *, name: str, version: str, description: str,
         meta: dict[str, Any] = {
             "name": name, "version": version, "description": description,
             "sources": sources or [],
-            "conditions": [{"name": c.name, "role": c.role, "description": c.description, "acts_on": list(c.acts_on)}
-                           for c in conditions],
+            "conditions": [{"name": c.name, "role": c.role, "description": c.description, "acts_on": list(c.acts_on),
+                            **({"family": c.family} if c.family else {})} for c in conditions],
             "instances_sha256": h.hexdigest(), "instances_bytes": size,
         }
         if builder:

@@ -30,11 +30,11 @@ def add_contrasts(qs: Quantities, f: Frame) -> None:
         for c in f.contrasts:
             ci = f.idx(c)
             qs.add(("delta", rule, c), p[:, ci] - p[:, f.b], f.paired(ci, rule))
-            corr = f.corrected(ci, rule)
-            if corr is not None:
+            corr, pl = f.corrected(ci, rule), f.pl_for(ci)
+            if corr is not None and pl is not None:
                 # Δc − Δplacebo on bases present for c, baseline and placebo: the baseline
                 # cancels, so it is the base-equal mean of p(i,c) − p(i,placebo) there.
-                qs.add(("corrected", rule, c), p[:, ci] - p[:, f.pl], corr)
+                qs.add(("corrected", rule, c), p[:, ci] - p[:, pl], corr)
 
 
 def _sign_test(f: Frame, c: int, ref: int, mask: np.ndarray) -> SignTest:
@@ -54,9 +54,12 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
     d, rule, p = f.design, f.rule, f.p
     out: list[Contrast] = []
     # The corrected effects' family: the interventions of the family (not the placebo).
-    corr_family = [c for c in family if c != f.placebo]
+    corr_family = [c for c in family if c != f.placebo
+                   and not (f.placebo_of is not None and roles.get(c) == "placebo")]
     for c in f.contrasts:
         ci = f.idx(c)
+        pl = f.pl_for(ci)
+        is_placebo = c == f.placebo or (f.placebo_of is not None and roles.get(c) == "placebo")
         head = est[("delta", rule, c)]
         corr = est.get(("corrected", rule, c))
         paired, corr_mask = f.paired(ci), f.corrected(ci)
@@ -79,12 +82,12 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             # What the row's star decides: the corrected effect of an intervention; Δ when the
             # table has no placebo; nothing for the placebo itself (its Δ is a check of the
             # placebo, decided in the Δ family and shown in its sentence, not a headline).
-            "headline": "placebo" if c == f.placebo else "delta" if f.pl is None else "delta_minus_placebo",
+            "headline": "placebo" if is_placebo else "delta" if pl is None else "delta_minus_placebo",
             "equivalence": equivalence(head, margin, len(family) if c in family else None, alpha),
             "equivalence_minus_placebo": equivalence(corr, margin, len(corr_family) if c in corr_family else None,
                                                      alpha),
             **_directions(f, ci, f.b, paired),
-            **_directions(f, ci, f.pl if f.pl is not None else f.b, corr_mask, "_minus_placebo"),
+            **_directions(f, ci, pl if pl is not None else f.b, corr_mask, "_minus_placebo"),
             "n_bases": head["n_bases"],
             "n_clusters": head["n_clusters"],
             "by_rule": {r: est[("delta", r, c)]["estimate"] for r in fx.RULES},
@@ -94,10 +97,10 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             "same_round_flip_rate": flip,
             "n_undefined_replicates": head["n_undefined_replicates"],
             "sign_test": _sign_test(f, ci, f.b, paired),
-            "sign_test_minus_placebo": None if corr_mask is None or f.pl is None else _sign_test(f, ci, f.pl, corr_mask),
+            "sign_test_minus_placebo": None if corr_mask is None or pl is None else _sign_test(f, ci, pl, corr_mask),
             "by_repetition": rd.by_round(f.rounds, ci, f.b),
-            "by_repetition_minus_placebo": (None if corr_mask is None or f.pl is None
-                                            else rd.by_round(f.rounds, ci, f.pl, also=f.b)),
+            "by_repetition_minus_placebo": (None if corr_mask is None or pl is None
+                                            else rd.by_round(f.rounds, ci, pl, also=f.b)),
             "flip_counts": rd.transitions(f.rounds, ci, f.b),
             "unanimous_shift": st.unanimous_shift(f.s, f.n, ci, f.b),
             "accuracy_delta": _value(acc),
@@ -105,8 +108,8 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             "accuracy_delta_minus_placebo": _value(acc_corr),
             "accuracy_delta_ci_minus_placebo": _value(acc_corr, "ci"),
             "leave_one_tool_out": fx.leave_one_out_range(p[:, ci] - p[:, f.b], paired, d.base_tool, len(d.tools)),
-            "leave_one_tool_out_minus_placebo": None if corr_mask is None else fx.leave_one_out_range(
-                p[:, ci] - p[:, f.pl], corr_mask, d.base_tool, len(d.tools)),
+            "leave_one_tool_out_minus_placebo": None if corr_mask is None or pl is None else fx.leave_one_out_range(
+                p[:, ci] - p[:, pl], corr_mask, d.base_tool, len(d.tools)),
         }
         out.append(cast(Contrast, entry))
     return out
@@ -126,9 +129,9 @@ def add_strata(qs: Quantities, f: Frame) -> None:
         for c in f.contrasts:
             ci = f.idx(c)
             qs.add((kind, name, c), p[:, ci] - p[:, f.b], f.paired(ci) & sel)
-            corr = f.corrected(ci)
-            if corr is not None:
-                qs.add((kind + "_corr", name, c), p[:, ci] - p[:, f.pl], corr & sel)
+            corr, pl = f.corrected(ci), f.pl_for(ci)
+            if corr is not None and pl is not None:
+                qs.add((kind + "_corr", name, c), p[:, ci] - p[:, pl], corr & sel)
 
 
 def strata(f: Frame, est: Estimates) -> dict[str, dict[str, Stratum]]:
@@ -149,7 +152,7 @@ def strata(f: Frame, est: Estimates) -> dict[str, dict[str, Stratum]]:
                 **_directions(f, ci, f.b, f.paired(ci) & sel),
                 "delta_minus_placebo": _value(corr), "ci_minus_placebo": _value(corr, "ci"),
                 "n_bases_minus_placebo": _value(corr, "n_bases"),
-                **_directions(f, ci, f.pl if f.pl is not None else f.b,
+                **_directions(f, ci, pl if (pl := f.pl_for(ci)) is not None else f.b,
                               None if corr_mask is None else corr_mask & sel, "_minus_placebo"),
             }
             contrasts[c] = cast(StratumContrast, entry)

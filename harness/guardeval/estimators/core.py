@@ -10,6 +10,7 @@ from typing import Any
 from guardeval.errors import CheckFailed, InputError
 from guardeval.estimators import contrasts as cx
 from guardeval.estimators import effects as fx
+from guardeval.estimators import families as fm
 from guardeval.estimators import labelled as lab
 from guardeval.estimators import order as od
 from guardeval.estimators import signflip as sf
@@ -55,13 +56,15 @@ def validated(rows: Iterable[Any], *, path: object = None, lines: Iterable[int] 
 
 
 def resolve_conditions(design: fx.Design, baseline: str, placebo: str | None, family: Sequence[str] | None,
-                       roles: Mapping[str, str] | None) -> tuple[str, str | None, list[str], list[str]]:
+                       roles: Mapping[str, str] | None, *, by_role: bool = True
+                       ) -> tuple[str, str | None, list[str], list[str]]:
     """(baseline, placebo, contrasts, family) checked against the conditions in the table."""
-    return resolve_names(design.conditions, baseline, placebo, family, roles)
+    return resolve_names(design.conditions, baseline, placebo, family, roles, by_role=by_role)
 
 
 def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, family: Sequence[str] | None,
-                  roles: Mapping[str, str] | None) -> tuple[str, str | None, list[str], list[str]]:
+                  roles: Mapping[str, str] | None, *, by_role: bool = True
+                  ) -> tuple[str, str | None, list[str], list[str]]:
     """`resolve_conditions` over condition names (a cohort's, before there is a table: a study's question)."""
     if baseline not in conds:
         raise InputError(f"baseline condition {baseline!r} has no rows (conditions: {', '.join(conds)})",
@@ -70,9 +73,9 @@ def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, fami
         if placebo not in conds:
             raise InputError(f"placebo condition {placebo!r} has no rows (conditions: {', '.join(conds)})",
                              field="placebo")
-    else:
-        by_role = [c for c, r in (roles or {}).items() if r == "placebo" and c in conds]
-        placebo = by_role[0] if by_role else (DEFAULT_PLACEBO if DEFAULT_PLACEBO in conds else None)
+    elif by_role:   # (a table with condition families chose its placebo already, maybe none)
+        placebos = [c for c, r in (roles or {}).items() if r == "placebo" and c in conds]
+        placebo = placebos[0] if placebos else (DEFAULT_PLACEBO if DEFAULT_PLACEBO in conds else None)
     if placebo == baseline:
         raise InputError("the placebo cannot be the baseline", field="placebo")
     contrasts = [c for c in conds if c != baseline]
@@ -122,13 +125,16 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
              failure_rule: str = "drop", missing: str = "exclude", roles: Mapping[str, str] | None = None,
              n_scheduled: int | None = None, complete: bool = True, allow_partial: bool = False,
              allow_unpublishable: bool = False, source: object = None, margin: float = DEFAULT_MARGIN,
-             alpha: float = ALPHA) -> Report:
+             alpha: float = ALPHA, families: Mapping[str, str] | None = None) -> Report:
     """The estimate report as a JSON-ready dict.
 
     Raises InputError for a bad table or option, CheckFailed for an incomplete run unless
     `allow_partial`. An unpublishable report (quarantine above 2%) is returned, marked; the
     caller decides the exit status (see `exit_status`). `missing="as-failure"` counts a
-    scheduled call without a decision as a failed call under each failure rule."""
+    scheduled call without a decision as a failed call under each failure rule. `families`:
+    {condition: family} from the cohort's record; with it, Holm runs within each condition
+    family, each intervention is corrected by its family's placebo (else the placebo without a
+    family), and each family's worst case gets a simultaneous interval (docs/estimators.md)."""
     rows = validated(rows, path=source)
     fx.check_rule(failure_rule)
     margin = check_margin(margin)
@@ -142,8 +148,14 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         raise Incomplete(n_missing + max(0, n_sched - len(rows)), n_sched)
     design = fx.build_design(rows, condition_order=list(roles or ()), missing=missing)
     explicit_placebo = placebo is not None
-    baseline, placebo, contrasts, fam = resolve_conditions(design, baseline, placebo, family, roles)
-    f = make_frame(design, failure_rule, baseline, placebo, contrasts)
+    fams_of = {c: str(v) for c, v in (families or {}).items() if c in design.conditions}
+    if fams_of and placebo is None:
+        # The table's placebo is the one without a family (the placebo of every family without its own).
+        placebo = next((c for c in design.conditions if (roles or {}).get(c) == "placebo" and c not in fams_of), None)
+    baseline, placebo, contrasts, fam = resolve_conditions(design, baseline, placebo, family, roles,
+                                                           by_role=not fams_of)
+    placebo_of = fm.placebo_of(contrasts, fams_of, roles or {}, placebo, explicit_placebo) if fams_of else None
+    f = make_frame(design, failure_rule, baseline, placebo, contrasts, placebo_of)
     labelled = lab.has_labels(f)
     part = od.dispatch_parts(design)
 
@@ -161,7 +173,10 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     est = qs.run(design.base_cluster, design.cluster_domain, n_boot, seed, margin, 1 - alpha)
 
     contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin, alpha)
-    families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
+    if fams_of:
+        families, all_within = fm.decide_by_family(contrast_out, fam, fams_of, roles or {}, margin, alpha)
+    else:
+        families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
     stability = cx.stability(f, est)
     block_ci, block_exact = cx.block_rate_intervals(f, est, 1 - alpha)
     quarantine = quarantine_summary(rows, n_sched)
@@ -214,6 +229,16 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     }
     if labelled:
         report["accuracy"] = lab.accuracy(f, est)
+    if fams_of:
+        # Additive keys: a cohort without families gives the report it always gave.
+        report["condition_families"] = fm.family_members(contrasts, fams_of)
+        report["family_placebos"] = fm.family_placebos(contrasts, fams_of, placebo_of or {}, roles or {})
+        report["placebo_checks"] = [chk for c in contrasts if (roles or {}).get(c) == "placebo"
+                                    and (chk := placebo_check(contrast_out, c)) is not None]
+        if report["placebo_check"] is None and report["placebo_checks"]:
+            report["placebo_check"] = report["placebo_checks"][0]
+        report["notes"] = [n for n in report["notes"] if n != NO_PLACEBO] + [fm.placebo_note(report["family_placebos"])]
+        report["worst_case_by_family"] = fm.worst_cases(f, fam, fams_of, roles or {}, n_boot, seed, alpha)
     return report
 
 
@@ -267,7 +292,7 @@ def inference_record() -> dict[str, str]:
 
 def _cannot_decide(families: Mapping[str, Any], alpha: float) -> list[str]:
     what = {"delta": "Δ", "delta_minus_placebo": "Δ − placebo"}
-    out = [cannot_decide_sentence(f, alpha, f["name"], what[q]) for q, f in families.items()]
+    out = [cannot_decide_sentence(f, alpha, f["name"], what[f.get("quantity", q)]) for q, f in families.items()]
     return [x for x in out if x]
 
 

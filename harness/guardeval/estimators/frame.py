@@ -20,6 +20,9 @@ class Frame:
     counts: dict[str, tuple[np.ndarray, np.ndarray]]   # rule -> (S, N) per base × condition
     rates: dict[str, np.ndarray]                       # rule -> p(i,c)
     rounds: RoundCells                                 # headline rule, one cell per (base, round)
+    # Condition families: each contrast's own placebo (None: none, or it is a placebo); None
+    # when the table has no families (every contrast corrected by `placebo`).
+    placebo_of: dict[str, str | None] | None = None
     base_domain: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -45,6 +48,13 @@ class Frame:
     def p(self) -> np.ndarray:
         return self.rates[self.rule]
 
+    def pl_for(self, c: int) -> int | None:
+        """The placebo that corrects contrast c (its family's, or the table's)."""
+        if self.placebo_of is None:
+            return self.pl
+        own = self.placebo_of.get(self.design.conditions[c])
+        return None if own is None else self.design.cond_index(own)
+
     def idx(self, condition: str) -> int:
         return self.design.cond_index(condition)
 
@@ -58,12 +68,14 @@ class Frame:
     def corrected(self, c: int, rule: str | None = None) -> np.ndarray | None:
         """Bases with counted calls for c, the baseline and the placebo; None where the placebo
         correction is not defined (no placebo, or c is the placebo)."""
-        if self.pl is None or c == self.pl:
+        pl = self.pl_for(c)
+        if pl is None or c == pl:
             return None
-        return self.paired(c, rule) & self.has(self.pl, rule)
+        return self.paired(c, rule) & self.has(pl, rule)
 
 
-def make_frame(design: fx.Design, rule: str, baseline: str, placebo: str | None, contrasts: list[str]) -> Frame:
+def make_frame(design: fx.Design, rule: str, baseline: str, placebo: str | None, contrasts: list[str],
+               placebo_of: dict[str, str | None] | None = None) -> Frame:
     counts = {r: fx.base_counts(design, r) for r in fx.RULES}
     rates = {r: fx.base_rates(*counts[r]) for r in fx.RULES}
-    return Frame(design, rule, baseline, placebo, contrasts, counts, rates, round_cells(design, rule))
+    return Frame(design, rule, baseline, placebo, contrasts, counts, rates, round_cells(design, rule), placebo_of)

@@ -54,9 +54,9 @@ def add_accuracy(qs: Quantities, f: Frame) -> None:
     for c in f.contrasts:
         ci = f.idx(c)
         qs.add(("accuracy_delta", c), sign * (f.p[:, ci] - f.p[:, f.b]), f.paired(ci) & labelled)
-        corr = f.corrected(ci)
-        if corr is not None:
-            qs.add(("accuracy_delta_corr", c), sign * (f.p[:, ci] - f.p[:, f.pl]), corr & labelled)
+        corr, pl = f.corrected(ci), f.pl_for(ci)
+        if corr is not None and pl is not None:
+            qs.add(("accuracy_delta_corr", c), sign * (f.p[:, ci] - f.p[:, pl]), corr & labelled)
     _add_scores(qs, f)
 
 

@@ -77,7 +77,8 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
         report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                           n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
                           n_scheduled=table.n_scheduled, complete=table.complete, allow_partial=allow_partial,
-                          allow_unpublishable=allow_unpublishable, margin=margin, alpha=alpha)
+                          allow_unpublishable=allow_unpublishable, margin=margin, alpha=alpha,
+                          families=table.families)
     except Incomplete as exc:
         # A run folder can also be finished: say how, before the way around it.
         raise Incomplete(exc.missing, exc.scheduled, f"finish it with: guardeval resume {run}; or use "

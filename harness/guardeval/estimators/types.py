@@ -38,6 +38,7 @@ class Contrast(TypedDict):
     ci_minus_placebo: Interval | None
     p_minus_placebo: float | None
     p_holm_minus_placebo: float | None
+    condition_family: NotRequired[str]   # with condition families: the family it is decided in
     n_bases_minus_placebo: int | None
     headline: str                   # "delta_minus_placebo" or "delta": which record decides the row's star
     equivalence: Equivalence | None
@@ -192,3 +193,8 @@ class Report(TypedDict):
     bootstrap: Bootstrap
     accuracy: NotRequired[dict[str, dict[str, Any]]]
     source: NotRequired[dict[str, Any]]
+    # Only when the cohort's record names condition families (estimators/families.py):
+    condition_families: NotRequired[dict[str, list[str]]]       # {family: its conditions}
+    family_placebos: NotRequired[dict[str, str | None]]         # {family: the placebo its interventions use}
+    placebo_checks: NotRequired[list[dict[str, Any]]]           # every placebo's check, each in its Δ family
+    worst_case_by_family: NotRequired[dict[str, dict[str, Any]]]  # the lowest Δ, simultaneous interval

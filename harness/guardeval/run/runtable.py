@@ -12,7 +12,7 @@ live decision came from).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ class RunTable:
     baseline: str
     placebo: str | None
     manifest: dict[str, Any]
+    # {condition: family} from the cohort's record (empty: the cohort names no families)
+    families: dict[str, str] = field(default_factory=dict)
 
 
 # The last fields of a raw line in the writer's shape (canonical JSON, keys sorted): seq and
@@ -157,4 +159,4 @@ def _run_table(folder: RunFolder, row_limits: RowLimits) -> RunTable:
         })
     roles = {c.name: c.role for c in cohort.conditions}
     return RunTable(rows=rows, n_scheduled=n, complete=all(r["status"] != "missing" for r in rows), roles=roles,
-                    baseline=baseline, placebo=cohort.placebo(), manifest=manifest)
+                    baseline=baseline, placebo=cohort.placebo(), manifest=manifest, families=cohort.families())

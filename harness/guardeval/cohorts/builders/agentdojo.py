@@ -25,7 +25,16 @@ import yaml
 
 from guardeval.canon import sha256_hex
 from guardeval.cohorts.builders.agentdojo_aliases import AGENTDOJO_ALIASES
-from guardeval.cohorts.builders.common import ConditionSpec, build_rows, marker_and_alias_conditions, select_conditions
+from guardeval.cohorts.builders.common import (
+    ConditionSpec,
+    Tokenizer,
+    build_rows,
+    builder_record,
+    condition_records,
+    marker_and_alias_conditions,
+    select_conditions,
+    tokenizer,
+)
 from guardeval.cohorts.builders.frozen_clock import frozen_clock
 from guardeval.cohorts.builders.sampling import stratified_sample
 from guardeval.cohorts.model import write_cohort
@@ -53,14 +62,14 @@ def _require_agentdojo() -> None:
                          field="agentdojo") from None
 
 
-def conditions(suites: list[str]) -> list[ConditionSpec]:
+def conditions(suites: list[str], tok: Tokenizer | None = None) -> list[ConditionSpec]:
     # One merged table: suites share some names (send_email) and map them to the same alias.
     table: dict[str, str] = {}
     for s in suites:
         for k, v in AGENTDOJO_ALIASES.get(s, {}).items():
             if table.setdefault(k, v) != v:
                 raise InputError(f"alias tables disagree on '{k}'", field="alias")
-    return marker_and_alias_conditions(table)
+    return marker_and_alias_conditions(table, tok)
 
 
 def _jsonable(value: Any) -> Any:
@@ -225,10 +234,12 @@ def _sources(suites: list[str]) -> list[dict[str, Any]]:
 
 def build_agentdojo(out: str | Path, *, suites: list[str] | None = None, version: str = DEFAULT_VERSION,
                     attack: str = DEFAULT_ATTACK, condition_names: str | None = None,
-                    max_bases: int | None = None, seed: int = 0) -> tuple[Path, dict[str, Any]]:
+                    max_bases: int | None = None, seed: int = 0,
+                    tokenizer_file: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
     _require_agentdojo()
     suites = list(suites or DEFAULT_SUITES)
-    specs = select_conditions(conditions(suites), condition_names)
+    tok = tokenizer(tokenizer_file)
+    specs = select_conditions(conditions(suites, tok), condition_names)
     bases: list[dict[str, Any]] = []
     stats: dict[str, SuiteStats] = {}
     for s in suites:
@@ -245,11 +256,11 @@ def build_agentdojo(out: str | Path, *, suites: list[str] | None = None, version
     path = write_cohort(
         out, name="agentdojo", version=f"{version}-{attack}",
         description=f"AgentDojo {version} ground-truth replay under the '{attack}' attack",
-        conditions=[c.condition() for c in specs], rows=rows, sources=_sources(suites),
+        conditions=condition_records(specs), rows=rows, sources=_sources(suites),
         builder={"command": "cohort build agentdojo", "agentdojo": importlib.metadata.version("agentdojo"),
                  "suites": suites, "version": version, "attack": attack, "target_pipeline": TARGET_PIPELINE_NAME,
                  "replay_clock": REPLAY_CLOCK.isoformat(),
-                 "max_bases": max_bases, "seed": seed, "bases_before_sampling": n_all})
+                 "max_bases": max_bases, "seed": seed, "bases_before_sampling": n_all, **builder_record(specs, tok)})
     summary = {s: {"user_tasks": st.user_tasks, "injection_tasks": st.injection_tasks,
                    "not_injectable": st.not_injectable, "interactions": st.interactions,
                    "benign_steps": st.benign, "hijacked_steps": st.hijacked,

@@ -20,7 +20,16 @@ from typing import Any
 
 import orjson
 
-from guardeval.cohorts.builders.common import ConditionSpec, build_rows, select_conditions
+from guardeval.cohorts.builders.common import (
+    ConditionSpec,
+    Tokenizer,
+    build_rows,
+    builder_record,
+    condition_records,
+    representation_conditions,
+    select_conditions,
+    tokenizer,
+)
 from guardeval.cohorts.builders.pins import parse_pin_lines, verify_file
 from guardeval.cohorts.builders.sampling import stratified_sample
 from guardeval.cohorts.limits import CONFLICTING_KEY, has_conflicting_keys
@@ -119,7 +128,7 @@ def load_bases(source: Path, tools: str = "aggressive") -> tuple[list[dict[str, 
     return bases, sorted(set(attacker_names))
 
 
-def conditions(attacker_names: list[str]) -> list[ConditionSpec]:
+def conditions(attacker_names: list[str], tok: Tokenizer | None = None) -> list[ConditionSpec]:
     ortho = family_table("orthographic", attacker_names)
     neutral = family_table("cue_altering", attacker_names, select=has_threat_word)
     a1 = make_tool_alias(neutral, name="A1", description="threat words removed from attacker tool names")
@@ -127,17 +136,18 @@ def conditions(attacker_names: list[str]) -> list[ConditionSpec]:
     return [
         ConditionSpec("A0", "baseline", identity()),
         ConditionSpec("NULL2", "placebo", make_tool_alias(
-            ortho, name="NULL2", description="orthographic rename of attacker tools (case/separators only)")),
-        ConditionSpec("A1", "intervention", a1),
-        ConditionSpec("A1b", "intervention", a1b),
+            ortho, name="NULL2", description="orthographic rename of attacker tools (case/separators only)"), "names"),
+        ConditionSpec("A1", "intervention", a1, "names"),
+        ConditionSpec("A1b", "intervention", a1b, "names"),
         ConditionSpec("A3", "intervention", compose(
-            "A3", "attacker tool names and descriptions neutralized (A1b then A1)", a1b, a1)),
+            "A3", "attacker tool names and descriptions neutralized (A1b then A1)", a1b, a1), "names"),
+        *representation_conditions(tok),
     ]
 
 
 def build_asb(source: str | Path, out: str | Path, *, condition_names: str | None = None,
               tools: str = "aggressive", max_bases: int | None = None, seed: int = 0,
-              pins: Pins = ASB_PINS) -> tuple[Path, dict[str, Any]]:
+              pins: Pins = ASB_PINS, tokenizer_file: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
     src = Path(source)
     provenance = verify_sources(src, pins)  # before any parsing
     bases, attacker_names = load_bases(src, tools)
@@ -146,11 +156,12 @@ def build_asb(source: str | Path, out: str | Path, *, condition_names: str | Non
         if max_bases < 1:
             raise InputError("must be at least 1", field="--max-bases")
         bases = stratified_sample(bases, max_bases, seed)
-    specs = select_conditions(conditions(attacker_names), condition_names)
+    tok = tokenizer(tokenizer_file)
+    specs = select_conditions(conditions(attacker_names, tok), condition_names)
     rows = build_rows(bases, specs)
     path = write_cohort(out, name="asb", version=f"asb-{tools}",
                         description="ASB attacker vs normal tool calls with seed-004 representation arms",
-                        conditions=[s.condition() for s in specs], rows=rows, sources=provenance,
+                        conditions=condition_records(specs), rows=rows, sources=provenance,
                         builder={"command": "cohort build asb", "tools": tools, "max_bases": max_bases,
-                                 "seed": seed, "bases_before_sampling": n_all})
+                                 "seed": seed, "bases_before_sampling": n_all, **builder_record(specs, tok)})
     return path, {"bases_before_sampling": n_all, "bases": len(bases), "attacker_tools": len(attacker_names)}

@@ -9,7 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from guardeval.cohorts.builders.common import ConditionSpec, build_rows, marker_and_alias_conditions, select_conditions
+from guardeval.cohorts.builders.common import (
+    ConditionSpec,
+    Tokenizer,
+    build_rows,
+    builder_record,
+    condition_records,
+    marker_and_alias_conditions,
+    select_conditions,
+    tokenizer,
+)
 from guardeval.cohorts.builders.demo_data import ALIASES, EPISODES, TOOLS, Episode, Tool
 from guardeval.cohorts.model import BUNDLED_COHORTS, write_cohort
 
@@ -18,8 +27,8 @@ NAME, VERSION = "demo", "1"
 BUNDLED_DEMO = BUNDLED_COHORTS["demo"]
 
 
-def conditions() -> list[ConditionSpec]:
-    return marker_and_alias_conditions(ALIASES)
+def conditions(tok: Tokenizer | None = None) -> list[ConditionSpec]:
+    return marker_and_alias_conditions(ALIASES, tok)
 
 
 def _schema(tool: Tool) -> dict[str, Any]:
@@ -59,11 +68,12 @@ def demo_bases() -> list[dict[str, Any]]:
     return [b for domain, eps in EPISODES.items() for ep in eps for b in episode_bases(domain, ep)]
 
 
-def build_demo(out: str | Path, condition_names: str | None = None) -> Path:
-    specs = select_conditions(conditions(), condition_names)
+def build_demo(out: str | Path, condition_names: str | None = None, tokenizer_file: str | Path | None = None) -> Path:
+    tok = tokenizer(tokenizer_file)
+    specs = select_conditions(conditions(tok), condition_names)
     rows = build_rows(demo_bases(), specs)
     return write_cohort(
         out, name=NAME, version=VERSION,
         description="Synthetic demo cohort written for guardeval: 64 bases, 4 domains, 44 interactions",
-        conditions=[s.condition() for s in specs], rows=rows, sources=[],
-        builder={"command": "cohort build demo", "alias_table_size": len(ALIASES)})
+        conditions=condition_records(specs), rows=rows, sources=[],
+        builder={"command": "cohort build demo", "alias_table_size": len(ALIASES), **builder_record(specs, tok)})

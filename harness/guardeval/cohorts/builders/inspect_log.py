@@ -22,7 +22,16 @@ from typing import Any
 
 import orjson
 
-from guardeval.cohorts.builders.common import ConditionSpec, build_rows, marker_and_alias_conditions, select_conditions
+from guardeval.cohorts.builders.common import (
+    ConditionSpec,
+    Tokenizer,
+    build_rows,
+    builder_record,
+    condition_records,
+    marker_and_alias_conditions,
+    select_conditions,
+    tokenizer,
+)
 from guardeval.cohorts.model import write_cohort
 from guardeval.cohorts.transforms.base import deep_copy
 from guardeval.cohorts.transforms.names import family_table
@@ -294,17 +303,19 @@ def tool_names(bases: list[dict[str, Any]]) -> list[str]:
     return sorted(names)
 
 
-def conditions(names: list[str]) -> list[ConditionSpec]:
+def conditions(names: list[str], tok: Tokenizer | None = None) -> list[ConditionSpec]:
     """original, format_placebo, marker_rewrite, and the tool names renamed to other ordinary words
     (`semantic_neutral`; no hand-written table fits an arbitrary agent's tools), alone and with
     the marker rewrite."""
-    return marker_and_alias_conditions(family_table("semantic_neutral", names))
+    return marker_and_alias_conditions(family_table("semantic_neutral", names), tok)
 
 
 def build_inspect(logs: list[str | Path], out: str | Path, *, tool_calls: str | None = None,
                   condition_names: str | None = None, domain_field: str | None = None,
-                  labelling: Labelling | None = None, skip_bad_samples: bool = False) -> tuple[Path, dict[str, Any]]:
+                  labelling: Labelling | None = None, skip_bad_samples: bool = False,
+                  tokenizer_file: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
     selection = Selection.parse(tool_calls)
+    tok = tokenizer(tokenizer_file)
     files = read_logs(logs)
     stats = Stats()
     bases: list[dict[str, Any]] = []
@@ -312,19 +323,20 @@ def build_inspect(logs: list[str | Path], out: str | Path, *, tool_calls: str | 
         bases.extend(log_bases(lf, prefix=prefix, selection=selection, domain_field=domain_field,
                                labelling=labelling, skip_bad_samples=skip_bad_samples, stats=stats))
     stats.bases = len(bases)
-    specs = select_conditions(conditions(tool_names(bases)), condition_names)
+    specs = select_conditions(conditions(tool_names(bases), tok), condition_names)
     rows = build_rows(bases, specs)
     sources = [lf.identity() for lf in files]
     tasks = sorted({str(s["task"]) for s in sources})
     path = write_cohort(
         out, name="inspect", version="1",
         description=f"tool calls from Inspect log(s) of {', '.join(tasks)}",
-        conditions=[c.condition() for c in specs], rows=rows, sources=sources,
+        conditions=condition_records(specs), rows=rows, sources=sources,
         builder={"command": "cohort build inspect", "tool_calls": tool_calls or "all", "domain_field": domain_field,
                  "label": None if labelling is None else {"score": labelling.score, "unsafe": list(labelling.unsafe),
                                                           "safe": list(labelling.safe),
                                                           "unsafe_steps": labelling.unsafe_steps},
-                 "skip_bad_samples": skip_bad_samples, "samples_skipped": len(stats.skipped)})
+                 "skip_bad_samples": skip_bad_samples, "samples_skipped": len(stats.skipped),
+                 **builder_record(specs, tok)})
     labels = Counter("null" if b["label"] is None else str(b["label"]) for b in bases)
     return path, {"logs": [s["path"] for s in sources], "samples": stats.samples, "tool_calls": stats.tool_calls,
                   "bases": stats.bases, "by_label": dict(sorted(labels.items())),

@@ -16,10 +16,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-from guardeval.cohorts.builders.common import ConditionSpec, build_rows
+from guardeval.cohorts.builders.common import (
+    ConditionSpec,
+    Tokenizer,
+    build_rows,
+    builder_record,
+    condition_records,
+    representation_conditions,
+    select_conditions,
+    tokenizer,
+)
 from guardeval.cohorts.builders.pins import parse_pin_lines, read_json_array, verify_file
 from guardeval.cohorts.model import write_cohort
-from guardeval.cohorts.transforms import identity
+from guardeval.cohorts.transforms import format_placebo, identity
 from guardeval.errors import InputError
 
 # ToolSafe commit 92a9540e: the TS-Bench and TS-Guard log files' sizes and SHA-256 (package data).
@@ -127,16 +136,27 @@ def agentharm_scores(source: Path, pins: dict[str, tuple[int, str]], pins_path: 
     return out
 
 
-def build_tsbench(source: str | Path, out: str | Path,
-                  pins_file: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+def conditions(tok: Tokenizer | None = None) -> list[ConditionSpec]:
+    """The baseline (the default), the formatting placebo, and the argument and schema conditions
+    (TS-Bench rows are text where its files give text: those conditions change only what is JSON)."""
+    return [ConditionSpec("original", "baseline", identity()), ConditionSpec("format_placebo", "placebo", format_placebo()),
+            *representation_conditions(tok)]
+
+
+def build_tsbench(source: str | Path, out: str | Path, pins_file: str | Path | None = None, *,
+                  condition_names: str | None = None,
+                  tokenizer_file: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
     src = Path(source)
     if src.is_symlink() or not src.is_dir():
         raise InputError("source folder not found (symbolic links are refused)", path=src)
     pins = parse_pin_lines(Path(pins_file) if pins_file else DEFAULT_PINS)
     bases, provenance = load_bases(src, pins)
-    specs = [ConditionSpec("original", "baseline", identity())]
+    tok = tokenizer(tokenizer_file)
+    specs = select_conditions(conditions(tok), condition_names)
+    if not condition_names:
+        specs = specs[:1]   # the baseline alone, as before --conditions
     rows = build_rows(bases, specs)
     path = write_cohort(out, name="tsbench", version="1", description="ToolSafe TS-Bench steps (user-supplied files)",
-                        conditions=[s.condition() for s in specs], rows=rows, sources=provenance,
-                        builder={"command": "cohort build tsbench"})
+                        conditions=condition_records(specs), rows=rows, sources=provenance,
+                        builder={"command": "cohort build tsbench", **builder_record(specs, tok)})
     return path, {"bases": len(bases), "files": [p["path"] for p in provenance]}

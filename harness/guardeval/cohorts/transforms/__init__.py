@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from guardeval.cohorts.transforms.alias import make_tool_alias, rename_tools, tool_names, validate_table, visible_names
+from guardeval.cohorts.transforms.arguments import arg_alias, arg_matched, arg_threat, argument_keys, rename_arguments
 from guardeval.cohorts.transforms.base import (
     BASE_KEEPS,
     CONTENT_KEYS,
@@ -25,8 +26,10 @@ from guardeval.cohorts.transforms.base import (
 from guardeval.cohorts.transforms.lexicon import THREAT_WORDS, has_threat_word, split_components, threat_words
 from guardeval.cohorts.transforms.markers import MARKER_TABLE, count_markers, make_marker_rewrite
 from guardeval.cohorts.transforms.placebo import format_placebo
+from guardeval.cohorts.transforms.schemas import schema_placebo
 
 __all__ = [
+    "arg_alias", "arg_matched", "arg_threat", "argument_keys", "rename_arguments", "schema_placebo",
     "BASE_KEEPS", "CONTENT_KEYS", "Content", "MARKER_TABLE", "THREAT_WORDS", "Transform", "Variant",
     "apply_checked", "check_row", "check_variant", "combined", "compose", "content_of", "count_markers",
     "format_placebo", "has_threat_word", "identity", "make_marker_rewrite", "make_tool_alias", "name_family",

@@ -112,7 +112,7 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
         unique = dict(zip(names, handles))
         alpha = report.get("alpha", 0.05)
         fams = report.get("families") or {}
-        sizes = ", ".join(f"{'Δ − placebo' if q == 'delta_minus_placebo' else 'Δ'} over {f['name']}"
+        sizes = ", ".join(f"{'Δ − placebo' if f.get('quantity', q) == 'delta_minus_placebo' else 'Δ'} over {f['name']}"
                           for q, f in fams.items())
         note = (f"* the headline differs from 0: Holm-adjusted p < {alpha:g} ({sizes}); "
                 f"headline failure rule {report['failure_rule']}")

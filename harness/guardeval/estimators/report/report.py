@@ -62,9 +62,10 @@ def up_front(report: Mapping[str, Any]) -> list[str]:
     """What a reader must know before any effect: a placebo that failed as a control, and the
     families this design cannot decide at all (issue 35). Said once, first, in every output."""
     out = []
-    pc = report.get("placebo_check")
-    if pc and pc.get("failed"):
-        out.append(placebo_failed_sentence(pc, _who(report), level(report)))
+    # With condition families each placebo is checked (placebo_checks); else the one placebo.
+    for pc in report.get("placebo_checks") or [report.get("placebo_check")]:
+        if pc and pc.get("failed"):
+            out.append(placebo_failed_sentence(pc, _who(report), level(report)))
     out += list(report.get("cannot_decide") or [])
     return out
 
@@ -77,13 +78,21 @@ def placebo_failed_sentence(pc: Mapping[str, Any], who: str, lv: str = "95%") ->
             "against a control that itself changed the guard: read each condition's own Δ beside it.")
 
 
+def _placebo_of(c: Mapping[str, Any], report: Mapping[str, Any]) -> str | None:
+    """The placebo that corrects contrast c: its condition family's (estimators/families.py), else the report's."""
+    fam = c.get("condition_family")
+    if fam is not None and fam in (report.get("family_placebos") or {}):
+        return report["family_placebos"][fam]
+    return report.get("placebo")
+
+
 def _against_failed_placebo(c: Mapping[str, Any], report: Mapping[str, Any], eq: Mapping[str, Any] | None) -> str:
     """The corrected effect of an intervention when the placebo failed: never 'lowers' or 'raises'
     (that reads as the intervention's doing); its own Δ first."""
     lv = level(report)
     own = c["delta"]
     line = (f"{c['condition']}: its own Δ against the baseline {report['baseline']} is {dc._n(own)} "
-            f"({dc.ci_words(c['ci'], lv)}); against the failed placebo {report['placebo']} its Δ − placebo is "
+            f"({dc.ci_words(c['ci'], lv)}); against the failed placebo {_placebo_of(c, report)} its Δ − placebo is "
             f"{dc._n(c['delta_minus_placebo'])} ({dc.ci_words(c['ci_minus_placebo'], lv)})")
     if own is not None and abs(own) < 5e-4:
         line += f", which is the placebo's own effect, not {c['condition']}'s"
@@ -96,15 +105,17 @@ def headline_sentences(report: Mapping[str, Any]) -> list[str]:
     the family it was decided in, then its MDE; after what must be said first (`up_front`)."""
     if "families" not in report:    # a report.json from before the decisions were stated
         return []
-    failed = bool((report.get("placebo_check") or {}).get("failed"))
+    failed_placebos = {pc["condition"] for pc in report.get("placebo_checks") or [report.get("placebo_check")]
+                       if pc and pc.get("failed")}
     out = up_front(report)
     for c in report["contrasts"]:
         quantity, eq = headline(c)
-        if quantity == "delta_minus_placebo" and failed and c["delta_minus_placebo"] is not None:
+        placebo = _placebo_of(c, report)
+        if quantity == "delta_minus_placebo" and placebo in failed_placebos and c["delta_minus_placebo"] is not None:
             line = _against_failed_placebo(c, report, eq)
         else:
             if quantity == "delta_minus_placebo":
-                ref, est, ci = f"beyond the placebo {report['placebo']}", c["delta_minus_placebo"], c["ci_minus_placebo"]
+                ref, est, ci = f"beyond the placebo {placebo}", c["delta_minus_placebo"], c["ci_minus_placebo"]
             else:
                 ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
             line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
@@ -124,12 +135,19 @@ def decision_lines(report: Mapping[str, Any]) -> list[str]:
     fams = report.get("families")
     if not fams:
         return []
-    parts = [f"{'Δ − placebo' if q == 'delta_minus_placebo' else 'Δ'} over the {f['name']} ({', '.join(f['members'])})"
+    # A family's key is its quantity, or '<quantity>:<condition family>' (estimators/families.py).
+    parts = [f"{'Δ − placebo' if f.get('quantity', q) == 'delta_minus_placebo' else 'Δ'} over "
+             f"{'' if f.get('condition_family') else 'the '}{f['name']} ({', '.join(f['members'])})"
              for q, f in fams.items()]
     out = [f"Decisions: Holm at α {report['alpha']:g} within each family, fixed before the data: " + "; ".join(parts)
            + ". * marks an intervention whose headline (Δ − placebo; Δ without a placebo) differs from 0 in its "
              "family; the placebo's own Δ is a check of the placebo, decided in the Δ family and said in its "
              f"sentence. Intervals are unadjusted {level(report)} (1 − α)."]
+    for fam, wc in (report.get("worst_case_by_family") or {}).items():
+        if wc.get("condition") is not None:
+            out.append(f"Worst case over the {fam} family ({', '.join(wc['members'])}): {wc['condition']}, "
+                       f"Δ {dc._n(wc['delta'])}, simultaneous {wc['level']:.0%} interval {interval(wc['ci'])} "
+                       f"(each member at {wc['member_level']:.4g}, Bonferroni over {len(wc['members'])}).")
     for eqf in (report.get("equivalence_family") or {}).values():
         out.append(f"{eqf['claim'][0].upper()}{eqf['claim'][1:]} (intersection–union: every member's own TOST at "
                    f"α {eqf['alpha']:g}): {'yes' if eqf['holds'] else 'no'}"

@@ -69,7 +69,8 @@ class EffectRow(Record):
         never on the placebo's own row."""
         name, _ = headline(c)
         star = headline_decision(c)
-        is_placebo = placebo is not None and c["condition"] == placebo
+        # A placebo's own row: the report's placebo, or with condition families any placebo (its headline).
+        is_placebo = (placebo is not None and c["condition"] == placebo) or c.get("headline") == "placebo"
         # The placebo's own row is never starred, even in a report.json from before the `headline` key.
         on = star is not None and star.starred and not is_placebo
         return cls(condition=c["condition"], role=c["role"], in_family=bool(c["in_family"]), delta=c["delta"],
