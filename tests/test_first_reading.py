@@ -130,3 +130,29 @@ def test_the_reference_placeholders_say_where_the_generated_page_is():
         after = text.split(marker, 1)[1]
         assert "**Generated page.**" in after and "docs/hooks/reference.py" in after, name
         assert f"site/reference/{name}/index.html" in " ".join(after.split()), name
+
+
+def test_the_docs_toolchain_is_pinned_and_builds_quietly(tmp_path):
+    """Issue 47 item 10: the `docs` extra pins MkDocs and Material below their next majors and
+    brings ruff (the API page's signatures are formatted, as a docs-only install would need);
+    built with the environment `.ci/run` sets, `mkdocs build` prints neither Material's boxed
+    end-of-life notice nor mkdocstrings' "requires either Black or Ruff"."""
+    import tomllib
+
+    from conftest import REPO
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    docs = {re.split(r"[<>=\[]", d, maxsplit=1)[0]: d for d in extras["docs"]}
+    assert docs["mkdocs"].endswith(",<2") and docs["mkdocs-material"].endswith(",<10"), docs
+    ruff_test = next(d for d in extras["test"] if d.startswith("ruff"))
+    assert docs.get("ruff") == ruff_test, docs
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None:
+        pytest.skip("the docs extra is not installed (pip install -e '.[docs]')")
+    exported = dict(re.findall(r"^export ([A-Z0-9_]+)=(\S+)$", (REPO / ".ci" / "run").read_text(), re.M))
+    assert exported.get("NO_MKDOCS_2_WARNING") == "1", exported
+    env = cli_env(exported)
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stdout + proc.stderr
+    assert "end of life" not in said and "Black or Ruff" not in said, said[-3000:]

@@ -209,8 +209,8 @@ def breakable(name: str) -> str:
 def _verdicts_cell(r: rows.EffectRow) -> Raw:
     """The last column's two verdicts, each named: Δ's, then Δ − placebo's (the row's own
     quantities; a placebo has no corrected effect)."""
-    return Raw(f'<span class="vq">Δ:</span> {esc(short(r.verdict))}<br><span class="vq">Δ − placebo:</span> '
-               f"{esc(short(r.verdict_minus_placebo))}")
+    return Raw(f'<div><span class="vq">Δ:</span> {esc(short(r.verdict))}</div> <div><span class="vq">Δ − placebo:</span> '
+               f"{esc(short(r.verdict_minus_placebo))}</div>")
 
 
 def contrasts_table(report: Mapping[str, Any]) -> str:
