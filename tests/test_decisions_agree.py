@@ -175,7 +175,7 @@ def check_estimate_table(t: Table, contrasts: Mapping[str, Mapping[str, Any]], w
                 assert value == short(eq_mp), what
             elif "(verdict; MDE)" in name:   # report.md: 'Δ's · Δ − placebo's'
                 assert value == f"{short(eq)} · {short(eq_mp)}", what
-            elif name.startswith("verdict") and name.endswith("; MDE"):   # report.html: each named
+            elif name.startswith("verdict; MDE"):   # report.html: each named
                 assert value == f"Δ: {short(eq)} Δ − placebo: {short(eq_mp)}", what
         checked += 1
     return checked

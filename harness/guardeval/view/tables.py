@@ -224,7 +224,7 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
     cells = [[_verdicts_cell(r) if col.key == "verdicts" else effect_cell(c) for col, c in zip(shown, cs)]
              for r, cs in zip(effects.rows, effects.cells("html"))]
     margin = report.get("margin")
-    head = [f"verdict{f' (margin ±{margin:g})' if margin else ''}; MDE" if col.key == "verdicts" else h
+    head = [f"verdict; MDE{f' (margin ±{margin:g})' if margin else ''}" if col.key == "verdicts" else h
             for col, h in zip(shown, head)]
     attrs = [' class="significant"' if r.starred else "" for r in effects.rows]
     out = table(head, cells, num_from=1, cls="contrasts", row_attrs=attrs)
