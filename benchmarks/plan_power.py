@@ -70,7 +70,7 @@ def sim_pilot(folder: Path) -> Path:
 
     guard = folder / "g.toml"
     with SimServerProcess(["--seed", "7"], env=_env()) as sim:
-        guard.write_text(f'name = "sim-pilot"\nbackend = "openrouter"\nmodel = "sim/shortcut-guard"\n'
+        guard.write_text(f'name = "sim-pilot"\nbackend = "openrouter"\nmodel = "sim/server-profile"\n'
                          f'prompt = "guardeval-json-v1"\nbase_url = "{sim.base_url}"\n'
                          'api_key_env = "GUARDEVAL_BENCH_KEY"\nprice_in_per_mtok = 1.0\nprice_out_per_mtok = 5.0\n'
                          '[provider]\nonly = ["sim"]\nallow_fallbacks = false\n')

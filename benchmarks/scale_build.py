@@ -85,7 +85,7 @@ def build_cohort(out: Path, n_bases: int) -> Path:
 
 def write_guard(path: Path, base_url: str = "http://127.0.0.1:9") -> Path:
     path.write_text(
-        'name = "scale"\nbackend = "openrouter"\nmodel = "sim/shortcut-guard"\nprompt = "guardeval-json-v1"\n'
+        'name = "scale"\nbackend = "openrouter"\nmodel = "sim/server-profile"\nprompt = "guardeval-json-v1"\n'
         f'base_url = "{base_url}"\napi_key_env = "GUARDEVAL_SCALE_KEY"\ntimeout_s = 30\nmax_attempts = 6\n'
         'retry_initial_s = 0.05\nretry_max_s = 1.0\nconcurrency = 32\n'
         'price_in_per_mtok = 1.0\nprice_out_per_mtok = 5.0\n'

@@ -109,7 +109,7 @@ def sim(sim_factory: Callable[..., SimServerProcess]) -> SimServerProcess:
 def write_guard(path: Path, base_url: str, **overrides: object) -> Path:
     """A sim guard config for tests: short timeouts and backoff so fault tests stay fast."""
     fields: dict[str, object] = {
-        "name": "sim-test", "backend": "openrouter", "model": "sim/shortcut-guard",
+        "name": "sim-test", "backend": "openrouter", "model": "sim/server-profile",
         "prompt": "guardeval-json-v1", "base_url": base_url, "api_key_env": "GUARDEVAL_TEST_KEY",
         "timeout_s": 2, "max_attempts": 8, "retry_initial_s": 0.01, "retry_max_s": 0.05,
         "price_in_per_mtok": 1.0, "price_out_per_mtok": 5.0,

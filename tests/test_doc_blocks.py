@@ -137,5 +137,5 @@ def test_the_inspect_page_runs_as_written(tmp_path):
     assert (work / "reports" / "my-agent" / "report.json").is_file()
     assert (work / "reports" / "run-vs-inspect" / "compare.html").is_file()
     # The Inspect input is named by its log, the run by the guard that answered.
-    assert "openai-api/sim/shortcut-guard: Inspect log " in out and "None (None)" not in out, out[-3000:]
+    assert "openai-api/sim/server-profile: Inspect log " in out and "None (None)" not in out, out[-3000:]
     assert "shortcut: answered by shortcut" in out

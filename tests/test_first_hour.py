@@ -28,7 +28,7 @@ def _launch(cohort: Path, guard: Path, run: Path, *extra: str, cwd: Path | None 
 @pytest.fixture
 def two_profiles(tmp_path, small_cohort, sim_factory) -> tuple[Path, Path]:
     """The tour's block 2 on the small cohort: a run on `shortcut`, its replicate on `alias-sensitive`,
-    both through the same guard config (its name `sim-test`, its model `sim/shortcut-guard`)."""
+    both through the same guard config (its name `sim-test`, its model `sim/server-profile`)."""
     a = sim_factory("--profile", "shortcut")
     b = sim_factory("--profile", "alias-sensitive")
     guard = write_guard(tmp_path / "g.toml", a.base_url)
@@ -54,7 +54,7 @@ def test_a_run_is_named_by_the_guard_that_answered(two_profiles, tmp_path):
     assert [i["label"] for i in out["inputs"]] == ["shortcut", "alias-sensitive"]
     assert out["inputs"][1]["source"]["guard"]["answered_by"] == {"alias-sensitive": 80}
     text = run_cli("compare", str(audit), str(alias), "--bootstrap", "200")
-    assert "alias-sensitive: answered by alias-sensitive; config sim-test, model sim/shortcut-guard" in text.out
+    assert "alias-sensitive: answered by alias-sensitive; config sim-test, model sim/server-profile" in text.out
     # Its own folder beside the runs, never inside one.
     folder = tmp_path / "runs" / "compare-audit-alias"
     html = (folder / "compare.html").read_text()

@@ -101,7 +101,7 @@ def _inspect_eval(task: Path, log_dir: Path, base_url: str, inspect_home: tuple[
     tmp, tiktoken = inspect_home
     proc = subprocess.run(
         # From the task's folder: Inspect's CLI takes a task path relative to where it runs.
-        [sys.executable, "-m", "inspect_ai", "eval", "task.py", "--model", "openai-api/sim/shortcut-guard",
+        [sys.executable, "-m", "inspect_ai", "eval", "task.py", "--model", "openai-api/sim/server-profile",
          "--log-dir", str(log_dir), "--no-fail-on-error", "--max-connections", "8", "--max-retries", "2", *extra],
         capture_output=True, text=True, timeout=300, cwd=task,
         env=_env(tmp, tiktoken, {"SIM_BASE_URL": base_url, "SIM_API_KEY": "sim-key"}))
@@ -356,8 +356,8 @@ def test_compare_takes_inspect_logs_as_inputs(guard_log: Path, exported: Path, i
                 "--bootstrap", "300", "--allow-unpublishable", "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
-    assert [i["label"] for i in result["inputs"]] == ["t.jsonl", "openai-api/sim/shortcut-guard",
-                                                      "openai-api/sim/shortcut-guard (2)"]
+    assert [i["label"] for i in result["inputs"]] == ["t.jsonl", "openai-api/sim/server-profile",
+                                                      "openai-api/sim/server-profile (2)"]
     same = next(p for p in result["pairs"] if p["a"] == "t.jsonl" and p["b"].startswith("openai-api"))
     assert all(c["difference"] == 0 for c in same["conditions"])   # the table is the log's decisions
 

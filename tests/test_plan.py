@@ -230,8 +230,9 @@ def test_cli_plans_a_simulated_run_with_the_dry_run_cost(pilot_run: tuple[Path, 
         assert text.code == 0, text.err
         assert all(len(line) <= width for line in text.out.splitlines()), text.out
         assert "variance components" in text.out and "target MDE 0.300" in text.out and "←" in text.out
-        for column in ("est.", "SE", "σ²_G", "σ²_B", "σ²_W", "κ", "reps", "bases", "calls", "cost"):
+        for column in ("est.", "SE", "σ²_G", "σ²_B", "σ²_W", "κ", "reps", "bases", "calls"):
             assert column in text.out, (width, column)
+        assert "$" not in text.out   # the simulated provider bills nothing: no cost column (issue 47)
         assert all(c[:8] in text.out for c in plan["interventions"]), (width, text.out)
 
 

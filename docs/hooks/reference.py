@@ -22,10 +22,15 @@ def on_config(config: Any) -> Any:
     return config
 
 
+# In the repository a generated page is a marker and this note, which says where the page is;
+# the built page has the generated text in their place.
+_WHERE = re.compile(r"\n> \*\*Generated page\.\*\*[^\n]*(?:\n>[^\n]*)*")
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     for marker, kind in MARKERS.items():
         if marker in markdown:
-            markdown = markdown.replace(marker, _generated(kind))
+            markdown = _WHERE.sub("", markdown).replace(marker, _generated(kind))
     return markdown
 
 
@@ -105,20 +110,42 @@ def cli_reference() -> str:
 
 # ----------------------------------------------------------------------------- guard config
 
+def _key(name: str) -> str:
+    """A key as code that a narrow column may break after `_` or `.`, never inside a word
+    (`api_key_e|nv`); guardeval.css keeps it from breaking anywhere else."""
+    return '<code class="key">' + re.sub(r"([_.])", r"\1<wbr>", name) + "</code>"
+
+
+def _bound(x: float, is_float: bool) -> str:
+    """A range's end as the field holds it: an integer field's as an integer (a signed 64-bit
+    one's as its power of two), a float field's as the shortest float."""
+    if is_float:
+        return f"{x:g}"
+    n = int(x)
+    if n == -(1 << 63):
+        return "−2⁶³"
+    if n == (1 << 63) - 1:
+        return "2⁶³ − 1"
+    return f"{n:,}".replace(",", "\u202f")   # a narrow no-break space: one number, one line
+
+
 def config_reference() -> str:
     from guardeval.backends import config_fields as c
 
     out = ["Every key of a guard config (a TOML file), generated from the config's one declaration of its fields "
            "(`harness/guardeval/backends/config_fields.py`) when the site is built: types, whether required, "
            "defaults, allowed ranges.", "",
+           "## Top-level keys", "",
            "| key | type | required | default | range | meaning |", "|---|---|---|---|---|---|"]
     for f in c.FIELDS:
-        out.append(f"| `{f.name}` | {' or '.join(t.__name__ for t in f.types)} | {'yes' if f.required else ''} | "
+        rng = "" if f.range is None else f"{_bound(f.range[0], f.is_float)} – {_bound(f.range[1], f.is_float)}"
+        out.append(f"| {_key(f.name)} | {' or '.join(t.__name__ for t in f.types)} | {'yes' if f.required else ''} | "
                    f"{'' if f.required or f.default is None else f'`{f.default!r}`'} | "
-                   f"{'' if f.range is None else f'{f.range[0]:g} – {f.range[1]:g}'} | {_cell(c.doc(f))} |")
-    out += ["", "## `[provider]`", "", "| key | type | meaning |", "|---|---|---|"]
+                   f"{rng} | {_cell(c.doc(f))} |")
+    out += ["", "## `[provider]`", "", "The routing table of the `openrouter` back-end.", "",
+            "| key | type | meaning |", "|---|---|---|"]
     for f in c.PROVIDER_FIELDS:
-        out.append(f"| `provider.{f.name}` | {' or '.join(t.__name__ for t in f.types)} | {_cell(c.doc(f))} |")
+        out.append(f"| {_key('provider.' + f.name)} | {' or '.join(t.__name__ for t in f.types)} | {_cell(c.doc(f))} |")
     return "\n".join(out)
 
 

@@ -129,7 +129,8 @@ def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, 
                              f"{run.path}` (or a larger --max-calls), then plan", path=run.path, field="reps") from None
         raise
     if config.is_simulated and result["cost_known"]:
-        result["notes"].append("cost at the guard config's prices: the simulated provider does not bill")
+        result["notes"].append("the simulated provider does not bill: a design's cost_usd_upper_est is at the guard "
+                               "config's prices (the terminal's grid shows no cost)")
     if not table.complete:
         result["notes"].append("the pilot is incomplete: its calls without a decision are "
                                + ("counted as failures" if args.missing == "as-failure" else "left out"))
@@ -192,8 +193,9 @@ def _components_tables(result: Mapping[str, Any], quantity: str, width: int) -> 
     return tables
 
 
-def _design_tables(result: Mapping[str, Any], width: int) -> list[Any]:
-    """The grid; with many effects, several tables of as many effect columns as fit."""
+def _design_tables(result: Mapping[str, Any], width: int, priced: bool = True) -> list[Any]:
+    """The grid; with many effects, several tables of as many effect columns as fit; without
+    `priced` (a simulated provider, which bills nothing), no cost column."""
     from rich.text import Text
 
     head = result["headline"]
@@ -213,13 +215,15 @@ def _design_tables(result: Mapping[str, Any], width: int) -> list[Any]:
         effect_cells.append([f"{e['mde']:.3f}/{e['mde_holm']:.3f}" for e in d["effects"] if e["quantity"] == head])
     names = [safe(e["condition"]) for e in (result["designs"][0]["effects"] if result["designs"] else [])
              if e["quantity"] == head]
-    fixed = sum(max([len(h), *(len(r[j]) for r in base_rows)]) + 2 for j, h in enumerate(("bases", "reps", "calls", "cost"))) + 3
+    heads = ["bases", "reps", "calls", "cost"][:4 if priced else 3]
+    base_rows = [r[:len(heads)] + r[-1:] for r in base_rows]
+    fixed = sum(max([len(h), *(len(r[j]) for r in base_rows)]) + 2 for j, h in enumerate(heads)) + 3
     per = 13   # "0.232/0.268" and its padding
     fit = max(1, (width - fixed) // per)
     tables = []
     for start in range(0, max(1, len(names)), fit):
         table = _table()
-        _numbers(table, ["bases", "reps", "calls", "cost"], [r[:4] for r in base_rows])
+        _numbers(table, heads, [r[:len(heads)] for r in base_rows])
         table.add_column("", no_wrap=True, width=2)
         for name in names[start:start + fit]:
             table.add_column(name, justify="right", overflow="fold", min_width=11)
@@ -264,11 +268,17 @@ def plan_text(result: Mapping[str, Any], width: int | None = None) -> str:
                        f"α/{m}; * the pilot's design, ← the target"
                        + (f", ! more bases than the cohort has ({result['cohort_bases']})"
                           if any(d.get("beyond_cohort") for d in result["designs"]) else "")))
-    for table in _design_tables(result, width):
+    # A simulated provider bills nothing: no dollars on the screen (--json keeps the cost at the
+    # config's prices, with its note).
+    simulated = bool(((result.get("source") or {}).get("guard") or {}).get("simulated"))
+    for table in _design_tables(result, width, priced=not simulated):
         console.print(table)
     foot = ["predicted SE² = (κ·σ²_G + σ²_B + σ²_W/reps)/bases; --json has each effect's SE; "
             "method: docs/estimators.md (plan)"]
-    if not result["cost_known"]:
+    if simulated:
+        foot.append("cost: none, the simulated provider does not bill (--json has the cost at the guard config's "
+                    "prices)")
+    elif not result["cost_known"]:
         foot.append("cost: " + next((n.split(": ", 1)[1] for n in result["notes"] if n.startswith("cost omitted")),
                                     "unknown"))
     target = result.get("target")
@@ -276,7 +286,7 @@ def plan_text(result: Mapping[str, Any], width: int | None = None) -> str:
         level = "α = 0.05" if target["level"] == "nominal" else f"the Holm first step α/{m}"
         if target["reached"]:
             d = target["design"]
-            cost = "" if d["cost_usd_upper_est"] is None else f", ${d['cost_usd_upper_est']:.2f}"
+            cost = "" if d["cost_usd_upper_est"] is None or simulated else f", ${d['cost_usd_upper_est']:.2f}"
             foot.append(f"target MDE {target['mde']:.3f} at {level}: cheapest design {d['bases']} bases x "
                         f"{d['reps']} repetitions ({d['calls']} calls{cost})")
         else:

@@ -97,9 +97,9 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
                         "verified": verification["checked"], "verify_skipped": verification["skipped"]}
     if write:
         from guardeval.estimators.report.report import write_reports
+        from guardeval.run.folder.answered import answered_by, run_title
 
-        guard = m.get("guard") or {}
-        write_reports(report, run, title=f"guardeval · {guard.get('name')} ({guard.get('model')}) · run {m.get('run_id')}")
+        write_reports(report, run, title=run_title(m, answered_by(run)))
     return report
 
 

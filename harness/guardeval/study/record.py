@@ -31,7 +31,7 @@ from guardeval.canon import canonical_sha256
 from guardeval.cohorts.model import checked_json
 from guardeval.errors import InputError, RunLocked
 from guardeval.run.folder.folder import RunFolder
-from guardeval.run.folder.layout import utcnow
+from guardeval.run.folder.layout import MANIFEST, utcnow
 from guardeval.run.run import Run
 
 STUDY_JSON = "study.json"
@@ -45,14 +45,20 @@ QUESTION_FIELDS = ("baseline", "placebo", "family", "margin", "failure_rule")
 TOKEN = re.compile(r"s([0-9]{1,4})\.([0-9]{1,15})\.([0-9a-f]{24})")
 
 
-def open_study(path: Any) -> RunFolder:
-    """The study folder (`RunFolder`): InputError when it is not one (no study.json)."""
+def open_study(path: Any, run_command: str = "status") -> RunFolder:
+    """The study folder (`RunFolder`): InputError when it is not one (no study.json). A run
+    folder given instead is named as one, with `run_command`: the command that reads a run as
+    this study command reads a study (`estimate` for `study report`)."""
     try:
         folder = RunFolder(path)
     except InputError as exc:
         raise InputError(exc.message.replace("run folder", "study folder"), path=exc.path) from None
     if not folder.has(STUDY_JSON):
+        is_run = folder.has(MANIFEST)
         folder.close()
+        if is_run:
+            raise InputError(f"this is a run folder (it has {MANIFEST}), not a study folder (no {STUDY_JSON}): "
+                             f"a run is read by `guardeval {run_command} {path}`", path=path)
         raise InputError(f"not a study folder (no {STUDY_JSON})", path=path)
     return folder
 

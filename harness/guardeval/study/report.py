@@ -95,7 +95,7 @@ def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, m
                  allow_partial: bool = False, allow_unpublishable: bool = False, write: bool = True,
                  argv: Sequence[str] | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
     """The study's report (see the module's doc); with `write`, its files and the record updated."""
-    with open_study(study_dir) as study, StudyLock(study):
+    with open_study(study_dir, "estimate") as study, StudyLock(study):
         record = read_record(study)
         if len(record["runs"]) < 2:
             raise InputError(f"a study report compares two runs or more; this study has {len(record['runs'])} "

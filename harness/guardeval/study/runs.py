@@ -118,7 +118,7 @@ def resume(study_dir: str | Path, *, given: Mapping[str, Any] | None = None,
     failed calls get new attempts), together. Each run uses the dispatch options its launch
     recorded unless `given` (every run) or `per_run` (label -> options) says otherwise; the
     study's budget is the record's unless `max_cost` is given."""
-    with open_study(study_dir) as study, StudyLock(study):
+    with open_study(study_dir, "resume") as study, StudyLock(study):
         record = read_record(study)
         folders = open_runs(study, record)
         unknown = sorted(set(per_run or {}) - set(folders))
@@ -158,7 +158,7 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
     """A new guard on the study's schedule, byte for byte (its first run's, as `replicate` copies
     it), recorded and dispatched. Refused (InputError, nothing written): a label the study has,
     another prompt or output schema, a first run whose cohort or schedule is not the study's."""
-    with open_study(study_dir) as study, StudyLock(study):
+    with open_study(study_dir, "replicate") as study, StudyLock(study):
         record = read_record(study)
         require_intact(study, record)
         folders = open_runs(study, record)

@@ -160,7 +160,7 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
     def problem(where: Path, message: str, line: int | None = None) -> None:
         problems.append({"file": str(where), "line": line, "message": message})
 
-    with open_study(study_dir) as study:
+    with open_study(study_dir, "verify") as study:
         try:
             record = read_record(study)
         except InputError as exc:

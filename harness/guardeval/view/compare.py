@@ -70,7 +70,9 @@ def html(result: Mapping[str, Any]) -> str:
         parts += ["<h2>In words</h2><ul class=\"words\">" + "".join(f"<li>{T.esc(x)}</li>" for x in said) + "</ul>"]
     parts += [f'<p class="note">{T.esc(x)}</p>' for x in CT.decision_lines(result)]
     for pair in result["pairs"]:
-        fig = paired_figure(result, pair, _pair_title(result, pair))
+        # The page lists the inputs above; its figures say only which guard is A and which B
+        # (compare.png, a file of its own, keeps the inputs in its title).
+        fig = paired_figure(result, pair, CT.pair_title(pair))
         parts += [f"<h2>{T.esc(CT.pair_title(pair))}</h2>",
                   f'<img class="plot" alt="paired effects of {T.esc(pair["a"])} and {T.esc(pair["b"])}" '
                   f'src="data:image/svg+xml;base64,{_svg(fig)}">',
@@ -80,7 +82,7 @@ def html(result: Mapping[str, Any]) -> str:
                   "<ul>" + "".join(f"<li>{T.esc(line)}</li>" for line in CT.ranking_lines(pair, result)) + "</ul>"]
     parts += ["<h2>Leaderboard</h2>",
               f'<img class="plot" alt="each guard\'s corrected effect per condition" '
-              f'src="data:image/svg+xml;base64,{_svg(leaderboard_figure(result, _title(result)))}">']
+              f'src="data:image/svg+xml;base64,{_svg(leaderboard_figure(result, _heading(result)))}">']
     for c in result["leaderboard"]:
         parts += [f"<h3>{T.esc(c)}</h3>", T.table(*CT.leaderboard_table(result, c), cls="leaderboard")]
     parts += [f'<p class="note">{T.esc(CT.LEADERBOARD_TERMS)}.</p>', "<h2>Ranking stability</h2>",

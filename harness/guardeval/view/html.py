@@ -300,8 +300,9 @@ def _spend_source(calls: RunCalls) -> str:
 
 
 def _title(calls: RunCalls) -> str:
-    g = calls.manifest.get("guard") or {}
-    return f"guardeval · {g.get('name')} ({g.get('model')}) · run {calls.manifest.get('run_id')}"
+    from guardeval.run.folder.answered import answered_by, run_title
+
+    return run_title(calls.manifest, answered_by(calls.folder))
 
 
 def _svg_data_uri(report: Mapping[str, Any], title: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from guardeval.estimators.report.definitions import DEFINITIONS
 from guardeval.estimators.report.formats import num
 from guardeval.estimators.report.report import decision_lines, headline_sentences, rules_note
 from guardeval.estimators.report.sections import Section
+from guardeval.estimators.verdicts.record import short
 
 
 def esc(value: Any) -> str:
@@ -184,7 +186,7 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
 def effect_cell(cell: rows.Cell) -> Any:
     """A cell of the effects table (`estimators.report.rows`) as report.html shows it."""
     if isinstance(cell, rows.Name):
-        return Raw(esc(cell.condition) + (' <span class="tag">placebo</span>' if cell.placebo else "")
+        return Raw(breakable(cell.condition) + (' <span class="tag">placebo</span>' if cell.placebo else "")
                    + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
                       if cell.starred else ""))
     if isinstance(cell, rows.Est):
@@ -198,13 +200,32 @@ def effect_cell(cell: rows.Cell) -> Any:
     return cell
 
 
+def breakable(name: str) -> str:
+    """A name (a condition's) escaped, with a line break allowed after each `_`, `-` or `.` and
+    nowhere else ("format_|placebo", never "format_pla|cebo"; report.css keeps the rest whole)."""
+    return re.sub(r"([_.-])", r"\1<wbr>", esc(name))
+
+
+def _verdicts_cell(r: rows.EffectRow) -> Raw:
+    """The last column's two verdicts, each named: Δ's, then Δ − placebo's (the row's own
+    quantities; a placebo has no corrected effect)."""
+    return Raw(f'<div><span class="vq">Δ:</span> {esc(short(r.verdict))}</div> <div><span class="vq">Δ − placebo:</span> '
+               f"{esc(short(r.verdict_minus_placebo))}</div>")
+
+
 def contrasts_table(report: Mapping[str, Any]) -> str:
     """The effects table (`estimators.report.rows`: the rows and columns report.md and the
     terminal show), then how its verdicts were decided."""
     effects = rows.effects_table(report)
     rules = [c for c in effects.columns if c.key == "rule"]
     head = effects.heads("html")
-    cells = [[effect_cell(c) for c in r] for r in effects.cells("html")]
+    shown = effects.shown("html")
+    # The verdicts column names which verdict is Δ's and which Δ − placebo's in each cell.
+    cells = [[_verdicts_cell(r) if col.key == "verdicts" else effect_cell(c) for col, c in zip(shown, cs)]
+             for r, cs in zip(effects.rows, effects.cells("html"))]
+    margin = report.get("margin")
+    head = [f"verdict; MDE{f' (margin ±{margin:g})' if margin else ''}" if col.key == "verdicts" else h
+            for col, h in zip(shown, head)]
     attrs = [' class="significant"' if r.starred else "" for r in effects.rows]
     out = table(head, cells, num_from=1, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))

@@ -171,9 +171,28 @@ def office_agent() -> Task:
                 scorer=harm(), epochs=2)
 
 
+OFFLINE = ("docs/inspect.md, section \"Offline: tiktoken's o200k_base\" (on the site: "
+           "inspect/#offline-tiktokens-o200k_base)")
+
+
+def _tokenizer() -> None:
+    """tiktoken's o200k_base loaded as mockllm will load it, so that a machine without network
+    hears where the page says how to provide it, not only tiktoken's download error."""
+    import tiktoken
+
+    try:
+        tiktoken.get_encoding("o200k_base")
+    except Exception as exc:   # a download error of any kind (requests', a hash mismatch, a timeout)
+        said = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise SystemExit(f"Inspect's mock model counts tokens with tiktoken's o200k_base, which tiktoken could not "
+                         f"load or download ({said}). Without network, point TIKTOKEN_CACHE_DIR at a folder that "
+                         f"holds it: {OFFLINE}") from None
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: python -m guardeval.cohorts.examples.inspect_agent LOG_DIR")
+    _tokenizer()
     logs = eval(office_agent(), model=get_model("mockllm/model", custom_outputs=policy), log_dir=argv[0],
                 display="none")
     if logs[0].status != "success":

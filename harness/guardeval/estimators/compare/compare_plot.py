@@ -78,7 +78,7 @@ def _difference(r: Mapping[str, Any]) -> tuple[float | None, Any, Mapping[str, A
 
 def _family_note(result: Mapping[str, Any]) -> str:
     fams = result.get("families") or {}
-    names = "; ".join(f"{'corrected' if q == 'difference_minus_placebo' else 'Δ'}: over {f['name']}"
+    names = "; ".join(f"{'Δ − placebo' if q == 'difference_minus_placebo' else 'Δ'}: over {f['name']}"
                       for q, f in fams.items())
     return f"* B − A differs from 0: Holm-adjusted p < {result.get('alpha', 0.05):g} ({names})"
 
@@ -109,7 +109,8 @@ def paired_figure(result: Mapping[str, Any], pair: Mapping[str, Any], title: str
             if est is not None:
                 dx.plot([est], [y], marker="s", ms=6, color=DIFFERENCE, ls="none", label="B − A (paired)")
             sig, p_holm = significant(eq), (eq or {}).get("p_adjusted")
-            side.text(0.0, y, f"{'corr.' if corrected else 'Δ'} p_Holm\n{_p(p_holm)}{' *' if sig else ''}",
+            # Named as the tables name them: p_Holm (Δ), p_Holm (Δ − placebo).
+            side.text(0.0, y, f"p_Holm ({'Δ − placebo' if corrected else 'Δ'})\n{_p(p_holm)}{' *' if sig else ''}",
                       va="center", ha="left", fontsize=7.5, family="monospace",
                       weight="bold" if sig else "normal")
         for a in (ax, dx):

@@ -86,7 +86,7 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
                 if ci is not None:
                     ax.plot(ci, [yy] * 2, color=rc, lw=0.9)
                 ax.plot([d], [yy], marker=marker, ms=4, color=rc, ls="none", label=f"Δ under rule {rule}")
-            headline = (f"Δ−pl {_num(corrected)}{_ci(c.get('ci_minus_placebo'))}" if corrected is not None
+            headline = (f"Δ − placebo {_num(corrected)}{_ci(c.get('ci_minus_placebo'))}" if corrected is not None
                         else f"Δ {_num(c.get('delta'))}{_ci(c.get('ci'))}")
             # The p beside the headline is the headline's own Holm p (Δ − placebo's; Δ's for the placebo).
             hp = mark.headline_p

@@ -121,3 +121,14 @@ def describe(seen: Mapping[str, int]) -> str:
     if len(seen) == 1:
         return next(iter(seen))
     return ", ".join(f"{k} ({v})" for k, v in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def run_title(manifest: Mapping[str, Any], seen: Mapping[str, int]) -> str:
+    """A run's report title (report.html, effects.png): what answered first (`run_name`), then
+    the config and the model it asked for (`guardeval · robust · config sim (sim/server-profile)
+    · run …`); the config's name alone where nothing else names the run."""
+    g = manifest.get("guard") or {}
+    g = g if isinstance(g, Mapping) else {}
+    name = run_name(g, seen)
+    asked = f"{g.get('name')} ({g.get('model')})"
+    return f"guardeval · {asked if name == g.get('name') else f'{name} · config {asked}'} · run {manifest.get('run_id')}"

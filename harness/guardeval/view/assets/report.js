@@ -56,7 +56,7 @@
   });
   function route() {
     const h = decodeURIComponent(location.hash.slice(1));
-    if (h.startsWith("call=")) { showTab("calls"); showDetail(h.slice(5)); }
+    if (h.startsWith("call=")) { showTab("calls"); openLinked(h.slice(5)); }
     else if (h.startsWith("base=")) { showTab("pairs"); showPairs(h.slice(5)); }
   }
 
@@ -175,6 +175,23 @@
     }
   });
 
+  // A call opened by its link (#call=…, on load or from the pairs): its page of the table shown,
+  // the table shortened and scrolled to its row, and the window at the top, so the page's header,
+  // the row and the call below the table are all in view (not the call alone under a blank top).
+  function openLinked(id) {
+    const at = state.rows.findIndex(function (c) { return c.call_id === id; });
+    if (at >= 0 && Math.floor(at / PAGE) !== state.page) { state.page = Math.floor(at / PAGE); render(); }
+    const box = table.parentElement;
+    box.classList.add("linked");
+    showDetail(id, true);
+    window.scrollTo(0, 0);
+    const row = table.querySelector("tr.sel");
+    if (row) {
+      const b = box.getBoundingClientRect(), r = row.getBoundingClientRect();
+      box.scrollTop += r.top - b.top - (box.clientHeight - r.height) / 2;
+    }
+  }
+
   // ---- one call --------------------------------------------------------------------------------
   function text(ids) { return ids.map(function (i) { return DATA.lines[i]; }).join("\n"); }
   function facts(pairs, wide) {
@@ -184,7 +201,7 @@
   }
   function check(a, b) { return a && b ? (a === b ? " ✓ matches" : " ✗ differs") : ""; }
 
-  function showDetail(id) {
+  function showDetail(id, linked) {
     const c = byId.get(id);
     const box = document.getElementById("detail");
     box.hidden = false;
@@ -252,7 +269,7 @@
                ["line sha256", a.line_sha256]])));
     });
     box.replaceChildren.apply(box, parts);
-    box.scrollIntoView({ block: "nearest" });
+    if (!linked) box.scrollIntoView({ block: "nearest" });
   }
 
   // ---- pairs -----------------------------------------------------------------------------------
