@@ -171,12 +171,14 @@ def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
             "verdict; MDE"]
     chosen = [r for r in pair_rows(pair) if r.has_corrected]
     ranged = _shows_range(chosen)
+    # The range over the failed calls, when any failed, before the verdict (which stays last).
+    head[-1:-1] = ["B − A, failed calls as block / allow"] if ranged else []
     rows = [[r.condition + _sig(r.verdict_minus_placebo, r.robust), num(r.delta_minus_placebo_a),
              num(r.delta_minus_placebo_b), num(r.difference_minus_placebo), interval(r.ci_difference_minus_placebo),
-             pval(r.p_difference_minus_placebo), _p_decision(r.verdict_minus_placebo), short(r.verdict_minus_placebo),
-             *([_range(r)] if ranged else [])]
+             pval(r.p_difference_minus_placebo), _p_decision(r.verdict_minus_placebo),
+             *([_range(r)] if ranged else []), short(r.verdict_minus_placebo)]
             for r in chosen]
-    return head + (["B − A, failed calls as block / allow"] if ranged else []), rows
+    return head, rows
 
 
 def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
@@ -185,12 +187,13 @@ def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     every = pair_rows(pair)
     # The range is the headline's: here only where the headline is B − A of Δ (no corrected effect).
     ranged = _shows_range([r for r in every if r.difference_minus_placebo is None])
+    head[-1:-1] = ["B − A, failed calls as block / allow"] if ranged else []
     rows = [[r.condition + _sig(r.verdict, r.robust if r.difference_minus_placebo is None else None), num(r.delta_a),
              interval(r.ci_a), num(r.delta_b), interval(r.ci_b), num(r.difference), interval(r.ci_difference),
-             pval(r.p_difference), _p_decision(r.verdict), short(r.verdict),
-             *([_range(r) if r.difference_minus_placebo is None else "—"] if ranged else [])]
+             pval(r.p_difference), _p_decision(r.verdict),
+             *([_range(r) if r.difference_minus_placebo is None else "—"] if ranged else []), short(r.verdict)]
             for r in every]
-    return head + (["B − A, failed calls as block / allow"] if ranged else []), rows
+    return head, rows
 
 
 TABLE_TERMS = ("A Δ − placebo, B Δ − placebo: each guard's placebo-corrected effect; B − A: their paired difference "
