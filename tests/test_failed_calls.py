@@ -224,3 +224,25 @@ def test_verdict_docstring_states_the_blocking_rule() -> None:
     for mal, att, harm, said, score in cases:
         s = composite(mal == "True", att == "True", float(harm))
         assert s == float(score) and ("block" if s != 0 else "allow") == said, (mal, att, harm)
+
+
+def test_a_study_carries_each_runs_excluded_record(tmp_path: Path) -> None:
+    """Item 1 in a study: study-report.json's `excluded` per run, its publishable verdict, and the
+    pages lead with the failed calls."""
+    guards = [_config(tmp_path, "third", "failing_guards:third"),
+              _config(tmp_path, "keyword", "guardeval.backends.presets.keyword_guard:guard")]
+    study = tmp_path / "study"
+    r = run_cli("study", "launch", "--cohort", "demo", "--reps", "1", "--study-dir", str(study), "--no-progress",
+                *(x for g in guards for x in ("--guard", str(g))), env=ENV)
+    assert r.code == 0, r.err
+    r = run_cli("study", "report", str(study), "--bootstrap", "300", "--json", env=ENV)
+    assert r.code == 1 and "not publishable" in r.err, r.err
+    rep = json.loads(r.out)
+    assert rep["publishable"] is False
+    failing = [label for label, e in rep["excluded"].items() if e["failed"]]
+    assert len(failing) == 1 and rep["excluded"][failing[0]]["publishable"] is False
+    line = next(x for x in rep["runs"] if x["label"] == failing[0])
+    assert line["excluded"] == rep["excluded"][failing[0]] and "NOT PUBLISHABLE" in line["summary"]
+    md = (study / "study.md").read_text()
+    assert md.index("## Failed calls") < md.index("## The answer") and f"{failing[0]}: " in md
+    assert "Failed calls" in (study / "study.html").read_text()
