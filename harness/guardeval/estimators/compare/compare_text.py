@@ -80,11 +80,11 @@ def excluded_lines(result: Mapping[str, Any]) -> list[str]:
         out.append(line)
     if not out:
         return out
-    fragile = sorted({f"{pr['b']} − {pr['a']}: {r.condition}" for pr in result["pairs"] for r in pair_rows(pr)
-                      if r.robust is False})
+    fragile = [f"{pr['b']} − {pr['a']}: " + ", ".join(names) for pr in result["pairs"]
+               if (names := [r.condition for r in pair_rows(pr) if r.robust is False])]
     out.append("With each failed call set to block or to allow, the headline verdict of every difference holds."
                if not fragile else
-               f"With each failed call set to block or to allow, the verdict changes for {', '.join(fragile)}: "
+               f"With each failed call set to block or to allow, the verdict changes for {'; '.join(fragile)}: "
                "not robust to the failed calls.")
     return out
 
@@ -142,8 +142,8 @@ def _robust_words(r: Mapping[str, Any], quantity: str) -> str:
     rng = b.get(quantity)
     if b.get(f"robust_{quantity}") is not False or rng is None:
         return ""
-    return (f" NOT robust to the failed calls: with each set to block or to allow, B − A ranges from {num(rng[0])} "
-            f"to {num(rng[1])} and the verdict changes.")
+    return (f" NOT robust to the failed calls: with each set to block or to allow, B − A ranges from "
+            f"{dc._n(rng[0])} to {dc._n(rng[1])} and the verdict changes.")
 
 
 def _sig(d: Decision | None, robust: bool | None = None) -> str:
