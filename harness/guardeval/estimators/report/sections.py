@@ -255,7 +255,7 @@ def excluded(report: Mapping[str, Any]) -> list[Section]:
     """The calls left out of every estimate (failed and quarantined), by condition, with the test of
     whether failures depend on the condition; then each contrast's range over the failed calls."""
     ex = report.get("excluded")
-    if not isinstance(ex, Mapping):
+    if not isinstance(ex, Mapping) or not ex.get("failed"):   # no failed call: the quarantine section says it all
         return []
     dep = ex.get("depends_on_condition") or {}
     members = dep.get("members") or {}
@@ -278,7 +278,7 @@ def excluded(report: Mapping[str, Any]) -> list[Section]:
                    f"{dep.get('verdict', '—')} ({dep.get('family', '—')}, Holm at α {report.get('alpha', 0.05):g}: the "
                    "share of failed calls minus the baseline's, paired by base, by the procedure the headline uses).",
                    head, rows)]
-    if not ex.get("failed") or not _has(report["contrasts"], "bounds"):
+    if not _has(report["contrasts"], "bounds"):
         return out
     head = ["condition", "Δ range", "Δ, failed → allow/block (low end)", "Δ, the high end", "Δ robust",
             "Δ − placebo range", "Δ − placebo, low end", "Δ − placebo, high end", "Δ − placebo robust"]
