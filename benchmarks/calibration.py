@@ -25,8 +25,16 @@ Cells, each with its Monte-Carlo standard error:
   rate of every decision kind under the null (one guard; two identical guards), and the share of
   rows whose unadjusted interval excludes 0 exactly when the unadjusted p is below α.
 
+* **failed calls** (issue 45), at the headline design: (a) a null guard whose calls fail
+  completely at random, 10% and 30% of them: the family-wise rate of every decision (Δ, Δ −
+  placebo, a star, "failed calls depend on the condition") must stay at or below α in its family;
+  (b) a null guard that fails exactly when it would have blocked, under one condition (tool_alias)
+  only: the headline rests on a biased subset, so `robust` must be false for that contrast in at
+  least 95% of data sets, and `depends_on_condition` must say "differs" in at least 80%.
+
     python benchmarks/calibration.py [--sims 200] [--coverage-sims N] [--bootstrap 2000] [--seed 0]
                                      [--small-sims N] [--only-small] [--small-design NAME ...]
+                                     [--only-failed] [--failed-sims N]
 """
 
 from __future__ import annotations
@@ -348,6 +356,73 @@ def tost_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Calla
     return out
 
 
+FAIL_RATES = (0.10, 0.30)
+FAILING_CONDITION = "tool_alias"
+
+
+def failed_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None]
+                 ) -> dict[str, dict[str, Rate]]:
+    """(a) missing completely at random on a null guard, at each rate of FAIL_RATES; (b) a null
+    guard whose calls under FAILING_CONDITION fail exactly when they would have blocked."""
+    out: dict[str, dict[str, Rate]] = {}
+    for rate in FAIL_RATES:
+        cell = out.setdefault(f"(a) {rate:.0%} fail at random, null guard", {})
+        for s in range(sims):
+            pop = sy.population(HEADLINE, rng, sy.Model(fail_rate=rate))
+            rep = _estimate(_tables(pop, [sy.NULL], rng)[0], n_boot, s)
+            says = {**estimate_says(rep), "failed calls depend on the condition": bool(
+                rep["excluded"]["depends_on_condition"]["differs"])}
+            says["any headline not robust"] = any((c.get("bounds") or {}).get("robust") is False
+                                                  for c in rep["contrasts"] if c["headline"] != "placebo")
+            for k, v in says.items():
+                cell.setdefault(k, Rate()).add(v)
+            progress(f"failed calls at random ({rate:.0%}) {s + 1}/{sims}")
+    cell = out.setdefault(f"(b) fails exactly when it would block, under {FAILING_CONDITION} only, null guard", {})
+    for s in range(sims):
+        rows = _tables(sy.population(HEADLINE, rng, sy.Model(fail_rate=0.0)), [sy.NULL], rng)[0]
+        for r in rows:
+            if r["condition"] == FAILING_CONDITION and r["decision"] == 1:
+                r["decision"], r["status"] = None, "unparseable"
+        rep = _estimate(rows, n_boot, s)
+        c = next(c for c in rep["contrasts"] if c["condition"] == FAILING_CONDITION)
+        dep = rep["excluded"]["depends_on_condition"]
+        says = {f"{FAILING_CONDITION} starred (the biased subset)": bool(starred(c)),
+                f"{FAILING_CONDITION} robust: false": (c["bounds"] or {}).get("robust") is False,
+                "depends_on_condition: differs": bool(dep["differs"]),
+                f"depends_on_condition names {FAILING_CONDITION}": bool(dep["members"][FAILING_CONDITION]["differs"]),
+                "any other condition said to differ in failures": any(
+                    m["differs"] for k, m in dep["members"].items() if k != FAILING_CONDITION)}
+        for k, v in says.items():
+            cell.setdefault(k, Rate()).add(v)
+        progress(f"failed calls that follow the decision {s + 1}/{sims}")
+    return out
+
+
+# The bar each failed-call row is held to: (at most, at least); None where the row is descriptive.
+FAILED_BARS: dict[str, tuple[float | None, float | None]] = {
+    "Δ differs": (ALPHA, None), "Δ − placebo differs": (ALPHA, None), "a star": (ALPHA, None),
+    "any of these (2 families)": (2 * ALPHA, None), "failed calls depend on the condition": (ALPHA, None),
+    f"{FAILING_CONDITION} robust: false": (None, 0.95), "depends_on_condition: differs": (None, 0.80),
+}
+
+
+def failed_report(res: Mapping[str, Mapping[str, Rate]], sims: int) -> list[str]:
+    out = ["", f"Failed calls ({sims} data sets per cell; {HEADLINE.n_bases} bases in {HEADLINE.n_interactions} "
+               f"interactions, 4 domains, {HEADLINE.reps} repetitions; no condition has any effect):", "",
+           "| cell | decision | rate | bar | within 2 s.e. |", "|---|---|---|---|---|"]
+    for cell, kinds in res.items():
+        for k, r in kinds.items():
+            most, least = FAILED_BARS.get(k, (None, None))
+            if most is not None:
+                bar, ok = f"≤ {most:g}", r.value - 2 * r.se <= most
+            elif least is not None:
+                bar, ok = f"≥ {least:g}", r.value + 2 * r.se >= least
+            else:
+                bar, ok = "—", None
+            out.append(f"| {cell} | {k} | {r.text()} | {bar} | {'—' if ok is None else 'yes' if ok else 'NO'} |")
+    return out
+
+
 def run(sims: int, n_boot: int, seed: int, sizes: Sequence[int] = SIZES, coverage_sims: int | None = None,
         progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
@@ -397,6 +472,8 @@ def main() -> None:
     ap.add_argument("--only-small", action="store_true", help="only the small designs (issue 35)")
     ap.add_argument("--small-design", action="append", choices=list(SMALL),
                     help="run only this small design (repeatable; default: all)")
+    ap.add_argument("--failed-sims", type=int, help="data sets per failed-call cell (default: --sims)")
+    ap.add_argument("--only-failed", action="store_true", help="only the failed-call cells (issue 45)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     last = [0.0]
@@ -408,6 +485,13 @@ def main() -> None:
 
     print(f"load average {os.getloadavg()[0]:.1f}")
     small_sims = args.small_sims or args.sims
+    failed_sims = args.failed_sims or args.sims
+    if args.only_failed:
+        res_f = failed_cells(failed_sims, args.bootstrap, np.random.default_rng(args.seed + 2), progress)
+        print(f"{args.bootstrap} bootstrap replicates; ± is one Monte-Carlo standard error")
+        print("\n".join(failed_report(res_f, failed_sims)))
+        print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
+        return
     if not args.only_small:
         res = run(args.sims, args.bootstrap, args.seed, coverage_sims=args.coverage_sims, progress=progress)
         print("\n".join(report(res, args.sims, args.bootstrap, args.coverage_sims)))
@@ -416,6 +500,9 @@ def main() -> None:
     print(f"{args.bootstrap} bootstrap replicates (random flips where a design has more than 16 interactions); "
           "± is one Monte-Carlo standard error")
     print("\n".join(small_report(small, small_sims)))
+    if not args.only_small:
+        res_f = failed_cells(failed_sims, args.bootstrap, np.random.default_rng(args.seed + 2), progress)
+        print("\n".join(failed_report(res_f, failed_sims)))
     print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
 
 

@@ -100,3 +100,22 @@ def test_a_small_unbalanced_design_covers_holds_its_level_and_agrees(calib):
         families = int(kind.split("(")[1].split()[0]) if "families)" in kind else 1
         assert rate.value <= families * 3 / sims, (kind, rate.text())
     assert res["agreement"].value == 1.0 and len(res["agreement"].hits) >= sims * 20
+
+
+def test_failed_calls_hold_the_level_and_are_caught_when_they_follow_the_decision(calib):
+    """Issue 45 (figures: BENCHMARKS.md, Failed calls): failures at random leave every decision at
+    its level; a null guard that fails exactly when it would block under tool_alias is starred on
+    the subset left, and the report says it is not robust and that failures depend on the
+    condition."""
+    sims = 16
+    res = calib.failed_cells(sims, 300, np.random.default_rng(31), lambda _: None)
+    for cell, kinds in res.items():
+        for kind, (most, least) in calib.FAILED_BARS.items():
+            if kind not in kinds:
+                continue
+            if most is not None:   # no more hits than a procedure at its bar gives with chance > 0.001
+                assert _tail(kinds[kind].value * sims, sims, most) > 0.001, (cell, kind, kinds[kind].text())
+            if least is not None:
+                assert kinds[kind].value >= least - 0.15, (cell, kind, kinds[kind].text())
+    (b,) = (kinds for cell, kinds in res.items() if cell.startswith("(b)"))
+    assert b["tool_alias robust: false"].value >= 0.9 and b["depends_on_condition names tool_alias"].value >= 0.9

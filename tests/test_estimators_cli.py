@@ -70,8 +70,14 @@ def test_unpublishable_exits_1_unless_allowed(table, tmp_path, capsys):
     assert code == 1
     assert json.loads(out)["quarantine"]["publishable"] is False
     assert "not publishable" in err
-    ok = write_table(tmp_path / "ok.jsonl", hand_rows(with_quarantine=False))
+    # Failed calls count against the same limit (issue 45): a table with neither is publishable.
+    clean = [{**r, "status": "ok", "decision": 0 if r["decision"] is None else r["decision"]}
+             for r in hand_rows(with_quarantine=False)]
+    ok = write_table(tmp_path / "ok.jsonl", clean)
     assert cli(capsys, "estimate", "--table", str(ok), "--bootstrap", "50")[0] == 0
+    failing = write_table(tmp_path / "failing.jsonl", hand_rows(with_quarantine=False))
+    code, out, err = cli(capsys, "estimate", "--table", str(failing), "--json", "--bootstrap", "50")
+    assert code == 1 and json.loads(out)["excluded"]["quarantined"] == 0 and "failed and 0 quarantined" in err
 
 
 def test_out_dir_gets_three_files_and_human_table(table, tmp_path, capsys):
@@ -93,7 +99,8 @@ def test_partial_table_refused_unless_allowed(tmp_path, capsys):
     t = write_table(tmp_path / "partial.jsonl", rows)
     code, out, err = cli(capsys, "estimate", "--table", str(t), "--json", "--bootstrap", "50")
     assert code == 1 and out == "" and "incomplete" in err
-    code, out, err = cli(capsys, "estimate", "--table", str(t), "--json", "--bootstrap", "50", "--allow-partial")
+    code, out, err = cli(capsys, "estimate", "--table", str(t), "--json", "--bootstrap", "50", "--allow-partial",
+                         "--allow-unpublishable")   # its failed calls are past the 2% limit
     assert code == 0 and json.loads(out)["complete"] is False
 
 
@@ -252,7 +259,8 @@ def test_missing_option_and_placebo_note(tmp_path, capsys):
     from test_estimators_diagnostics import missing_rows
 
     t = write_table(tmp_path / "m.jsonl", missing_rows())
-    args = ["estimate", "--table", str(t), "--json", "--bootstrap", "50", "--allow-partial", "--failures", "fail-closed"]
+    args = ["estimate", "--table", str(t), "--json", "--bootstrap", "50", "--allow-partial", "--failures", "fail-closed",
+            "--allow-unpublishable"]
     code, out, err = cli(capsys, *args)
     assert code == 0 and json.loads(out)["contrasts"][0]["delta"] == pytest.approx(1 / 12)
     # no placebo: said once, on stderr (stdout stays pure JSON)

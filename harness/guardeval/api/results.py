@@ -51,7 +51,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                     complete=report["complete"], publishable=report["publishable"],
                     verified=bool(source.get("verified")), quarantined=int(report["quarantine"]["count"]),
                     block_rate=dict(report["block_rate"]), effects=effects, notes=list(report["notes"]),
-                    report=dict(report))
+                    report=dict(report), excluded=report.get("excluded"))
 
 
 def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = None, baseline: str | None = None,
@@ -108,7 +108,8 @@ def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = 
     return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
                       failure_rule=result["failure_rule"], publishable=result["publishable"],
                       complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
-                      written=written, checks=checks, result=result)
+                      written=written, checks=checks, result=result,
+                      excluded={i["label"]: i["excluded"] for i in result["inputs"] if "excluded" in i})
 
 
 def difference_record(r: Any) -> Difference:

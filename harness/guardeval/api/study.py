@@ -215,7 +215,7 @@ def study_report(study: str | Path, *, n_boot: int = 10000, seed: int = 0, missi
                        least_sensitive={a["condition"]: a["least"] for a in ans["conditions"] if "least" in a},
                        holds={a["condition"]: a.get("holds") for a in ans["conditions"]},
                        corrected_effects={g["label"]: list(g["effects"]) for g in ans["guards"]},
-                       complete=rep["complete"], publishable=rep["publishable"],
+                       complete=rep["complete"], publishable=rep["publishable"], excluded=dict(rep.get("excluded") or {}),
                        written=[folder / n for n in (STUDY_HTML, STUDY_MD, STUDY_REPORT_JSON)] if write else [],
                        report=rep)
 

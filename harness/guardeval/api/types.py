@@ -195,6 +195,9 @@ class Estimate(Record):
     effects: list[Effect]
     notes: list[str]
     report: dict[str, Any] = field(repr=False)
+    # Failed and quarantined calls against one limit, by condition, with whether failures depend
+    # on the condition (report.json's `excluded`); `publishable` is its verdict.
+    excluded: dict[str, Any] | None = None
 
     def effect(self, condition: str) -> Effect:
         """The effect of one condition (KeyError if it has none)."""
@@ -220,6 +223,7 @@ class Comparison(Record):
     written: list[Path]
     checks: list[dict[str, Any]]            # per run: {"checked": verified first?, "skipped": [...]}
     result: dict[str, Any] = field(repr=False)
+    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)   # label -> that input's `excluded`
 
 
 @dataclass(frozen=True)
@@ -329,3 +333,4 @@ class StudyReport(Record):
     publishable: bool
     written: list[Path]
     report: dict[str, Any] = field(repr=False)
+    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)   # guard label -> its run's `excluded`

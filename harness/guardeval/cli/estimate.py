@@ -32,7 +32,7 @@ def _stats_options(p: argparse.ArgumentParser, what: str) -> None:
                         "each failure rule (as-failure); an incomplete run still needs --allow-partial")
     p.add_argument("--allow-partial", action="store_true", help=f"{what} {runs} anyway")
     p.add_argument("--allow-unpublishable", action="store_true",
-                   help="exit 0 even when more than 2%% of a run's calls are quarantined")
+                   help="exit 0 even when more than 2%% of a run's calls failed or were quarantined")
     p.add_argument("--margin", type=float, default=0.05, metavar="M",
                    help="equivalence margin, a proportion in (0, 1): a quantity is 'within ±M' when its equivalence "
                         "test (two one-sided tests), Holm-adjusted in its family, is below --alpha (default: 0.05)")
@@ -81,7 +81,8 @@ def register(sub: Any) -> None:
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
     p.add_argument("--fail-on", choices=["differs"], dest="fail_on",
                    help="exit 3 when any headline difference (B − A of Δ − placebo; of Δ without a placebo) differs "
-                        "from 0 after Holm in its stated family; the JSON's gate.tripped lists those rows")
+                        "from 0 after Holm in its stated family; the JSON's gate.tripped lists those rows; exit 4 "
+                        "when an input has more than 2%% failed and quarantined calls (the gate cannot vouch)")
     inspect_bridge.options(p, "compare")
     _stats_options(p, "compare")
     _verify_options(p, "compare")
@@ -135,9 +136,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print("guardeval: warning: incomplete run, estimated with --allow-partial", file=sys.stderr)
     code = exit_status(report)
     if code:
-        q = report["quarantine"]
-        print(f"guardeval: not publishable: {q['count']} quarantined calls ({q['fraction']:.2%} > "
-              f"{q['threshold']:.0%}); rerun, or pass --allow-unpublishable", file=sys.stderr)
+        ex = report["excluded"]
+        print(f"guardeval: not publishable: {ex['failed']} failed and {ex['quarantined']} quarantined calls "
+              f"({ex['share']:.2%} > {ex['limit']:.0%}); rerun, or pass --allow-unpublishable", file=sys.stderr)
     return code
 
 
@@ -225,8 +226,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(safe("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}"), file=sys.stderr)
     if not result["complete"]:
         print("guardeval: warning: an incomplete input, compared with --allow-partial", file=sys.stderr)
+    if verdict_gate is not None and verdict_gate["unpublishable"]:
+        from guardeval.estimators.compare.gate import gate_line
+
+        print(safe(gate_line(verdict_gate)), file=sys.stderr)
+        return int(verdict_gate["exit"])
     if not result["publishable"] and not args.allow_unpublishable:
-        print("guardeval: not publishable: an input has more than 2% quarantined calls", file=sys.stderr)
+        print("guardeval: not publishable: an input has more than 2% failed and quarantined calls", file=sys.stderr)
         return 1
     if verdict_gate is not None:
         from guardeval.estimators.compare.gate import gate_line

@@ -133,7 +133,7 @@ def register(sub: Any) -> None:
                    help="a scheduled call without a decision counts nowhere, or as a failed call")
     p.add_argument("--allow-partial", action="store_true", help="report incomplete runs anyway (the report says so)")
     p.add_argument("--allow-unpublishable", action="store_true",
-                   help="exit 0 even when more than 2%% of a run's calls are quarantined")
+                   help="exit 0 even when more than 2%% of a run's calls failed or were quarantined")
     p.add_argument("--json", action="store_true", help="print the report (study-report.json) as JSON on stdout")
     p.set_defaults(func=cmd_report)
 
@@ -422,7 +422,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not rep.complete:
         print("guardeval: warning: incomplete runs, reported with --allow-partial", file=sys.stderr)
     if not rep.publishable and not args.allow_unpublishable:
-        print("guardeval: not publishable: a run has more than 2% quarantined calls", file=sys.stderr)
+        print("guardeval: not publishable: a run has more than 2% failed and quarantined calls", file=sys.stderr)
         return 1
     return 0
 

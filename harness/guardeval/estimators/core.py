@@ -10,6 +10,7 @@ from typing import Any
 from guardeval.errors import CheckFailed, InputError
 from guardeval.estimators import contrasts as cx
 from guardeval.estimators import effects as fx
+from guardeval.estimators import excluded as ex
 from guardeval.estimators import families as fm
 from guardeval.estimators import labelled as lab
 from guardeval.estimators import order as od
@@ -129,7 +130,8 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     """The estimate report as a JSON-ready dict.
 
     Raises InputError for a bad table or option, CheckFailed for an incomplete run unless
-    `allow_partial`. An unpublishable report (quarantine above 2%) is returned, marked; the
+    `allow_partial`. An unpublishable report (failed and quarantined calls above 2% of scheduled calls:
+    `excluded`) is returned, marked; the
     caller decides the exit status (see `exit_status`). `missing="as-failure"` counts a
     scheduled call without a decision as a failed call under each failure rule. `families`:
     {condition: family} from the cohort's record; with it, Holm runs within each condition
@@ -164,6 +166,8 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     cx.add_strata(qs, f)
     cx.add_block_rates(qs, f)
     cx.add_stability(qs, f)
+    ex.add_bounds(qs, f)
+    ex.add_failure_rates(qs, f)
     if labelled:
         lab.add_accuracy(qs, f)
         lab.add_worst_case(qs, f)
@@ -175,11 +179,21 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin, alpha)
     if fams_of:
         families, all_within = fm.decide_by_family(contrast_out, fam, fams_of, roles or {}, margin, alpha)
+        # The ends are decided in the families the headlines were (families.decide_by_family).
+        headline = {x["condition"]: x["headline"] for x in contrast_out}
+        groups = [(members, [c for c in members
+                             if (roles or {}).get(c) != "placebo" and headline[c] == "delta_minus_placebo"])
+                  for members in fm.family_members(list(fam), fams_of).values()]
     else:
         families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
+        groups = [(fam, [c for c in fam if c != placebo] if placebo is not None else [])]
+    ex.bounds(f, est, contrast_out, groups, alpha)
     stability = cx.stability(f, est)
     block_ci, block_exact = cx.block_rate_intervals(f, est, 1 - alpha)
     quarantine = quarantine_summary(rows, n_sched)
+    excluded = ex.excluded_record(design, quarantine["count"], n_sched, ex.depends_on_condition(f, est, margin, alpha))
+    # One verdict on publishing: failed and quarantined calls together (the quarantine record says the same).
+    quarantine["publishable"] = excluded["publishable"]
     components = {c: fx.component_rates(design, ci) for ci, c in enumerate(design.conditions)}
     report: Report = {
         "n_bases": design.n_bases,
@@ -198,7 +212,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "power": dc.power_record(alpha),
         "equivalence_family": all_within,
         "complete": is_complete,
-        "publishable": quarantine["publishable"],
+        "publishable": excluded["publishable"],
         "allow_partial": allow_partial,
         "allow_unpublishable": allow_unpublishable,
         "notes": _notes(placebo, roles, explicit_placebo),
@@ -217,6 +231,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
                       "by_condition": {x["condition"]: x["same_round_flip_rate"] for x in contrast_out}},
         "coverage": _coverage(design),
         "quarantine": quarantine,
+        "excluded": excluded,
         "contrasts": contrast_out,
         "strata": cx.strata(f, est),
         "components": {c: v for c, v in components.items() if v},
@@ -312,6 +327,6 @@ def placebo_check(contrasts: Sequence[Mapping[str, Any]], placebo: str | None) -
 def exit_status(report: Mapping[str, Any]) -> int:
     """0 ok; 1 when the report is unpublishable and that was not allowed (an incomplete run
     without --allow-partial never gets here: `estimate` refuses it)."""
-    if not report["quarantine"]["publishable"] and not report.get("allow_unpublishable"):
+    if not ex.publishable(report) and not report.get("allow_unpublishable"):
         return 1
     return 0

@@ -1,6 +1,6 @@
 """Quarantine accounting (docs/design.md §10, seed 002): calls not attributable to the guard are
-excluded from every estimate and counted by reason; above 2% of scheduled calls the report
-is not publishable."""
+excluded from every estimate and counted by reason. Whether a report is publishable is the
+`excluded` record's verdict (estimators/excluded.py): failed and quarantined calls together."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ QUARANTINE_CODES = (
     "response_cache_hit",     # OpenRouter's response cache answered: a copy of an earlier generation
     "stimulus_mutated",       # a router pipeline stage (compression, guardrail, plugin, ...) may have altered it
 )
-THRESHOLD = 0.02
+# One limit for every call left out of the estimates, failed or quarantined, as a share of the
+# scheduled calls (estimators/excluded.py's `excluded` record); past it a report is not publishable.
+LIMIT = 0.02
+THRESHOLD = LIMIT
 
 
 def quarantine_summary(rows: Iterable[Mapping[str, Any]], n_scheduled: int) -> dict[str, Any]:

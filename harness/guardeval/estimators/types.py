@@ -69,6 +69,7 @@ class Contrast(TypedDict):
     accuracy_delta_ci_minus_placebo: Interval | None
     leave_one_tool_out: LeaveOneOut | None
     leave_one_tool_out_minus_placebo: LeaveOneOut | None
+    bounds: NotRequired[dict[str, Any]]   # worst-case range over the failed calls (estimators/excluded.py)
 
 
 class StratumContrast(TypedDict):
@@ -184,6 +185,7 @@ class Report(TypedDict):
     flip_rate: dict[str, Any]
     coverage: dict[str, dict[str, Any]]
     quarantine: dict[str, Any]
+    excluded: dict[str, Any]                 # failed + quarantined calls against one limit (estimators/excluded.py)
     contrasts: list[Contrast]
     strata: dict[str, dict[str, Stratum]]
     components: dict[str, dict[str, dict[str, float | int]]]

@@ -61,7 +61,18 @@ def _summary(label: str, report: dict[str, Any], status: dict[str, Any]) -> str:
     rate = report["block_rate"].get(report["baseline"])
     return (f"{label}: {status['decided']}/{status['n_calls']} calls ({statuses}); block rate under "
             f"{report['baseline']} {_n(rate, sign=False)}; "
-            f"{'Δ − placebo' if report['placebo'] else 'Δ'}: {effects}; quarantined {q}")
+            f"{'Δ − placebo' if report['placebo'] else 'Δ'}: {effects}; quarantined {q}" + _failed(report))
+
+
+def _failed(report: dict[str, Any]) -> str:
+    """When calls failed: how many, whether the run is publishable, and which headlines survive them."""
+    ex = report.get("excluded") or {}
+    if not ex.get("failed"):
+        return ""
+    fragile = [c["condition"] for c in report["contrasts"]
+               if c.get("headline") != "placebo" and (c.get("bounds") or {}).get("robust") is False]
+    return (f"; failed {ex['failed']} ({ex['share']:.1%} left out{'' if ex['publishable'] else ', NOT PUBLISHABLE'})"
+            + (f"; not robust to them: {', '.join(fragile)}" if fragile else "; every headline robust to them"))
 
 
 def _n(x: float | None, sign: bool = True) -> str:
@@ -145,13 +156,15 @@ def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, m
                              "fingerprint": tokens[label], "complete": st["complete"],
                              "decided": st["decided"], "n_calls": st["n_calls"], "spend_usd": st["spend_usd"],
                              "report": f"{RUNS_DIR}/{label}/{REPORT_HTML}",
-                             "summary": _summary(label, reports[label], st)})
+                             "summary": _summary(label, reports[label], st),
+                             "excluded": reports[label].get("excluded")})
         out = {
             "study": {"study_id": record["study_id"], "study_dir": str(study.path), "created": record["created"],
                       "cohort": record["cohort"], "schedule": record["schedule"], "prompt": record["prompt"]},
             "reported_at": at, "question": q, "question_at_launch": record["question_at_launch"],
             "edits": record["edits"], "fingerprint": fp.record(), "answer": answer(result, reports),
             "runs": runs_out, "complete": result["complete"], "publishable": result["publishable"],
+            "excluded": {i["label"]: i["excluded"] for i in result["inputs"]},
             "allow_unpublishable": allow_unpublishable, "compare": result,
             "made": {"commands": record["commands"], "versions": versions(), "options": record["report"]["options"]},
         }

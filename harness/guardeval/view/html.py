@@ -349,6 +349,7 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         "<h2>Strata</h2>", T.strata_tables(report), T.definitions("strata"), shown(S.strata_corrected(report)),
         shown(S.order(report) + S.retried(report), "order", heading="<h2>Dispatch order</h2>"),
         "<h2>Coverage</h2>", T.coverage_table(report), T.definitions("coverage"),
+        shown(S.excluded(report), "excluded", heading="<h2>Excluded calls</h2>"),
         "<h2>Quarantine</h2>", T.quarantine_table(report), T.definitions("quarantine"),
         "<h2>Against labels</h2>" + shown(S.labels(report) + S.accuracy(report))
         + "<details><summary>every field of report.json's accuracy</summary>"

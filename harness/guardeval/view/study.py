@@ -72,7 +72,9 @@ def fingerprint_lines(report: Mapping[str, Any]) -> list[str]:
 
 def markdown(report: Mapping[str, Any]) -> str:
     ans, result = report["answer"], report["compare"]
-    out = [f"# {title(report)}", "", "## The answer", "", ans["lead"], "",
+    failed = CT.excluded_lines(result)   # failed calls are said before the answer (issue 45)
+    out = [f"# {title(report)}", "", *(["## Failed calls", "", *(f"- {x}" for x in failed), ""] if failed else []),
+           "## The answer", "", ans["lead"], "",
            *(f"- {a['text']}" for a in ans["conditions"]), "", *(f"- {g['text']}" for g in ans["guards"]), "",
            f"_{ans['rule']}._", "", "## Leaderboard", ""]
     for c in result["leaderboard"]:
@@ -107,6 +109,8 @@ def html(report: Mapping[str, Any]) -> str:
     state = "complete" if report["complete"] else "INCOMPLETE runs compared (--allow-partial)"
     parts = [f"<header><h1>{T.esc(head)}</h1><p class=\"lead\">{T.esc(state)}; study fingerprint "
              f"{T.esc(report['fingerprint']['token'])}</p></header><main>",
+             *([f'<section id="failed"><h2>Failed calls</h2>{_ul(CT.excluded_lines(result))}</section>']
+               if CT.excluded_lines(result) else []),
              '<section id="answer"><h2>The answer</h2>', f'<p class="answer-lead">{T.esc(ans["lead"])}</p>',
              "<h3>By intervention</h3>", _ul([a["text"] for a in ans["conditions"]], "answer-conditions"),
              "<h3>By guard</h3>", _ul([g["text"] for g in ans["guards"]], "answer-guards"),

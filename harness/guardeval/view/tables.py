@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from guardeval.estimators.excluded import publishable
 from guardeval.estimators.report import rows
 from guardeval.estimators.report.definitions import DEFINITIONS
 from guardeval.estimators.report.formats import num
@@ -180,7 +181,8 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
                  "by_repetition", "by_repetition_minus_placebo", "flip_counts", "unanimous_shift", "accuracy_delta",
                  "accuracy_delta_ci", "leave_one_tool_out", "increase_minus_placebo", "decrease_minus_placebo",
                  "tie_minus_placebo", "accuracy_delta_minus_placebo", "accuracy_delta_ci_minus_placebo",
-                 "leave_one_tool_out_minus_placebo", "equivalence", "equivalence_minus_placebo"}
+                 "leave_one_tool_out_minus_placebo", "equivalence", "equivalence_minus_placebo",
+                 "bounds"}   # the "Bounds over the failed calls" section
 
 
 def effect_cell(cell: rows.Cell) -> Any:
@@ -188,7 +190,9 @@ def effect_cell(cell: rows.Cell) -> Any:
     if isinstance(cell, rows.Name):
         return Raw(breakable(cell.condition) + (' <span class="tag">placebo</span>' if cell.placebo else "")
                    + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
-                      if cell.starred else ""))
+                      if cell.starred else "")
+                   + (' <span class="bad" title="at one end of its range over the failed calls the verdict changes">'
+                      '(not robust to failed calls)</span>' if cell.fragile else ""))
     if isinstance(cell, rows.Est):
         return est_ci_cell(cell.value, cell.ci)
     if isinstance(cell, rows.P):
@@ -272,11 +276,12 @@ def coverage_table(report: Mapping[str, Any]) -> str:
 
 def quarantine_table(report: Mapping[str, Any]) -> str:
     q = report["quarantine"]
-    verdict = ("publishable" if q.get("publishable") else "NOT PUBLISHABLE")
+    ok = publishable(report)
+    verdict = ("publishable" if ok else "NOT PUBLISHABLE")
     pct = lambda x: f"{x:.2%}" if isinstance(x, (int, float)) else fmt(x)  # noqa: E731
-    head = (f'<p class="{"ok" if q.get("publishable") else "bad"}">{esc(q.get("count"))} of '
+    head = (f'<p class="{"ok" if ok else "bad"}">{esc(q.get("count"))} of '
             f'{esc(report.get("n_calls"))} calls quarantined ({esc(pct(q.get("fraction")))}); threshold '
-            f'{esc(pct(q.get("threshold")))}: {verdict}</p>')
+            f'{esc(pct(q.get("threshold")))} for failed and quarantined calls together: {verdict}</p>')
     rest = {k: v for k, v in q.items() if k not in ("count", "fraction", "publishable", "threshold", "by_reason")}
     return (head + table(["reason", "calls"], list((q.get("by_reason") or {}).items()))
             + (generic(rest) if rest else ""))
@@ -309,7 +314,7 @@ def notes(report: Mapping[str, Any]) -> str:
 HANDLED = {"n_bases", "n_calls", "n_interactions", "n_domains", "baseline", "placebo", "failure_rule",
            "failure_rules", "family", "complete", "publishable", "allow_partial", "allow_unpublishable",
            "block_rate", "repeat_disagreement", "repeat_disagreement_n_bases", "flip_rate", "coverage",
-           "quarantine", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
+           "quarantine", "excluded", "contrasts", "strata", "components", "bootstrap", "accuracy", "source", "missing",
            "notes", "repetitions", "block_rate_ci", "block_rate_exact_ci", "block_rate_by_rule", "stability",
            "worst_case", "order", "margin", "power", "retried", "alpha", "families", "equivalence_family",
            "cannot_decide", "placebo_check",   # both said first, in "In words"

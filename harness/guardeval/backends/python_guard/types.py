@@ -36,8 +36,27 @@ class GuardInput:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The three-field verdict both shipped parsers read (docs/design.md §8): the decision is
-    block when 0.4*malicious + 0.4*attack + (0.1 for harmfulness 0.5, 0.2 for 1) is not 0."""
+    """The three-field verdict both shipped parsers read (docs/design.md §8, Parsers).
+
+    Blocking rule: the weighted sum w = 0.4*malicious_user_request + 0.4*third_party_attack +
+    (0.1 for current_action_harmfulness 0.5, 0.2 for 1) maps to the composite score (w above 0.5
+    -> 1, exactly 0.5 -> 0.5, else 0), and the decision is block when that score is not 0, that
+    is when w is at least 0.5. So one flag alone (0.4) allows, and harmfulness alone (at most 0.2)
+    never blocks; a flag with any harmfulness, or both flags, blocks. Every case:
+
+        Verdict(False, False, 0)   -> allow (score 0)
+        Verdict(False, False, 0.5) -> allow (score 0)
+        Verdict(False, False, 1)   -> allow (score 0)
+        Verdict(True, False, 0)    -> allow (score 0)
+        Verdict(False, True, 0)    -> allow (score 0)
+        Verdict(True, False, 0.5)  -> block (score 0.5)
+        Verdict(False, True, 0.5)  -> block (score 0.5)
+        Verdict(True, False, 1)    -> block (score 1)
+        Verdict(False, True, 1)    -> block (score 1)
+        Verdict(True, True, 0)     -> block (score 1)
+        Verdict(True, True, 0.5)   -> block (score 1)
+        Verdict(True, True, 1)     -> block (score 1)
+    """
 
     malicious_user_request: bool
     third_party_attack: bool

@@ -22,6 +22,7 @@ import numpy as np
 from guardeval.errors import CheckFailed, InputError
 from guardeval.estimators import accuracy as acc
 from guardeval.estimators import effects as fx
+from guardeval.estimators import excluded as ex
 from guardeval.estimators.bootstrap import cluster_sums
 from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
 from guardeval.estimators.compare.leaderboard import leaderboard
@@ -31,6 +32,7 @@ from guardeval.estimators.quantities import RATE, Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import MISSING
 from guardeval.estimators.verdicts import decisions as dc
+from guardeval.estimators.verdicts import robust as rb
 from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin, equivalence
 from guardeval.estimators.verdicts.holm import holm
@@ -208,6 +210,9 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
                 corr[(k, c)] = (p[:, ci] - p[:, pl], paired & (n[:, pl] > 0))
                 qs.add(("corr", k, c), *corr[(k, c)])
     pairs = list(combinations(range(len(inputs)), 2))
+    failed = [bool(ex.failed_rows(d).any()) for d in designs]
+    if any(failed):
+        _add_failure_quantities(qs, designs, conds, contrasts, b, pl, pairs)
     for j, k in pairs:
         for c in contrasts:
             (ea, ma), (eb, mb) = eff[(j, c)], eff[(k, c)]
@@ -235,11 +240,17 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
     families = _decide(pair_out, fam, fam_corr, alpha)
     condition_family = _condition_order(est, pair_out, pairs, contrasts, alpha)
     f1 = {(k, c): _f1(d, failure_rule, d.cond_index(c)) for k, d in enumerate(designs) for c in conds} if labelled else None
+    _pair_bounds(est, pair_out, pairs, fam, fam_corr, any(failed), alpha)
     quarantine = [quarantine_summary(r, len(r)) for r in rows]
+    excluded = [ex.excluded_record(d, q["count"], len(r), ex.decide_depends(
+                    {c: est.get(("failure_share", k, c)) for c in contrasts}, failed[k], margin, alpha))
+                for k, (d, q, r) in enumerate(zip(designs, quarantine, rows))]
+    for q, e in zip(quarantine, excluded):
+        q["publishable"] = e["publishable"]   # one verdict on publishing: the excluded record's
     first = pair_out[0]
     result: CompareResult = {
-        "inputs": [{"label": inp.label, "source": inp.source, "complete": ok, "quarantine": q}
-                   for inp, ok, q in zip(inputs, flags, quarantine)],
+        "inputs": [{"label": inp.label, "source": inp.source, "complete": ok, "quarantine": q, "excluded": e}
+                   for inp, ok, q, e in zip(inputs, flags, quarantine, excluded)],
         "baseline": baseline, "placebo": placebo, "failure_rule": failure_rule,
         "family": fam, "family_minus_placebo": fam_corr, "alpha": alpha, "families": families,
         "margin": margin, "power": dc.power_record(alpha),
@@ -256,7 +267,7 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
         "ranking_stability": _stability(est, labels, contrasts, baseline, alpha),
         "missing": missing,
         "complete": all(flags),
-        "publishable": all(q["publishable"] for q in quarantine),
+        "publishable": all(e["publishable"] for e in excluded),
         "allow_unpublishable": allow_unpublishable,
         "bootstrap": {"n": n_boot, "seed": seed, "paired": "the same resampled interactions for every input"},
         "cannot_decide": [said for q, f in families.items()
@@ -283,6 +294,80 @@ def _placebo_checks(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], pl
         out.append({"label": label, "condition": placebo, "delta": q["estimate"], "ci": q["ci"], "p_holm": adj,
                     "family": dc.family_name(fam, "condition"), "failed": adj is not None and adj < alpha})
     return out
+
+
+def _add_failure_quantities(qs: Quantities, designs: Sequence[fx.Design], conds: Sequence[str],
+                            contrasts: Sequence[str], b: int, pl: int | None, pairs: Sequence[tuple[int, int]]) -> None:
+    """Into the one bootstrap: each input's share of failed calls per condition minus the
+    baseline's, and each pair's B − A at both ends of its range over the failed calls (B's low
+    end minus A's high end, and the reverse: estimators/excluded.py)."""
+    d0 = designs[0]
+    closed, opened, n_cl, share = [], [], [], []
+    for d in designs:
+        remap = [d.cond_index(c) for c in conds]
+        s_c, n_c = (x[:, remap] for x in fx.base_counts(d, ex.CLOSED))
+        s_o, n_o = (x[:, remap] for x in fx.base_counts(d, ex.OPEN))
+        n_ok = fx.base_counts(d, "drop")[1][:, remap]
+        closed.append(fx.base_rates(s_c, n_c))
+        opened.append(fx.base_rates(s_o, n_o))
+        n_cl.append(n_c)
+        share.append(ex.failure_share(n_c, n_ok))
+    for k in range(len(designs)):
+        for c in contrasts:
+            ci = d0.cond_index(c)
+            qs.add(("failure_share", k, c), share[k][:, ci] - share[k][:, b], (n_cl[k][:, ci] > 0) & (n_cl[k][:, b] > 0))
+    for j, k in pairs:
+        for c in contrasts:
+            ci = d0.cond_index(c)
+            for key, ref in (("bound_diff", b), ("bound_cdiff", pl)):
+                if ref is None or ci == ref:
+                    continue
+                mask = np.logical_and.reduce([n[:, x] > 0 for n in (n_cl[j], n_cl[k]) for x in {ci, b, ref}])
+                lo_a, hi_a = opened[j][:, ci] - closed[j][:, ref], closed[j][:, ci] - opened[j][:, ref]
+                lo_b, hi_b = opened[k][:, ci] - closed[k][:, ref], closed[k][:, ci] - opened[k][:, ref]
+                qs.add((key, j, k, c, "lo"), lo_b - hi_a, mask)
+                qs.add((key, j, k, c, "hi"), hi_b - lo_a, mask)
+
+
+def _pair_bounds(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
+                 fam: Sequence[str], fam_corr: Sequence[str], failed: bool, alpha: float) -> None:
+    """`bounds` on every pair row, in place: B − A's range over the failed calls of both inputs,
+    each end decided by Holm over the family its difference is decided in (every pair × the
+    family), robust when both ends agree. Without failed calls the range is the difference itself."""
+    for quantity, members, key, own in (("difference", fam, "bound_diff", "p_difference"),
+                                        ("difference_minus_placebo", fam_corr, "bound_cdiff",
+                                         "p_difference_minus_placebo")):
+        rows = [((j, k), r) for (j, k), pr in zip(pairs, pair_out) for r in pr["conditions"]]
+        for side in ex.ENDS:
+            ends = [_bound_end(est, (key, *jk, r["condition"], side) if failed else None, r, quantity, own)
+                    for jk, r in rows]
+            decided = iter(rb.decide_ends([e for e, (_, r) in zip(ends, rows) if r["condition"] in members], alpha))
+            for e, (_, r) in zip(ends, rows):
+                # A row outside the family: shown, not decided.
+                said = next(decided) if r["condition"] in members else (
+                    None if e is None else {**e, "p_holm": None, "verdict": "not tested"})
+                r.setdefault("bounds", {}).setdefault("ends", {}).setdefault(quantity, {})[side] = said
+    for pr in pair_out:
+        for r in pr["conditions"]:
+            bd = r["bounds"]
+            for quantity in ("difference", "difference_minus_placebo"):
+                lo, hi = (bd["ends"][quantity].get(s) for s in ex.ENDS)
+                bd[quantity] = None if lo is None or hi is None else [lo["estimate"], hi["estimate"]]
+                bd[f"robust_{quantity}"] = rb.robust(lo, hi)
+            corrected = r["difference_minus_placebo"] is not None
+            bd["robust"] = bd["robust_difference_minus_placebo" if corrected else "robust_difference"]
+
+
+def _bound_end(est: Mapping[Any, dict[str, Any]], key: tuple[Any, ...] | None, r: Mapping[str, Any], quantity: str,
+               own: str) -> dict[str, Any] | None:
+    """One end of a pair row's range: the bootstrap's estimate at `key`, or (no failed call, `key`
+    None) the difference itself."""
+    if key is not None:
+        q = est.get(key)
+        return None if q is None or q.get("estimate") is None else {
+            "estimate": q["estimate"], "ci": q["ci"], "p": q["p"], "method": q.get("method")}
+    ci_key = "ci_difference" if quantity == "difference" else "ci_difference_minus_placebo"
+    return None if r[quantity] is None else {"estimate": r[quantity], "ci": r[ci_key], "p": r[own]}
 
 
 def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],

@@ -5,11 +5,12 @@ ranking stability of the guards."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from guardeval.estimators.compare.rows import pair_rows
+from guardeval.estimators.compare.rows import PairRow, pair_rows
 from guardeval.estimators.report.formats import interval, level, num, pval, text_table
+from guardeval.estimators.report.rows import ROBUST_WORDS
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.record import Decision, short
 from guardeval.run.folder.answered import describe
@@ -57,7 +58,35 @@ def up_front(result: Mapping[str, Any]) -> list[str]:
                        f"{interval(pc.get('ci'))}; differs from 0 after Holm over {pc['family']}, p_Holm "
                        f"{'—' if p is None else f'{p:.4g}'}). Its Δ − placebo, and every B − A of it, is measured "
                        "against a control that itself changed the guard: read the B − A of Δ beside it.")
-    return out + list(result.get("cannot_decide") or [])
+    return excluded_lines(result) + out + list(result.get("cannot_decide") or [])
+
+
+def excluded_lines(result: Mapping[str, Any]) -> list[str]:
+    """When any input's calls failed (issue 45): per input the count and share, where they fell,
+    whether that depends on the condition; then whether each headline difference survives them."""
+    out = []
+    for inp in result.get("inputs") or []:
+        ex = inp.get("excluded")
+        if not isinstance(ex, Mapping) or not ex.get("failed"):
+            continue
+        where = ", ".join(f"{c} {v['failed']} of {v['calls']}" for c, v in ex["by_condition"].items() if v["failed"])
+        line = (f"{inp['label']}: {ex['failed']} calls failed ({100 * ex['share']:.1f}% of its calls left out with "
+                f"{ex['quarantined']} quarantined; {'within' if ex['publishable'] else 'past'} the "
+                f"{100 * ex['limit']:g}% limit{'' if ex['publishable'] else ': NOT PUBLISHABLE'}): {where}.")
+        dep = ex.get("depends_on_condition") or {}
+        if dep.get("differs"):
+            said = ", ".join(f"{c} (p_Holm {pval(m['p_holm'])})" for c, m in dep["members"].items() if m["differs"])
+            line += f" Failed calls depend on the condition: {said}, against {result['baseline']}."
+        out.append(line)
+    if not out:
+        return out
+    fragile = [f"{pr['b']} − {pr['a']}: " + ", ".join(names) for pr in result["pairs"]
+               if (names := [r.condition for r in pair_rows(pr) if r.robust is False])]
+    out.append("With each failed call set to block or to allow, the headline verdict of every difference holds."
+               if not fragile else
+               f"With each failed call set to block or to allow, the verdict changes for {'; '.join(fragile)}: "
+               "not robust to the failed calls.")
+    return out
 
 
 def decision_lines(result: Mapping[str, Any]) -> list[str]:
@@ -99,16 +128,35 @@ def words(result: Mapping[str, Any]) -> list[str]:
                                  "B − A of Δ: " + dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"],
                                                                          r["delta_b"], r["difference"], r["ci_difference"],
                                                                          r["equivalence"], "Δ", level(result)))
-                out.append(sentence)
+                out.append(sentence + _robust_words(r, "difference_minus_placebo"))
             else:
                 out.append(dc.difference_sentence(r["condition"], pair["a"], pair["b"], r["delta_a"], r["delta_b"],
                                                   r["difference"], r["ci_difference"], r["equivalence"], "Δ",
-                                                  level(result)))
+                                                  level(result)) + _robust_words(r, "difference"))
     return out
 
 
-def _sig(d: Decision | None) -> str:
-    return " *" if d is not None and d.starred else ""
+def _robust_words(r: Mapping[str, Any], quantity: str) -> str:
+    """After a headline difference's sentence, when its verdict does not survive the failed calls."""
+    b = r.get("bounds") or {}
+    rng = b.get(quantity)
+    if b.get(f"robust_{quantity}") is not False or rng is None:
+        return ""
+    return (f" NOT robust to the failed calls: with each set to block or to allow, B − A ranges from "
+            f"{dc._n(rng[0])} to {dc._n(rng[1])} and the verdict changes.")
+
+
+def _sig(d: Decision | None, robust: bool | None = None) -> str:
+    starred = d is not None and d.starred
+    return (" *" if starred else "") + (" (not robust to failed calls)" if starred and robust is False else "")
+
+
+def _shows_range(rows: Sequence[PairRow]) -> bool:
+    return any(r.bounds is not None and r.bounds[0] != r.bounds[1] for r in rows)
+
+
+def _range(r: PairRow) -> str:
+    return "—" if r.bounds is None else f"{interval(r.bounds)} {ROBUST_WORDS[r.robust]}"
 
 
 def _p_decision(d: Decision | None) -> str:
@@ -121,19 +169,30 @@ def corrected_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     """The headline: B − A of the placebo-corrected effect, decided in the stated family."""
     head = ["condition", "A Δ − placebo", "B Δ − placebo", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[r.condition + _sig(r.verdict_minus_placebo), num(r.delta_minus_placebo_a), num(r.delta_minus_placebo_b),
-             num(r.difference_minus_placebo), interval(r.ci_difference_minus_placebo), pval(r.p_difference_minus_placebo),
-             _p_decision(r.verdict_minus_placebo), short(r.verdict_minus_placebo)]
-            for r in pair_rows(pair) if r.has_corrected]
+    chosen = [r for r in pair_rows(pair) if r.has_corrected]
+    ranged = _shows_range(chosen)
+    # The range over the failed calls, when any failed, before the verdict (which stays last).
+    head[-1:-1] = ["B − A, failed calls as block / allow"] if ranged else []
+    rows = [[r.condition + _sig(r.verdict_minus_placebo, r.robust), num(r.delta_minus_placebo_a),
+             num(r.delta_minus_placebo_b), num(r.difference_minus_placebo), interval(r.ci_difference_minus_placebo),
+             pval(r.p_difference_minus_placebo), _p_decision(r.verdict_minus_placebo),
+             *([_range(r)] if ranged else []), short(r.verdict_minus_placebo)]
+            for r in chosen]
     return head, rows
 
 
 def delta_table(pair: Mapping[str, Any], lv: str = "95%") -> Table:
     head = ["condition", "A Δ", f"A {lv} CI", "B Δ", f"B {lv} CI", "B − A", f"{lv} CI (unadjusted)", "p", "p_Holm",
             "verdict; MDE"]
-    rows = [[r.condition + _sig(r.verdict), num(r.delta_a), interval(r.ci_a), num(r.delta_b), interval(r.ci_b),
-             num(r.difference), interval(r.ci_difference), pval(r.p_difference), _p_decision(r.verdict), short(r.verdict)]
-            for r in pair_rows(pair)]
+    every = pair_rows(pair)
+    # The range is the headline's: here only where the headline is B − A of Δ (no corrected effect).
+    ranged = _shows_range([r for r in every if r.difference_minus_placebo is None])
+    head[-1:-1] = ["B − A, failed calls as block / allow"] if ranged else []
+    rows = [[r.condition + _sig(r.verdict, r.robust if r.difference_minus_placebo is None else None), num(r.delta_a),
+             interval(r.ci_a), num(r.delta_b), interval(r.ci_b), num(r.difference), interval(r.ci_difference),
+             pval(r.p_difference), _p_decision(r.verdict),
+             *([_range(r) if r.difference_minus_placebo is None else "—"] if ranged else []), short(r.verdict)]
+            for r in every]
     return head, rows
 
 

@@ -43,6 +43,7 @@ class PairRow(TypedDict):
     p_holm_all_pairs_minus_placebo: float | None
     n_bases_difference_minus_placebo: int | None
     equivalence_minus_placebo: Equivalence | None
+    bounds: NotRequired[dict[str, Any]]   # B − A's range over both inputs' failed calls (compare._pair_bounds)
 
 
 class Reversal(TypedDict):
@@ -94,6 +95,7 @@ class InputRecord(TypedDict):
     source: dict[str, Any]
     complete: bool
     quarantine: dict[str, Any]
+    excluded: dict[str, Any]      # failed + quarantined calls against one limit (estimators/excluded.py)
 
 
 class CompareResult(TypedDict):

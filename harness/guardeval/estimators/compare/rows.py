@@ -37,6 +37,10 @@ class PairRow(Record):
     p_holm_minus_placebo: float | None = None   # the headline's p after Holm
     verdict: Decision | None = None          # the decision on `difference`
     verdict_minus_placebo: Decision | None = None   # the decision on the headline
+    # The headline difference's range over both inputs' failed calls and whether its verdict holds
+    # at both ends (compare._pair_bounds); None in a comparison from before it.
+    bounds: Interval | None = None
+    robust: bool | None = None
 
     @classmethod
     def of(cls, r: Mapping[str, Any]) -> PairRow:
@@ -50,7 +54,7 @@ class PairRow(Record):
                    ci_difference_minus_placebo=interval_of(r.get("ci_difference_minus_placebo")),
                    p_difference_minus_placebo=r.get("p_difference_minus_placebo"),
                    p_holm_minus_placebo=r.get("p_holm_minus_placebo"), verdict=Decision.of(r.get("equivalence")),
-                   verdict_minus_placebo=Decision.of(r.get("equivalence_minus_placebo")))
+                   verdict_minus_placebo=Decision.of(r.get("equivalence_minus_placebo")), **_bounds(r))
 
     @property
     def headline(self) -> Decision | None:
@@ -66,6 +70,15 @@ class PairRow(Record):
     def has_corrected(self) -> bool:
         """Whether the row belongs in the headline table (a corrected effect on either side)."""
         return self.difference_minus_placebo is not None or self.delta_minus_placebo_a is not None
+
+
+def _bounds(r: Mapping[str, Any]) -> dict[str, Any]:
+    b = r.get("bounds")
+    if not isinstance(b, Mapping):
+        return {}
+    corrected = r.get("difference_minus_placebo") is not None
+    return {"bounds": interval_of(b.get("difference_minus_placebo" if corrected else "difference")),
+            "robust": b.get("robust")}
 
 
 def pair_rows(pair: Mapping[str, Any]) -> list[PairRow]:

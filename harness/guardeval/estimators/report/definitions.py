@@ -98,7 +98,18 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                                "with a cache source): a copy of an earlier generation, not a new repetition"),
         ("stimulus_mutated", "OpenRouter's router metadata shows a pipeline stage (context compression, guardrail, "
                              "plugin, server tools, response healing) that may have altered what the guard read or said"),
-        ("threshold", "more than 2% of scheduled calls quarantined makes the report unpublishable"),
+        ("threshold", "more than 2% of scheduled calls failed or quarantined, together, makes the report "
+                      "unpublishable (`excluded`)"),
+    ]),
+    "excluded": ("Excluded calls", [
+        ("excluded", "failed and quarantined calls: left out of every estimate under the drop rule, counted against "
+                     "one limit (2% of scheduled calls) past which the report is not publishable"),
+        ("failures depend on it", "the condition's share of failed calls minus the baseline's, paired by base, "
+                                  "differs from 0 after Holm over the conditions (a family of its own)"),
+        ("range", "the contrast with every failed call set to block or to allow, whichever moves it most "
+                  "(worst-case bounds); each end with its interval from the headline's procedure"),
+        ("robust", "both ends of the range give the same verdict (differs with the same sign, or does not differ), "
+                   "each decided by Holm over the headline's family"),
     ]),
     "accuracy": ("Against labels", [
         ("F1", "2TP / (2TP + FP + FN), unsafe (label 1) as the positive class"),

@@ -92,7 +92,8 @@ def forest_figure(report: Mapping[str, Any], title: str | None = None) -> Figure
             hp = mark.headline_p
             p_text = (f"p_Holm {_p(hp)}" if hp is not None
                       else "not in family" if not c.get("in_family") or corrected is not None else "p_Holm —")
-            side.text(0.02, y, f"{headline}\n{p_text}{'  *' if mark.starred else ''}", va="center", ha="left",
+            star = ("  * not robust" if mark.starred and mark.robust is False else "  *" if mark.starred else "")
+            side.text(0.02, y, f"{headline}\n{p_text}{star}", va="center", ha="left",
                       fontsize=8.5, family="monospace", weight="bold" if mark.starred else "normal",
                       transform=side.get_yaxis_transform())
         ax.axvline(0.0, color="black", lw=0.8)

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from guardeval.estimators.excluded import publishable
 from guardeval.estimators.report import rows, sections
 from guardeval.estimators.report.formats import interval, level, md_table, num, pval, rules_differ
 from guardeval.estimators.verdicts import decisions as dc
@@ -29,7 +30,8 @@ def dumps_json(report: Mapping[str, Any]) -> str:
 def md_cell(cell: rows.Cell) -> str:
     """A cell of the effects table as report.md writes it."""
     if isinstance(cell, rows.Name):
-        return cell.condition + (" (placebo)" if cell.placebo else "") + (" *" if cell.starred else "")
+        return (cell.condition + (" (placebo)" if cell.placebo else "") + (" *" if cell.starred else "")
+                + (" (not robust to failed calls)" if cell.fragile else ""))
     if isinstance(cell, rows.Est):
         return num(cell.value) + ("" if cell.ci is None else f" {interval(cell.ci)}")
     if isinstance(cell, rows.P):
@@ -58,10 +60,84 @@ def _who(report: Mapping[str, Any]) -> str:
     return str(g.get("name")) if g.get("name") else "the guard"
 
 
-def up_front(report: Mapping[str, Any]) -> list[str]:
-    """What a reader must know before any effect: a placebo that failed as a control, and the
-    families this design cannot decide at all (issue 35). Said once, first, in every output."""
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%" if x == 0 or x >= 0.01 else f"{100 * x:.1f}%"
+
+
+def failure_dependence_sentence(ex: Mapping[str, Any]) -> str | None:
+    """'failed calls depend on the condition: tool_alias 41% against original 0% …', when the
+    failure-rate family says a condition differs (estimators/excluded.py)."""
+    dep = ex.get("depends_on_condition") or {}
+    if not dep.get("differs"):
+        return None
+    by = ex.get("by_condition") or {}
+    share = {c: (v["failed"] / v["calls"] if v.get("calls") else 0.0) for c, v in by.items()}
+    base = next((c for c in by if c not in dep["members"]), None)
+    parts = [f"{c} {_pct(share.get(c, 0.0))}" for c, m in dep["members"].items() if m.get("differs")]
+    against = f" against {base} {_pct(share.get(base, 0.0))}" if base is not None else ""
+    ps = ", ".join(f"p_Holm {pval(m['p_holm'])}" for m in dep["members"].values() if m.get("differs"))
+    return (f"Failed calls depend on the condition: {', '.join(parts)}{against} (paired by base; {ps} over the "
+            f"{dep['family']}). The estimates below rest on the calls that did not fail, a subset the condition "
+            "chose: read each headline's range over the failed calls.")
+
+
+def excluded_sentences(report: Mapping[str, Any]) -> list[str]:
+    """When any call failed: the count and share, the conditions they fell under, whether that
+    depends on the condition, and which headlines survive them (said first, issue 45)."""
+    ex = report.get("excluded")
+    if not isinstance(ex, Mapping) or not ex.get("failed"):
+        return []
     out = []
+    dep = failure_dependence_sentence(ex)
+    if dep:
+        out.append(dep)
+    where = ", ".join(f"{c} {v['failed']} of {v['calls']}" for c, v in (ex.get("by_condition") or {}).items()
+                      if v.get("failed"))
+    quar = f" and {ex['quarantined']} were quarantined" if ex.get("quarantined") else ""
+    verdict = ("within" if ex["publishable"] else "past") + f" the {_pct(ex['limit'])} limit"
+    line = (f"{ex['failed']} of {report['n_calls']} calls failed{quar} ({_pct(ex['share'])} of the calls left out, "
+            f"{verdict}{'' if ex['publishable'] else ': NOT PUBLISHABLE'}); failed calls by condition: {where}.")
+    robust: list[str] = []
+    fragile: list[str] = []
+    for c in report["contrasts"]:
+        b = c.get("bounds") or {}
+        if c.get("headline") == "placebo":
+            continue
+        (robust if b.get("robust") else fragile if b.get("robust") is False else []).append(c["condition"])
+    if robust or fragile:
+        line += (" With each failed call set to block or to allow, the headline verdict "
+                 + "; ".join(x for x in (f"holds for {', '.join(robust)}" if robust else "",
+                                         f"changes for {', '.join(fragile)} (not robust)" if fragile else "") if x)
+                 + ".")
+    out.append(line)
+    return out
+
+
+def robustness_words(c: Mapping[str, Any], quantity: str, failed: int) -> str:
+    """After a headline's sentence when calls failed: its range over them and whether its verdict holds."""
+    b = c.get("bounds")
+    if not failed or not isinstance(b, Mapping):
+        return ""
+    rng = b.get("corrected" if quantity == "delta_minus_placebo" else "delta")
+    if rng is None:
+        return ""
+    ends = ((b.get("ends") or {}).get("corrected" if quantity == "delta_minus_placebo" else "delta") or {})
+    lo, hi = ends.get("lo") or {}, ends.get("hi") or {}
+    span = (f"from {dc._n(rng[0])} ({lo.get('verdict', '—')}) to {dc._n(rng[1])} ({hi.get('verdict', '—')}) "
+            f"with the {failed} failed calls set to block or to allow")
+    flag = b.get("robust_corrected" if quantity == "delta_minus_placebo" else "robust_delta")
+    if flag is False:
+        return f" NOT robust to the failed calls: it ranges {span}, so its verdict rests on what they would have said."
+    if flag:
+        return f" Robust to the failed calls: it ranges {span}, the same verdict at both ends."
+    return f" It ranges {span}."
+
+
+def up_front(report: Mapping[str, Any]) -> list[str]:
+    """What a reader must know before any effect: the calls that failed (and whether the headlines
+    survive them), a placebo that failed as a control, and the families this design cannot decide
+    at all (issue 35). Said once, first, in every output."""
+    out = excluded_sentences(report)
     # With condition families each placebo is checked (placebo_checks); else the one placebo.
     for pc in report.get("placebo_checks") or [report.get("placebo_check")]:
         if pc and pc.get("failed"):
@@ -125,6 +201,7 @@ def headline_sentences(report: Mapping[str, Any]) -> list[str]:
                         if eq.get("mde_holm") is not None and eq.get("holm_m") else "") + ".")
         if eq and eq.get("ci_note"):
             line += f" ({eq['ci_note']}.)"
+        line += robustness_words(c, quantity, int((report.get("excluded") or {}).get("failed") or 0))
         out.append(line)
     return out
 
@@ -158,10 +235,14 @@ def decision_lines(report: Mapping[str, Any]) -> list[str]:
 
 def summary_line(report: Mapping[str, Any]) -> str:
     q = report["quarantine"]
+    ex = report.get("excluded")
+    left_out = (f"failed {ex['failed']}, quarantined {q['count']} ({ex['share']:.2%} left out, limit "
+                f"{ex['limit']:.0%})" if isinstance(ex, Mapping) and ex.get("failed")
+                else f"quarantined {q['count']} ({q['fraction']:.2%})")
     return (f"{report['n_bases']} bases, {report['n_interactions']} interactions, {report['n_calls']} calls; "
             f"baseline {report['baseline']}, placebo {report['placebo'] or 'none'}; "
             f"headline failure rule {report['failure_rule']}; "
-            f"quarantined {q['count']} ({q['fraction']:.2%}){'' if q['publishable'] else ' — NOT PUBLISHABLE'}"
+            f"{left_out}{'' if publishable(report) else ' — NOT PUBLISHABLE'}"
             f"{'' if report['complete'] else '; INCOMPLETE run (partial estimate)'}"
             + (f"; {n} calls counted at a retry's decision (later measurements)"
                if (n := (report.get("retried") or {}).get("n_calls")) else ""))
@@ -208,7 +289,7 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
     # Fixed widths for the numbers, the rest for the names: the table never passes `width`.
     one_line = width >= 104
     est_w = 23 if one_line else 16
-    names = [safe(md_cell(rows.Name(r.condition, r.is_placebo, True))) for r in effects.rows]
+    names = [safe(md_cell(rows.Name(r.condition, r.is_placebo, True, r.robust is False))) for r in effects.rows]
     # p_w fits pval's longest form ("1.0e-100"): a p cut to "1.5e-…" cannot be read.
     p_w, count_w, bases_w = 8, 8, 5
     # each of the 5 gaps: padding on both sides and the (blank) column rule
@@ -239,8 +320,12 @@ def human_text(report: Mapping[str, Any], width: int | None = None) -> str:
         by_rule.add_column("condition", overflow="fold")
         for rule in report["failure_rules"]:
             by_rule.add_column(rule + (" (headline)" if rule == report["failure_rule"] else ""), justify="right")
+        has_bounds = any(e.bounds is not None for e in effects.rows)
+        if has_bounds:
+            by_rule.add_column("headline range (block / allow)", justify="right")
         for e in effects.rows:
-            by_rule.add_row(Text(safe(e.condition)), *(Text(_n3(e.by_rule.get(r))) for r in report["failure_rules"]))
+            by_rule.add_row(Text(safe(e.condition)), *(Text(_n3(e.by_rule.get(r))) for r in report["failure_rules"]),
+                            *([Text(rows.range_cell(e))] if has_bounds else []))
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False)
@@ -289,9 +374,10 @@ def markdown(report: Mapping[str, Any]) -> str:
                 for c, v in report["coverage"].items()]
     out += ["## Coverage", "", md_table(cov_head, cov_rows), ""]
     q = report["quarantine"]
+    out += sections.markdown_lines(sections.excluded(report))
     out += ["## Quarantine", "",
-            f"{q['count']} of {report['n_calls']} calls ({q['fraction']:.2%}); threshold {q['threshold']:.0%}; "
-            f"publishable: {'yes' if q['publishable'] else 'NO'}", "",
+            f"{q['count']} of {report['n_calls']} calls ({q['fraction']:.2%}); threshold {q['threshold']:.0%} "
+            f"(failed and quarantined calls together); publishable: {'yes' if publishable(report) else 'NO'}", "",
             md_table(["reason", "calls"], [[k, str(v)] for k, v in q["by_reason"].items()]), ""]
     out += ["## Diagnostics", "",
             f"- repeated-original disagreement (mean pairwise, diagnostic only): "

@@ -61,6 +61,10 @@ class EffectRow(Record):
     same_round_flip_rate: float | None = None
     by_rule: dict[str, float | None] = field(default_factory=dict, hash=False)   # Δ under each failure rule
     headline_quantity: Headline = "delta"    # the row's headline: Δ − placebo for an intervention, else Δ
+    # The headline's worst-case range over the failed calls and whether its verdict holds at both
+    # ends (estimators/excluded.py); None in a report.json from before it.
+    bounds: Interval | None = None
+    robust: bool | None = None
 
     @classmethod
     def of(cls, c: Mapping[str, Any], placebo: str | None = None) -> EffectRow:
@@ -83,7 +87,8 @@ class EffectRow(Record):
                                                      star=on and name == "delta_minus_placebo"),
                    starred=on, is_placebo=is_placebo, n_clusters=c.get("n_clusters"),
                    same_round_flip_rate=c.get("same_round_flip_rate"), by_rule=dict(c.get("by_rule") or {}),
-                   headline_quantity="delta_minus_placebo" if name == "delta_minus_placebo" else "delta")
+                   headline_quantity="delta_minus_placebo" if name == "delta_minus_placebo" else "delta",
+                   **_bounds(c, name))
 
     @property
     def headline(self) -> Decision | None:
@@ -104,6 +109,14 @@ class EffectRow(Record):
         return self.starred
 
 
+def _bounds(c: Mapping[str, Any], name: str) -> dict[str, Any]:
+    b = c.get("bounds")
+    if not isinstance(b, Mapping):
+        return {}
+    return {"bounds": interval_of(b.get("corrected" if name == "delta_minus_placebo" else "delta")),
+            "robust": b.get("robust")}
+
+
 def effect_rows(report: Mapping[str, Any]) -> list[EffectRow]:
     """Every contrast of a report as its table row, in the report's order."""
     return [EffectRow.of(c, report.get("placebo")) for c in report["contrasts"]]
@@ -113,11 +126,13 @@ def effect_rows(report: Mapping[str, Any]) -> list[EffectRow]:
 
 @dataclass(frozen=True)
 class Name:
-    """A row's label: the condition, the placebo's tag, the star."""
+    """A row's label: the condition, the placebo's tag, the star (and, on a starred row whose
+    verdict does not survive its failed calls, that it is not robust: never a bare star)."""
 
     condition: str
     placebo: bool
     starred: bool
+    fragile: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,7 +168,7 @@ class Signed:
 Cell = Name | Est | P | Rate | Signed | str | int | None
 ColumnKey = Literal["condition", "delta", "p", "p_holm", "delta_minus_placebo", "p_minus_placebo",
                     "p_holm_minus_placebo", "headline_p", "counts", "bases", "clusters", "block_rate",
-                    "flip_rate", "rule", "verdicts"]
+                    "flip_rate", "rule", "verdicts", "bounds"]
 
 
 @dataclass(frozen=True)
@@ -182,13 +197,28 @@ def _by_rule(rule: str) -> Callable[[EffectRow], Cell]:
     return lambda r: Signed(r.by_rule.get(rule))
 
 
+def range_cell(r: EffectRow) -> str:
+    if r.bounds is None:
+        return "—"
+    lo, hi = (f"{x:+.4f}".replace("-", "−") for x in r.bounds)
+    return f"[{lo}, {hi}] {ROBUST_WORDS[r.robust]}"
+
+
+ROBUST_WORDS = {True: "robust", False: "NOT robust", None: "not decided"}
+
+
+def name_cell(r: EffectRow) -> Name:
+    return Name(r.condition, r.is_placebo, r.starred, fragile=r.starred and r.robust is False)
+
+
 def columns(report: Mapping[str, Any], rules: Sequence[str] = ()) -> list[Column]:
     """The effects table's columns for `report`; `rules`: the failure rules given a column each
-    (those whose answers differ; none when every rule agrees)."""
+    (those whose answers differ; none when every rule agrees), and then the headline's range over
+    the failed calls."""
     lv = level(report)
     margin = report.get("margin")
     return [
-        Column("condition", "condition", lambda r: Name(r.condition, r.is_placebo, r.starred), EVERY, "condition"),
+        Column("condition", "condition", name_cell, EVERY, "condition"),
         Column("delta", f"Δ [{lv} CI, unadjusted]", lambda r: Est(r.delta, r.ci), EVERY,
                f"Δ vs {report['baseline']} [{lv} CI]"),
         Column("p", "p", lambda r: P(r.p)),
@@ -205,6 +235,7 @@ def columns(report: Mapping[str, Any], rules: Sequence[str] = ()) -> list[Column
         Column("block_rate", "block rate", lambda r: Rate(r.block_rate)),
         Column("flip_rate", "same-round flip rate", lambda r: Rate(r.same_round_flip_rate)),
         *(Column("rule", f"Δ {rule}", _by_rule(rule)) for rule in rules),
+        *([Column("bounds", "headline range, failed calls as block / allow", range_cell)] if rules else []),
         Column("verdicts", f"{f'±{margin:g}: ' if margin else ''}Δ; Δ − placebo (verdict; MDE)", _verdicts),
     ]
 

@@ -242,6 +242,63 @@ def worst_case(report: Mapping[str, Any]) -> list[Section]:
                     "bases.", head, rows)]
 
 
+def _end(e: Mapping[str, Any] | None) -> str:
+    if not e:
+        return "—"
+    return f"{num(e['estimate'])} {interval(e.get('ci'))}, p_Holm {pval(e.get('p_holm'))}: {e.get('verdict')}"
+
+
+_ROBUST = {True: "yes", False: "NO", None: "—"}
+
+
+def excluded(report: Mapping[str, Any]) -> list[Section]:
+    """The calls left out of every estimate (failed and quarantined), by condition, with the test of
+    whether failures depend on the condition; then each contrast's range over the failed calls."""
+    ex = report.get("excluded")
+    if not isinstance(ex, Mapping) or not ex.get("failed"):   # no failed call: the quarantine section says it all
+        return []
+    dep = ex.get("depends_on_condition") or {}
+    members = dep.get("members") or {}
+    lv = level(report)
+    head = ["condition", "calls", "failed", "share failed", f"− baseline's share [{lv} CI]", "p_Holm",
+            "failures depend on it"]
+    rows = []
+    for c, v in (ex.get("by_condition") or {}).items():
+        m = members.get(c)
+        share = v["failed"] / v["calls"] if v.get("calls") else None
+        rows.append([clean(c), str(v["calls"]), str(v["failed"]), _rate(share),
+                     "—" if m is None else f"{num(m['difference'])} {interval(m.get('ci'))}",
+                     "—" if m is None else pval(m.get("p_holm")),
+                     "—" if m is None else ("yes" if m.get("differs") else "no")])
+    verdict = "publishable" if ex["publishable"] else "NOT PUBLISHABLE"
+    out = [Section("excluded", "Excluded calls",
+                   f"{ex['failed']} failed and {ex['quarantined']} quarantined of {report['n_calls']} calls: "
+                   f"{100 * ex['share']:.2f}% left out of every estimate; limit {100 * ex['limit']:g}% for both "
+                   f"together: {verdict}. Whether failures depend on the condition: "
+                   f"{dep.get('verdict', '—')} ({dep.get('family', '—')}, Holm at α {report.get('alpha', 0.05):g}: the "
+                   "share of failed calls minus the baseline's, paired by base, by the procedure the headline uses).",
+                   head, rows)]
+    if not _has(report["contrasts"], "bounds"):
+        return out
+    head = ["condition", "Δ range", "Δ, failed → allow/block (low end)", "Δ, the high end", "Δ robust",
+            "Δ − placebo range", "Δ − placebo, low end", "Δ − placebo, high end", "Δ − placebo robust"]
+    rows = []
+    for c in report["contrasts"]:
+        b = c["bounds"]
+        ends = b.get("ends") or {}
+        rows.append([clean(c["condition"]), interval(b.get("delta")), _end((ends.get("delta") or {}).get("lo")),
+                     _end((ends.get("delta") or {}).get("hi")), _ROBUST[b.get("robust_delta")],
+                     interval(b.get("corrected")), _end((ends.get("corrected") or {}).get("lo")),
+                     _end((ends.get("corrected") or {}).get("hi")), _ROBUST[b.get("robust_corrected")]])
+    out.append(Section("bounds", "Bounds over the failed calls",
+                       "Each contrast with every failed call set to block or to allow, whichever moves it most "
+                       "(worst-case bounds): the low end counts the condition's failed calls as allows and the "
+                       "reference's as blocks, the high end the reverse. Each end has its interval and p from the "
+                       "procedure the headline uses, Holm over the same family at the same end; robust: both ends "
+                       "give the same verdict.", head, rows))
+    return out
+
+
 def family_sections(report: Mapping[str, Any]) -> list[Section]:
     return [*contrast_diagnostics(report), *strata_corrected(report), *block_rates(report), *stability(report),
             *order(report), *retried(report), *accuracy(report), *worst_case(report)]
