@@ -173,10 +173,10 @@ def check_estimate_table(t: Table, contrasts: Mapping[str, Mapping[str, Any]], w
                 assert value == short(eq), what
             elif name.startswith("corr.: verdict"):
                 assert value == short(eq_mp), what
-            elif "(verdict; MDE)" in name:   # report.md: 'Δ's · Δ − placebo's'
-                assert value == f"{short(eq)} · {short(eq_mp)}", what
-            elif name.startswith("verdict; MDE"):   # report.html: each named
+            elif name.startswith("verdict; MDE (Δ") and value.startswith("Δ: "):   # report.html: each named
                 assert value == f"Δ: {short(eq)} Δ − placebo: {short(eq_mp)}", what
+            elif name.startswith("verdict; MDE (Δ"):   # report.md and the terminal: 'Δ's · Δ − placebo's'
+                assert value == f"{short(eq)} · {short(eq_mp)}", what
         checked += 1
     return checked
 

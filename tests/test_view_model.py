@@ -87,9 +87,14 @@ def test_report_md_and_report_html_render_the_same_columns_and_cells(report: dic
     md, html = _md_rows(report), _html_rows(report)
     assert md[0] == html[0] == rows.effects_table(report).heads("markdown")
     assert len(md) == len(html) == len(report["contrasts"]) + 1
+    verdicts = md[0].index(next(h for h in md[0] if h.startswith("verdict; MDE")))
     for m, h in zip(md[1:], html[1:]):
-        # The same words in every cell; the formats differ only in markup (the placebo's tag, the star's span).
-        assert [c.replace("(placebo)", "placebo") for c in m] == h
+        # The same words in every cell; the formats differ only in markup (the placebo's tag, the
+        # star's span, and report.html naming each of the two verdicts in their cell).
+        m = [c.replace("(placebo)", "placebo") for c in m]
+        delta, corrected = m[verdicts].split(" · ")
+        m[verdicts] = f"Δ: {delta} Δ − placebo: {corrected}"
+        assert m == h
     starred = {r.condition for r in rows.effect_rows(report) if r.starred}
     assert starred and sy.PLACEBO not in starred
     assert {r[0].split()[0] for r in md[1:] if r[0].endswith(" *")} == starred

@@ -227,9 +227,6 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
     # The verdicts column names which verdict is Δ's and which Δ − placebo's in each cell.
     cells = [[_verdicts_cell(r) if col.key == "verdicts" else effect_cell(c) for col, c in zip(shown, cs)]
              for r, cs in zip(effects.rows, effects.cells("html"))]
-    margin = report.get("margin")
-    head = [f"verdict; MDE{f' (margin ±{margin:g})' if margin else ''}" if col.key == "verdicts" else h
-            for col, h in zip(shown, head)]
     attrs = [' class="significant"' if r.starred else "" for r in effects.rows]
     out = table(head, cells, num_from=1, cls="contrasts", row_attrs=attrs)
     out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))

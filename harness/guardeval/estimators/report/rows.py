@@ -236,7 +236,7 @@ def columns(report: Mapping[str, Any], rules: Sequence[str] = ()) -> list[Column
         Column("flip_rate", "same-round flip rate", lambda r: Rate(r.same_round_flip_rate)),
         *(Column("rule", f"Δ {rule}", _by_rule(rule)) for rule in rules),
         *([Column("bounds", "headline range, failed calls as block / allow", range_cell)] if rules else []),
-        Column("verdicts", f"{f'±{margin:g}: ' if margin else ''}Δ; Δ − placebo (verdict; MDE)", _verdicts),
+        Column("verdicts", f"verdict; MDE (Δ · Δ − placebo{f'; margin ±{margin:g}' if margin else ''})", _verdicts),
     ]
 
 
