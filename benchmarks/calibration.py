@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 from guardeval.estimators import effects as fx  # noqa: E402
 from guardeval.estimators import estimate  # noqa: E402
 from guardeval.estimators import synthetic as sy  # noqa: E402
+from guardeval.estimators.bootstrap import effective_df as bootstrap_effective_df  # noqa: E402
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs  # noqa: E402
 from guardeval.estimators.compare.compare_text import text as compare_text  # noqa: E402
 from guardeval.estimators.planning.plan import plan_rows  # noqa: E402
@@ -425,10 +426,10 @@ def varying_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Ca
 
 
 def effective_df(d: sy.Design) -> float:
-    """(Σ n_g)² / Σ n_g² interactions (n_g: bases of interaction g) minus domains: the design's
-    effective degrees of freedom (bootstrap.effective_df, every base present)."""
+    """The design's effective degrees of freedom as the switch reads them, every base present:
+    (Σ n_g)² / Σ n_g² interactions (n_g: bases of interaction g) minus domains, at least 1."""
     n = np.array([s for sizes in d.sizes for s in sizes], dtype=np.float64)
-    return float(n.sum() ** 2 / (n ** 2).sum() - len(d.sizes))
+    return bootstrap_effective_df(n, cluster_domain(d))
 
 
 def varying_report(res: Mapping[str, Mapping[str, Mapping[str, Any]]], sims: int) -> list[str]:
