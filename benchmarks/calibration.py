@@ -19,6 +19,14 @@ Cells, each with its Monte-Carlo standard error:
   model), the true corrected effect set to it; the share of data sets whose test rejects at α
   (and at α/m with the Holm-level MDE). Nominal 0.80.
 * **TOST at the margin**: the true corrected effect exactly at +M: the share of "within ±M".
+* **effects that vary by base** (issue 50): 6 to 44 interactions, balanced and unbalanced, under
+  the homogeneous model and `synthetic.LogitModel` (every base its own effect on the logit scale:
+  SD 0.35 for the placebo, whose mean effect is 0, and 0.6 for the interventions). Vectorised: the
+  calls are drawn as arrays and one `Quantities.run` per data set computes every interval and p
+  `estimate` and `compare` print for them (the same quantities, replicates and flips; checked
+  against `estimate` and `compare` by tests/test_calibration.py). Coverage of each kind, the
+  family-wise rate of "differs" (Holm) under the null and for two identical guards, interval/p
+  agreement on every row, and the procedure each design got.
 * **small designs** (issue 35): 6, 8, 12 and 16 interactions, balanced and unbalanced (one large
   interaction, domains holding a single interaction): coverage of every 95% interval kind (an
   absent interval, printed with its reason, counts as covering and is tallied), the family-wise
@@ -35,6 +43,8 @@ Cells, each with its Monte-Carlo standard error:
     python benchmarks/calibration.py [--sims 200] [--coverage-sims N] [--bootstrap 2000] [--seed 0]
                                      [--small-sims N] [--only-small] [--small-design NAME ...]
                                      [--only-failed] [--failed-sims N]
+                                     [--only-varying] [--varying-sims N] [--varying-design NAME ...]
+                                     [--generator homogeneous|heterogeneous]
 """
 
 from __future__ import annotations
@@ -53,13 +63,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 
+from guardeval.estimators import effects as fx  # noqa: E402
 from guardeval.estimators import estimate  # noqa: E402
 from guardeval.estimators import synthetic as sy  # noqa: E402
+from guardeval.estimators.bootstrap import effective_df as bootstrap_effective_df  # noqa: E402
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs  # noqa: E402
 from guardeval.estimators.compare.compare_text import text as compare_text  # noqa: E402
 from guardeval.estimators.planning.plan import plan_rows  # noqa: E402
+from guardeval.estimators.quantities import Quantities  # noqa: E402
 from guardeval.estimators.report.report import markdown  # noqa: E402
 from guardeval.estimators.verdicts.decisions import significant  # noqa: E402
+from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN  # noqa: E402
+from guardeval.estimators.verdicts.holm import holm  # noqa: E402
 from guardeval.estimators.verdicts.record import headline_significant as starred  # noqa: E402
 
 ALPHA = 0.05
@@ -308,6 +323,158 @@ def small_report(res: Mapping[str, Mapping[str, Any]], sims: int) -> list[str]:
     return out
 
 
+# -- effects that vary by base (issue 50) ----------------------------------------------------------
+
+
+def unbalanced(g: int) -> sy.Design:
+    """`g` interactions, one of them holding about 2g/3 bases (a third or more of the design);
+    one domain holding a single interaction, one with (2, 1, 1), the rest single-base (issue 35's
+    shape, for any size from 8)."""
+    rest = g - 4
+    n0, n3 = (rest + 1) // 2, rest // 2
+    return sy.Design((((2 * g) // 3,) + (1,) * (n0 - 1), (1,), (2, 1, 1), (1,) * n3))
+
+
+VARYING_SIZES = (6, 8, 12, 16, 20, 24, 28, 32, 44)
+VARYING = {**{str(g): sy.design(g) for g in VARYING_SIZES},
+           "6 unbalanced": SMALL["6 unbalanced"], "8 unbalanced": SMALL["8 unbalanced"],
+           "12 unbalanced": SMALL["12 unbalanced"],
+           **{f"{g} unbalanced": unbalanced(g) for g in VARYING_SIZES if g > 12}}
+# generator -> (model, a guard's effects, the null's model): the heterogeneous null gives every
+# condition the same spread of per-base effects, so every true Δ is exactly 0.
+GENERATORS: dict[str, tuple[sy.AnyModel, Mapping[str, float], sy.AnyModel]] = {
+    "homogeneous": (sy.Model(), sy.EFFECTS, sy.Model()),
+    "heterogeneous": (sy.LogitModel(), sy.HET_EFFECTS, sy.HET_NULL_MODEL),
+}
+VARYING_KINDS = ("Δ", "placebo's Δ", "Δ − placebo", "B − A of Δ", "B − A of Δ − placebo")
+VARYING_FAMILIES = ("Δ differs", "Δ − placebo differs", "B − A of Δ differs", "B − A of Δ − placebo differs")
+
+
+def cluster_domain(d: sy.Design) -> np.ndarray:
+    return np.array([dom for dom, sizes in enumerate(d.sizes) for _ in sizes], dtype=np.int64)
+
+
+def add_guard(qs: Quantities, tag: str, s: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Each contrast's Δ and Δ − placebo of one guard's counts, as `estimate` adds them for the
+    headline (drop) rule (contrasts.add_contrasts); returns the rates."""
+    p = fx.base_rates(s, n)
+    b, pl = 0, sy.CONDITIONS.index(sy.PLACEBO)
+    for ci, c in enumerate(sy.CONDITIONS[1:], 1):
+        paired = (n[:, ci] > 0) & (n[:, b] > 0)
+        qs.add(("delta", tag, c), p[:, ci] - p[:, b], paired)
+        if ci != pl:
+            qs.add(("corrected", tag, c), p[:, ci] - p[:, pl], paired & (n[:, pl] > 0))
+    return p
+
+
+def add_difference(qs: Quantities, pa: np.ndarray, na: np.ndarray, pb: np.ndarray, nb: np.ndarray) -> None:
+    """B − A of each Δ and Δ − placebo, as `compare` adds them (its "diff" and "cdiff")."""
+    b, pl = 0, sy.CONDITIONS.index(sy.PLACEBO)
+    for ci, c in enumerate(sy.CONDITIONS[1:], 1):
+        ma, mb = (na[:, ci] > 0) & (na[:, b] > 0), (nb[:, ci] > 0) & (nb[:, b] > 0)
+        qs.add(("diff", c), (pb[:, ci] - pb[:, b]) - (pa[:, ci] - pa[:, b]), ma & mb)
+        if ci != pl:
+            qa, qb = ma & (na[:, pl] > 0), mb & (nb[:, pl] > 0)
+            qs.add(("cdiff", c), (pb[:, ci] - pb[:, pl]) - (pa[:, ci] - pa[:, pl]), qa & qb)
+
+
+def varying_data_set(d: sy.Design, generator: str, rng: np.random.Generator, n_boot: int,
+                     seed: int) -> dict[Any, dict[str, Any]]:
+    """One data set: a guard, its identical twin (each its own calls) and a null guard on a
+    population of its own; every interval and p in one `Quantities.run` (as `estimate` and
+    `compare` run it with this seed: a quantity's result depends only on its own columns)."""
+    model, effects, null_model = GENERATORS[generator]
+    pop = sy.population(d, rng, model)
+    sa, na = sy.counts(*sy.calls(pop, effects, rng))
+    sb, nb = sy.counts(*sy.calls(pop, effects, rng))
+    npop = sy.population(d, rng, null_model)
+    s0, n0 = sy.counts(*sy.calls(npop, sy.NULL, rng))
+    qs = Quantities()
+    pa = add_guard(qs, "guard", sa, na)
+    pb = fx.base_rates(sb, nb)
+    add_guard(qs, "null", s0, n0)
+    add_difference(qs, pa, na, pb, nb)
+    return qs.run(pop.base_cluster, cluster_domain(d), n_boot, seed, DEFAULT_MARGIN, 1 - ALPHA)
+
+
+def _family_differs(est: Mapping[Any, Mapping[str, Any]], keys: Sequence[Any]) -> bool:
+    """Any member of the family "differs from 0" after Holm at α (decisions.decide_family)."""
+    return any(a is not None and a < ALPHA for a in holm([est[k]["p"] for k in keys]))
+
+
+def varying_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Callable[[str], None],
+                  designs: Mapping[str, sy.Design] = VARYING, generators: Sequence[str] = tuple(GENERATORS)
+                  ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per generator and design: coverage of each kind (a data set's share of the kind's intervals
+    that cover; an absent interval counts as covering and is tallied), the family-wise rate of
+    each family's "differs" under the null (Δ, Δ − placebo: the null guard; B − A: two identical
+    guards), interval/p agreement over every row, and the procedure that decided."""
+    conds = sy.CONDITIONS[1:]
+    interventions = [c for c in conds if c != sy.PLACEBO]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for generator in generators:
+        model, effects, _ = GENERATORS[generator]
+        out[generator] = {}
+        for name, d in designs.items():
+            t = sy.truth(effects, d, model)
+            cov = {k: Rate() for k in VARYING_KINDS}
+            null = {k: Rate() for k in VARYING_FAMILIES}
+            agree, absent, methods = Rate(), 0, set()
+            for s in range(sims):
+                est = varying_data_set(d, generator, rng, n_boot, s)
+
+                def cover(key: Any, truth: float, est: Mapping[Any, Mapping[str, Any]] = est) -> float:
+                    nonlocal absent
+                    ci = est[key]["ci"]
+                    absent += ci is None
+                    return 1.0 if ci is None else _covers(ci, truth)
+
+                cov["Δ"].add(np.mean([cover(("delta", "guard", c), t.delta[c]) for c in conds]))
+                cov["placebo's Δ"].add(cover(("delta", "guard", sy.PLACEBO), t.delta[sy.PLACEBO]))
+                cov["Δ − placebo"].add(np.mean([cover(("corrected", "guard", c), t.corrected[c]) for c in interventions]))
+                cov["B − A of Δ"].add(np.mean([cover(("diff", c), 0.0) for c in conds]))
+                cov["B − A of Δ − placebo"].add(np.mean([cover(("cdiff", c), 0.0) for c in interventions]))
+                null["Δ differs"].add(_family_differs(est, [("delta", "null", c) for c in conds]))
+                null["Δ − placebo differs"].add(_family_differs(est, [("corrected", "null", c) for c in interventions]))
+                null["B − A of Δ differs"].add(_family_differs(est, [("diff", c) for c in conds]))
+                null["B − A of Δ − placebo differs"].add(_family_differs(est, [("cdiff", c) for c in interventions]))
+                for r in est.values():
+                    x = _agrees(r["ci"], r["p"])
+                    if x is not None:
+                        agree.add(x)
+                    methods.add(r["method"])
+                progress(f"{generator} {name} {s + 1}/{sims}")
+            out[generator][name] = {"interactions": d.n_interactions, "bases": d.n_bases,
+                                    "effective_df": round(effective_df(d), 1), "coverage": cov, "null": null,
+                                    "agreement": agree, "absent": absent, "method": ", ".join(sorted(methods))}
+    return out
+
+
+def effective_df(d: sy.Design) -> float:
+    """The design's effective degrees of freedom as the switch reads them, every base present:
+    (Σ n_g)² / Σ n_g² interactions (n_g: bases of interaction g) minus domains, at least 1."""
+    n = np.array([s for sizes in d.sizes for s in sizes], dtype=np.float64)
+    return bootstrap_effective_df(n, cluster_domain(d))
+
+
+def varying_report(res: Mapping[str, Mapping[str, Mapping[str, Any]]], sims: int) -> list[str]:
+    out: list[str] = []
+    for generator, designs in res.items():
+        out += ["", f"{generator} effects ({sims} data sets per design; 95% intervals; ± one Monte-Carlo s.e.):", "",
+                "| design | bases | effective df | procedure | " + " | ".join(VARYING_KINDS)
+                + " | absent | interval ⇔ p |", "|---|---|---|---|" + "---|" * (len(VARYING_KINDS) + 2)]
+        for name, r in designs.items():
+            out.append(f"| {name} | {r['bases']} | {r['effective_df']:g} | {r['method']} | "
+                       + " | ".join(r["coverage"][k].text() for k in VARYING_KINDS)
+                       + f" | {r['absent']} | {r['agreement'].value:.4f} of {len(r['agreement'].hits)} |")
+        out += ["", f"{generator}: family-wise rate of \"differs\" (Holm at α {ALPHA}; nominal ≤ {ALPHA} per family; "
+                    "Δ and Δ − placebo: a guard with no effect; B − A: two identical guards):", "",
+                "| design | " + " | ".join(VARYING_FAMILIES) + " |", "|---|" + "---|" * len(VARYING_FAMILIES)]
+        for name, r in designs.items():
+            out.append(f"| {name} | " + " | ".join(r["null"][k].text() for k in VARYING_FAMILIES) + " |")
+    return out
+
+
 def plan_mde(rng: np.random.Generator, effects: Mapping[str, float]) -> tuple[float, float, int]:
     """plan's predicted MDE (nominal, Holm level, m) of the marker's corrected effect at the
     headline design, from a pilot eight times its size of the same model (so its components are
@@ -474,6 +641,12 @@ def main() -> None:
                     help="run only this small design (repeatable; default: all)")
     ap.add_argument("--failed-sims", type=int, help="data sets per failed-call cell (default: --sims)")
     ap.add_argument("--only-failed", action="store_true", help="only the failed-call cells (issue 45)")
+    ap.add_argument("--only-varying", action="store_true", help="only effects that vary by base (issue 50)")
+    ap.add_argument("--varying-sims", type=int, help="data sets per design for issue 50's cells (default: --sims)")
+    ap.add_argument("--varying-design", action="append", choices=list(VARYING),
+                    help="run only this design in issue 50's cells (repeatable; default: all)")
+    ap.add_argument("--generator", action="append", choices=list(GENERATORS),
+                    help="issue 50's cells under this generator only (repeatable; default: both)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     last = [0.0]
@@ -484,6 +657,14 @@ def main() -> None:
             print(f"  [{time.perf_counter() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
     print(f"load average {os.getloadavg()[0]:.1f}")
+    if args.only_varying:
+        chosen_v = {k: VARYING[k] for k in (args.varying_design or VARYING)}
+        vs = args.varying_sims or args.sims
+        res_v = varying_cells(vs, args.bootstrap, np.random.default_rng(args.seed + 2), progress, chosen_v,
+                              args.generator or tuple(GENERATORS))
+        print("\n".join(varying_report(res_v, vs)))
+        print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
+        return
     small_sims = args.small_sims or args.sims
     failed_sims = args.failed_sims or args.sims
     if args.only_failed:

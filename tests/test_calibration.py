@@ -119,3 +119,70 @@ def test_failed_calls_hold_the_level_and_are_caught_when_they_follow_the_decisio
                 assert kinds[kind].value >= least - 0.15, (cell, kind, kinds[kind].text())
     (b,) = (kinds for cell, kinds in res.items() if cell.startswith("(b)"))
     assert b["tool_alias robust: false"].value >= 0.9 and b["depends_on_condition names tool_alias"].value >= 0.9
+
+
+def _same(a, b) -> bool:
+    """Equal intervals and p (up to the last bits of a matrix product summed in another order)."""
+    if a is None or b is None:
+        return a is b
+    return bool(np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-12, atol=1e-12))
+
+
+@pytest.mark.parametrize("name", ["8 unbalanced", "44"])
+def test_the_vectorised_cells_print_what_estimate_and_compare_print(calib, name):
+    """Issue 50's cells compute every interval and p in one Quantities.run per data set; on the same
+    calls, `estimate` (the guard, the null guard) and `compare` (two identical guards) print the
+    same intervals and p on every row, and the same family verdicts (sign flips at 8 interactions,
+    the bootstrap at 44)."""
+    from guardeval.estimators import estimate
+    from guardeval.estimators.compare.compare import CompareInput, compare_inputs
+
+    d, seed = calib.VARYING[name], 3
+    est = calib.varying_data_set(d, "heterogeneous", np.random.default_rng(5), 300, seed)
+    model, effects, null_model = calib.GENERATORS["heterogeneous"]
+    rng = np.random.default_rng(5)
+    pop = sy.population(d, rng, model)
+    a, b = (sy.table(pop, *sy.calls(pop, effects, rng)) for _ in range(2))
+    npop = sy.population(d, rng, null_model)
+    z = sy.table(npop, *sy.calls(npop, sy.NULL, rng))
+    rows = 0
+    for tag, table in (("guard", a), ("null", z)):
+        rep = estimate(table, roles=sy.ROLES, n_boot=300, seed=seed)
+        for c in rep["contrasts"]:
+            k = c["condition"]
+            assert _same(c["ci"], est[("delta", tag, k)]["ci"]) and _same(c["p"], est[("delta", tag, k)]["p"]), (tag, k)
+            rows += 1
+            if ("corrected", tag, k) in est:
+                q = est[("corrected", tag, k)]
+                assert _same(c["ci_minus_placebo"], q["ci"]) and _same(c["p_minus_placebo"], q["p"]), (tag, k)
+                rows += 1
+        if tag == "null":
+            conds = sy.CONDITIONS[1:]
+            assert calib._family_differs(est, [("delta", "null", k) for k in conds]) == \
+                any(c["equivalence"]["differs"] for c in rep["contrasts"])
+    res = compare_inputs([CompareInput("a", a, sy.ROLES), CompareInput("b", b, sy.ROLES)], n_boot=300, seed=seed)
+    for r in res["pairs"][0]["conditions"]:
+        k = r["condition"]
+        assert _same(r["ci_difference"], est[("diff", k)]["ci"]) and _same(r["p_difference"], est[("diff", k)]["p"])
+        rows += 1
+        if ("cdiff", k) in est:
+            assert _same(r["ci_difference_minus_placebo"], est[("cdiff", k)]["ci"])
+            assert _same(r["p_difference_minus_placebo"], est[("cdiff", k)]["p"])
+            rows += 1
+    assert rows == 21
+
+
+def test_effects_that_vary_by_base_cover_in_a_design_dominated_by_one_interaction(calib):
+    """Issue 50: 32 interactions, one of them holding 21 of 53 bases, every base its own effect on
+    the logit scale. Its effective df (1.9) sends it to the sign flips; the intervals cover, the
+    families hold their level, and interval and p agree on every row."""
+    sims = 30
+    res = calib.varying_cells(sims, 200, np.random.default_rng(9), lambda _: None,
+                              {"32 unbalanced": calib.VARYING["32 unbalanced"]}, ("heterogeneous",))
+    r = res["heterogeneous"]["32 unbalanced"]
+    assert r["method"] == "sign-flip" and r["effective_df"] < 28
+    for kind, rate in r["coverage"].items():
+        assert len(rate.hits) == sims and rate.value >= 0.88, (kind, rate.text())
+    for kind, rate in r["null"].items():
+        assert _tail(sum(rate.hits), sims, ALPHA) >= 0.02, (kind, rate.text())
+    assert r["agreement"].value == 1.0 and len(r["agreement"].hits) == sims * 21

@@ -99,6 +99,50 @@ def test_unbalanced_design_with_single_interaction_domains_covers():
     assert np.mean(hits) >= 0.90, np.mean(hits)
 
 
+def test_one_dominant_interaction_is_decided_by_sign_flips_at_any_size():
+    """Issue 50: 44 interactions in 4 domains (40 df) with one of them holding 29 of 73 bases has
+    about 2 effective interactions beyond its domains; the bootstrap covered 0.932–0.947 there under
+    heterogeneous effects, the sign flips 0.944–0.955. The switch reads the effective df
+    ((Σ n_g)² / Σ n_g² − domains), so such a design gets the sign flips; a balanced one of the same
+    size keeps the bootstrap."""
+    one_large = sy.Design(((29,) + (1,) * 19, (1,), (2, 1, 1), (1,) * 20))
+    balanced = sy.design(44, 66)
+    assert one_large.n_interactions == balanced.n_interactions == 44
+    for design, method in ((one_large, "sign-flip"), (balanced, "bootstrap")):
+        rep = estimate(_table(design, sy.EFFECTS, 2), roles=sy.ROLES, n_boot=300, seed=0)
+        methods = {c[k]["method"] for c in rep["contrasts"] for k in ("equivalence", "equivalence_minus_placebo")
+                   if c[k] is not None}
+        assert methods == {method}, (design.sizes, methods)
+
+
+def test_effective_df_is_kishs_count_less_the_domains():
+    from guardeval.estimators.bootstrap import cluster_df, effective_df
+
+    dom = np.array([0, 0, 1, 1, 1, 2])
+    even = np.array([2.0, 2.0, 2.0, 2.0, 2.0, 2.0])
+    assert effective_df(even, dom) == pytest.approx(cluster_df(even > 0, dom)) == pytest.approx(3.0)
+    skew = np.array([4.0, 1.0, 1.0, 2.0, 2.0, 0.0])      # the last interaction unused: 2 domains
+    assert effective_df(skew, dom) == pytest.approx(10.0 ** 2 / 26.0 - 2)
+    assert effective_df(np.array([10.0, 1.0, 1.0, 1.0, 1.0, 0.0]), dom) == 1.0     # at least 1
+    assert effective_df(np.zeros(6), dom) == 1.0
+
+
+def test_the_heterogeneous_generator_has_the_truth_it_claims():
+    """synthetic.LogitModel's quadrature truth against a population of 400,000 bases; its null
+    (exchangeable conditions) has every Δ exactly 0; its placebo's mean logit effect is 0."""
+    model = sy.LogitModel()
+    d = sy.design(4000, 400_000)
+    rng = np.random.default_rng(1)
+    pop = sy.population(d, rng, model)
+    p = pop.probabilities(sy.HET_EFFECTS)
+    t = sy.truth(sy.HET_EFFECTS, d, model)
+    for j, c in enumerate(sy.CONDITIONS[1:], 1):
+        assert float((p[:, j] - p[:, 0]).mean()) == pytest.approx(t.delta[c], abs=3e-3), c
+    assert abs(t.delta[sy.PLACEBO]) < 0.01 and t.delta["threat_names"] > 0.1
+    null = sy.truth(sy.NULL, d, sy.HET_NULL_MODEL)
+    assert all(v == pytest.approx(0.0, abs=1e-15) for v in null.delta.values())
+
+
 def _flat_rows(n_inter: int, placebo_moves: bool) -> list[dict[str, Any]]:
     """Deterministic answers: every base allowed under the baseline and marker_rewrite; the
     placebo blocks every base when `placebo_moves`."""

@@ -136,6 +136,20 @@ def cluster_df(used: np.ndarray, cluster_domain: np.ndarray) -> float:
     return float(max(1, int(used.sum()) - len(np.unique(cluster_domain[used]))))
 
 
+def effective_df(weights: np.ndarray, cluster_domain: np.ndarray) -> float:
+    """Effective degrees of freedom of a stratified cluster mean (issue 50): Kish's effective
+    number of interactions, (Σ n_g)² / Σ n_g² with n_g the bases (or calls) the quantity uses in
+    interaction g, minus their domains (at least 1). It is the Satterthwaite degrees of freedom of
+    the cluster-robust variance when every base adds the same variance, and `cluster_df` when every
+    interaction holds as many bases as every other; one interaction holding a third of the bases
+    leaves about 3 effective interactions however many others there are."""
+    used = weights > 0
+    n = np.asarray(weights, dtype=np.float64)[used]
+    if not len(n):
+        return 1.0
+    return float(max(1.0, n.sum() ** 2 / float((n ** 2).sum()) - len(np.unique(cluster_domain[used]))))
+
+
 def _position_below(s: np.ndarray, t: float) -> float:
     """sup{q : Q(q) ≤ t} for Q the replicates' quantile function (numpy's linear interpolation
     over the sorted replicates `s`): the interval's lower end Q(a/2) lies above t exactly when

@@ -291,8 +291,9 @@ def _decide(contrasts: list[Any], fam: Sequence[str], placebo: str | None, margi
     return families, within
 
 
-INFERENCE_SWITCH = (f"each quantity by the interactions it uses: fewer than {sf.SIGNFLIP_BELOW_DF} degrees of freedom "
-                    "(interactions minus domains): the sign-flip test and its inversion; from there up: the "
+INFERENCE_SWITCH = (f"each quantity by the interactions it uses: fewer than {sf.SIGNFLIP_BELOW_DF} effective degrees of "
+                    "freedom ((sum n_g)^2 / sum n_g^2 interactions, n_g the bases it uses in interaction g, minus "
+                    "their domains): the sign-flip test and its inversion; from there up: the "
                     "bootstrap interval and the p that inverts it. Either way the p and the interval printed for "
                     "a quantity come from one procedure, so the interval excludes 0 exactly when p < α. A "
                     "quantity whose interactions all gave the same value gets the exact binomial bound, never a "

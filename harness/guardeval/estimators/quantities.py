@@ -19,7 +19,7 @@ import numpy as np
 from scipy import sparse
 
 from guardeval.estimators import signflip as sf
-from guardeval.estimators.bootstrap import CHUNK_CELLS, LEVEL, cluster_df, cluster_sums, iter_counts, summarise
+from guardeval.estimators.bootstrap import CHUNK_CELLS, LEVEL, cluster_df, cluster_sums, effective_df, iter_counts, summarise
 
 Key = tuple[Hashable, ...]
 Bounds = tuple[float, float]
@@ -151,14 +151,17 @@ class Quantities:
                            else float(sum(coef * float(v or 0.0) for coef, v in zip(terms.values(), parts))))
             columns[key] = sum((coef * columns[k] for k, coef in terms.items()), np.zeros(n_boot))
             used_by[key] = np.logical_or.reduce([used_by[k] for k in terms])
-        # Small designs: a quantity with few degrees of freedom is decided by sign flips over its
-        # interactions (signflip.py), its interval the test's inversion; the bootstrap otherwise.
+        # Small or unbalanced designs: a quantity with few effective degrees of freedom (its
+        # interactions weighted by the bases it uses there: bootstrap.effective_df) is decided by
+        # sign flips over its interactions (signflip.py), its interval the test's inversion; the
+        # bootstrap otherwise (measured: BENCHMARKS.md §6, issues 35 and 50).
         ratio_cols = {key: j for j, key in enumerate(ratio_keys)}
+        weights = {key: den_g[:, j] for key, j in ratio_cols.items()}
         small = {key for key in ratio_keys
-                 if points[key] is not None and cluster_df(used_by[key], cluster_domain) < sf.SIGNFLIP_BELOW_DF}
+                 if points[key] is not None and effective_df(weights[key], cluster_domain) < sf.SIGNFLIP_BELOW_DF}
         for key, terms in self._combos:
             if points[key] is not None and all(k in ratio_cols for k in terms) \
-                    and cluster_df(used_by[key], cluster_domain) < sf.SIGNFLIP_BELOW_DF:
+                    and effective_df(np.max([weights[k] for k in terms], axis=0), cluster_domain) < sf.SIGNFLIP_BELOW_DF:
                 small.add(key)
         flips = _signflip(small, ratio_cols, dict(self._combos), points, used_by, num_g, den_g, self.bounds,
                           n_boot, seed, margin, level)

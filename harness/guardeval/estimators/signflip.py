@@ -4,7 +4,10 @@ With few interactions a cluster bootstrap has almost nothing to resample: its in
 and its p has a floor. For a base-equal mean θ = Σ_g num_g / Σ_g den_g over interactions g, the
 test of H0: θ = θ0 flips the sign of each interaction's centred sum e_g = num_g − θ0·den_g. Under
 H0 with each e_g symmetric about 0 (independent interactions), every flip is as likely as the
-data, so the test is exact: its smallest two-sided p is 2/2^G.
+data, so the test is exact: its smallest two-sided p is 2/2^G. Exact for the *mean* θ when effects
+vary from base to base, too (issue 50): it needs each e_g symmetric, not the bases' effects equal.
+Studentizing would change nothing here: Σ e_g² is the same under every flip, so the t statistic
+is a monotone function of Σ e_g and orders the flips as Σ e_g does.
 
 Flipping the interactions of a set F moves Σ e_g below its observed value exactly when θ0 lies
 below the mean over F alone, r_F = Σ_F num / Σ_F den (the sum changes by −2·Σ_F e_g). So the
@@ -25,9 +28,10 @@ import numpy as np
 # Every flip is enumerated up to this many interactions (2^12 = 4,096); above, random flips: at
 # 13 interactions 2/2^G is already far below any Holm threshold, so exactness buys nothing there.
 ENUMERATE_MAX = 12
-# A design whose quantity has fewer than this many degrees of freedom (interactions minus
-# domains) is decided by sign flips; from it up, by the t-calibrated bootstrap (measured:
-# BENCHMARKS.md §6).
+# A quantity with fewer than this many effective degrees of freedom (bootstrap.effective_df: Kish's
+# effective number of the interactions it uses, minus their domains) is decided by sign flips; from
+# it up, by the t-calibrated bootstrap (measured: BENCHMARKS.md §6, issues 35 and 50: the bootstrap
+# under-covered with one interaction holding a third of the bases even at 44 interactions).
 SIGNFLIP_BELOW_DF = 28
 METHOD = "sign-flip"
 RULE = ("sign-flip randomization test over interactions (each interaction's centred sum flipped; every one of "

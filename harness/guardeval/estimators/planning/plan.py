@@ -330,7 +330,8 @@ def design_interactions(pilot_interactions: int, pilot_bases: int, bases: int) -
 
 def can_decide(interactions: int, domains: int, threshold: float) -> bool:
     """Whether `estimate` on a design of this size can give a p below `threshold` at all: the
-    sign-flip test it runs below 28 degrees of freedom has smallest p 2/2^G (issue 35)."""
+    sign-flip test it runs below 28 effective degrees of freedom has smallest p 2/2^G (issue 35),
+    far below any threshold from 28 interactions up, whichever procedure decides there."""
     if interactions - domains >= sf.SIGNFLIP_BELOW_DF:
         return True
     return sf.smallest_p(interactions) < threshold

@@ -11,9 +11,10 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
               "every base weighing the same; p(i,c) is base i's block rate under c over its counted repetitions"),
         ("Δ − placebo", "Δc − Δplacebo on the bases present under c, the baseline and the placebo, recomputed in "
                         "every bootstrap replicate: the effect beyond a change that should not matter (the headline)"),
-        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05). From 28 degrees of freedom (interactions minus "
-               "domains) up: a percentile interval of a domain-stratified interaction-cluster bootstrap (Rao–Wu "
-               "rescaled) at the t-calibrated level; below: the values a sign-flip randomization test over the "
+        ("CI", "unadjusted, at 1 − α (95% at the default α 0.05). From 28 effective degrees of freedom ((Σ n_g)² / "
+               "Σ n_g² interactions, n_g the bases used in interaction g, minus domains) up: a percentile "
+               "interval of a domain-stratified interaction-cluster bootstrap (Rao–Wu rescaled) at the "
+               "t-calibrated level; below: the values a sign-flip randomization test over the "
                "interactions does not reject (none when its smallest p, 2/2^G, is not below α: the reason is "
                "given). When every interaction gave the same value: the exact binomial bound, never a point. "
                "Each decision record's method says which"),

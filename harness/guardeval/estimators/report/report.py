@@ -253,7 +253,7 @@ def summary_line(report: Mapping[str, Any]) -> str:
 SHORT_TERMS = (
     ("Δ", "mean over bases of the paired difference in block rate against the baseline"),
     ("Δ − placebo", "Δ minus the placebo's Δ on the same bases (the headline)"),
-    ("CI", "unadjusted, at 1 − α; below 28 df a sign-flip test's inversion, else the interaction-cluster "
+    ("CI", "unadjusted, at 1 − α; below 28 effective df a sign-flip test's inversion, else the interaction-cluster "
            "bootstrap at the t-calibrated level (each record's method); excludes 0 exactly when p < α"),
     ("p_Holm", "the headline's p (same procedure as its CI), Holm-adjusted over its family"),
     ("+/−/=", "bases whose block rate rose / fell / tied"),
