@@ -71,6 +71,7 @@ class GuardConfig:
     provider: dict[str, Any] | None = default("provider")
     callable: str | None = default("callable")   # backend python: "package.module:function"
     isolation: Isolation = default("isolation")   # backend python
+    start_timeout_s: float = default("start_timeout_s")   # backend python, isolation process
     label: str | None = default("label")      # what outputs call its runs (guardeval.run.folder.answered.run_name)
     source: str | None = field(default=None, compare=False)
 

@@ -27,7 +27,8 @@ _CURRENT: ContextVar[Capture | None] = ContextVar("guardeval_guard_output", defa
 class Capture:
     """One attempt's output, bounded."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: str | None = None) -> None:
+        self.guard = guard      # the callable's name: what `last_words` says ended the process
         self.kept: dict[str, list[str]] = {s: [] for s in STREAMS}
         self.room = dict.fromkeys(STREAMS, MAX_KEPT_CHARS)
         self.chars = dict.fromkeys(STREAMS, 0)
@@ -59,6 +60,11 @@ class Capture:
     @staticmethod
     def leave(token: Token[Capture | None]) -> None:
         _CURRENT.reset(token)
+
+
+def current() -> Capture | None:
+    """The capture of the guard call running in this thread or task (None: not in a call)."""
+    return _CURRENT.get()
 
 
 class _Stream:
