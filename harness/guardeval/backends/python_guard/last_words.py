@@ -15,17 +15,17 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
-from typing import Any
+from typing import NoReturn
 
 from guardeval.backends.python_guard import output
 
 _REAL_EXIT = os._exit
 
 
-def _exit(code: int) -> Any:
+def _exit(status: int) -> NoReturn:
     capture = output.current()
     if capture is not None:
-        text = (f"guardeval: the python guard {capture.guard or '(unnamed)'} called os._exit({code!r}) during a call; "
+        text = (f"guardeval: the python guard {capture.guard or '(unnamed)'} called os._exit({status!r}) during a call; "
                 'with isolation = "thread" it runs inside guardeval, which ends with it. Every finished attempt is '
                 'on disk: `guardeval resume RUN` goes on. A guard that may end its process belongs in '
                 'isolation = "process", where this is one failed attempt.\n')
@@ -33,7 +33,7 @@ def _exit(code: int) -> Any:
             os.write(2, text.encode("utf-8", "replace"))
         except OSError:
             pass
-    _REAL_EXIT(code)
+    _REAL_EXIT(status)
 
 
 class LastWords:

@@ -60,7 +60,7 @@ def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardCon
                          "import it. Resume only runs whose guard you have", path=manifest_path,
                          field=f"{FIELD}.beside_config")
     module = pin.get("module") if isinstance(pin, dict) else None
-    if not isinstance(module, str) or resolve.name_problem(f"{module}:x") is not None:
+    if not isinstance(pin, dict) or not isinstance(module, str) or resolve.name_problem(f"{module}:x") is not None:
         if not allow_changed:
             raise InputError(f"the run records no provenance of its callable {config.callable}, so its code cannot "
                              "be checked before it is imported; resume with --allow-changed-callable to run it "
