@@ -139,8 +139,8 @@ def _stdout_for_json_only(on: bool) -> Iterator[None]:
     saved.flush()
     real = os.dup(1)
     os.dup2(2, 1)
-    sys.stdout = open(real, "w", encoding=saved.encoding, errors=saved.errors, closefd=False,  # noqa: SIM115
-                      buffering=1 if saved.line_buffering else -1)
+    sys.stdout = os.fdopen(real, "w", encoding=saved.encoding, errors=saved.errors, closefd=False,
+                           buffering=1 if saved.line_buffering else -1)
     try:
         yield
     finally:
