@@ -340,8 +340,17 @@ def _answer(call: Any, inp: Any, max_bytes: int, output: Output) -> dict[str, An
     try:
         value = call(inp)
     except BaseException as exc:  # noqa: BLE001 - what the guard raised is the harness's to judge
+        _only_the_worker()
         return {"kind": "raised", **_raised(exc), "output": output.end()}
+    _only_the_worker()
     return {**_returned(value, max_bytes), "output": output.end()}
+
+
+def _only_the_worker() -> None:
+    """A copy the guard forked that comes back here ends at once (before it touches the output
+    lock, which another thread may have held when it was copied)."""
+    if os.getpid() != _PID:
+        os._exit(0)
 
 
 def _returned(value: Any, max_bytes: int) -> dict[str, Any]:
