@@ -83,7 +83,7 @@ def test_the_dataclass_is_the_declaration():
     assert own == [(f.name, dataclasses.MISSING if f.required else f.default) for f in config_fields.FIELDS]
     floats = {f.name for f in config_fields.FIELDS if f.is_float}
     assert floats == {"temperature", "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "retry_initial_s",
-                      "retry_max_s"}
+                      "retry_max_s", "start_timeout_s"}
 
 
 @pytest.mark.parametrize("field", [f for f in config_fields.FIELDS if f.range is not None], ids=lambda f: f.name)
@@ -115,7 +115,7 @@ def test_the_reference_page_lists_exactly_the_declared_fields():
 def test_the_manifest_leaves_out_late_fields_at_their_default():
     c = GuardConfig(name="g", backend="openrouter", model="m", prompt="p")
     left_out = {f.name for f in config_fields.FIELDS if f.omitted_at_default}
-    assert left_out == {"callable", "isolation", "label"} and not left_out & set(c.to_manifest())
+    assert left_out == {"callable", "isolation", "start_timeout_s", "label"} and not left_out & set(c.to_manifest())
     assert set(c.to_manifest()) == {f.name for f in config_fields.FIELDS} - left_out
 
 

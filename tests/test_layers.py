@@ -115,6 +115,7 @@ PATH_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "iterdir
 RUN_LAYERS = ("harness/guardeval/run/", "harness/guardeval/view/", "harness/guardeval/estimators/", "harness/guardeval/cli/",
               "harness/guardeval/study/")
 OPENS_ELSEWHERE = {
+    "harness/guardeval/cli/app.py:_stdout_for_json_only": "a copy of the standard output's descriptor, not a file",
     "harness/guardeval/run/folder/folder.py": "RunFolder: the one place a run folder's files are opened",
     # The runs folder around a new run; the new run itself is built through RunFolder.
     "harness/guardeval/run/folder/create.py:build_beside": "opens the parent folder that the partial folder is made in",

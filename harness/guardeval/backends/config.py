@@ -72,6 +72,7 @@ class GuardConfig:
     callable: str | None = default("callable")   # backend python: "package.module:function"
     isolation: Isolation = default("isolation")   # backend python
     retry_on: list[str] | None = default("retry_on")   # backend python: exception type names retried
+    start_timeout_s: float = default("start_timeout_s")   # backend python, isolation process
     label: str | None = default("label")      # what outputs call its runs (guardeval.run.folder.answered.run_name)
     source: str | None = field(default=None, compare=False)
 

@@ -85,6 +85,9 @@ FIELDS: tuple[Field, ...] = (
           "for a guard that calls a service. Any other exception, a wrong return type or a dead worker is the "
           "guard's own error: tried once more at once, then the call fails as guard_error (docs/how-to/"
           "python-guard.md)", backend_only=True, omitted_at_default=True),
+    Field("start_timeout_s", _NUM, "python back-end, isolation = \"process\" only: how long a worker process may "
+          "take to start (import the module) before the run stops, in seconds", default=60.0, range=(0.001, 3600.0),
+          is_float=True, backend_only=True, omitted_at_default=True),
     Field("label", (str,), "what replicate, compare and the pages call runs of this guard (at most 64 characters, "
           "no control characters; default: the guard that answered, e.g. the simulator's profile, else name); "
           "--label overrides", omitted_at_default=True),

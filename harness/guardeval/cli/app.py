@@ -7,9 +7,11 @@ return an exit code. Messages go to stderr; with `--json`, stdout carries only t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from guardeval.errors import GuardevalError, os_error_text
@@ -120,6 +122,35 @@ def _terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+@contextlib.contextmanager
+def _stdout_for_json_only(on: bool) -> Iterator[None]:
+    """With --json, standard output carries the JSON alone, whatever else writes to fd 1 (a
+    python guard's module printing a banner from C as it is imported, its child processes):
+    while the command runs, fd 1 is stderr, and `sys.stdout` writes to a private copy of the
+    real standard output. Nothing changes when stdout is not fd 1 (a caller's capture)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if not on or fd != 1:
+        yield
+        return
+    saved = sys.stdout
+    saved.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(real, "w", encoding=saved.encoding, errors=saved.errors, closefd=False,
+                           buffering=1 if saved.line_buffering else -1)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        sys.stdout = saved
+        os.dup2(real, 1)
+        os.close(real)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
@@ -128,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)   # what a study records as the command run
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        return int(args.func(args) or 0)
+        with _stdout_for_json_only(bool(getattr(args, "json", False))):
+            return int(args.func(args) or 0)
     except Terminated:
         # Exit 1 as for any interrupted work (docs/design.md §11); nothing half-written is kept.
         print("guardeval: stopped by SIGTERM before any call was sent; nothing half-written was kept",

@@ -17,15 +17,21 @@ most `--concurrency` abandoned threads may be alive at once; an attempt that wou
 a fatal error (the run stops, resumable), so stuck threads never pile up past twice the
 concurrency. Daemon threads never hold the process open at exit.
 
-`isolation = "process"`: every call runs in one of at most `--concurrency` worker processes
-kept for the run (`processes`, `worker`), each importing the guard's module once. The input and
-the return cross as pickles; a return that cannot be pickled fails the attempt
-(`python_return_type`, the type named). A call past `timeout_s` is a `timeout` and its worker
-is killed, so nothing of it runs on; a worker that dies during a call (a segfault, `os._exit`)
-fails that attempt (`python_worker_died`, the guard's own error: tried once more, on a fresh
-worker), naming how it ended. A worker that cannot import the module (`python_worker_start`), or that imports a source
-other than the run's (`python_source_changed`: its SHA-256 is checked as every worker starts,
-so every attempt's answer comes from the pinned code), stops the run (fatal, resumable).
+`isolation = "process"`: every call runs in one of at most `--concurrency` worker processes kept
+for the run (`processes`, `worker`), each importing the guard's module once. The input and the
+answer cross as JSON: the worker turns the return into its decision shape (the text, or the
+verdict's fields) or refuses it naming its type (`python_return_type`), so nothing the guard
+returns ever runs code here. Every answer names the call, the attempt and the worker's pid; any
+other answer (a copy of the worker the guard forked) kills the worker and fails the attempt
+(`python_worker_died`, the guard's own error: tried once more, on a fresh worker). What the call
+writes to fds 1 and 2 is kept with its attempt. A call past `timeout_s` is a `timeout` and its
+worker is killed with its process group, so nothing of it runs on; a worker that dies during a
+call (a segfault, `os._exit`) fails that attempt the same way, naming how it ended. A worker
+that cannot import the module, or does not finish starting within `start_timeout_s`
+(`python_worker_start`), or finds a source other than the run's (`python_source_changed`: its
+SHA-256 is checked as every worker starts, before the module is imported, and the module is
+imported from the bytes hashed, so every attempt's answer comes from the pinned code), stops the
+run (fatal, resumable).
 
 What the function returns: `str` (the text the prompt's parser reads), or a structured verdict
 (`Verdict`, a dict, a dataclass) written in the parser's own format (`verdict_text`). Anything
@@ -43,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,9 +62,16 @@ from guardeval.backends.parsers.common import JSON_FIELDS
 from guardeval.backends.prompts import Prompt
 from guardeval.backends.python_guard import resolve
 from guardeval.backends.python_guard.describe import MAX_ERROR_CHARS, describe_exception
+from guardeval.backends.python_guard.last_words import LastWords
 from guardeval.backends.python_guard.loop_watch import LoopBlocked, LoopWatch
 from guardeval.backends.python_guard.output import Capture, Redirect, received_record
-from guardeval.backends.python_guard.processes import ProcessWorkers, SourceChanged, WorkerLost, WorkerStartFailed
+from guardeval.backends.python_guard.processes import (
+    ProcessWorkers,
+    ProtocolError,
+    SourceChanged,
+    WorkerLost,
+    WorkerStartFailed,
+)
 from guardeval.backends.python_guard.threads import Job, ThreadWorkers
 from guardeval.backends.python_guard.types import FIELDS, GuardInput
 from guardeval.backends.redact import Redactor
@@ -119,7 +131,8 @@ class PythonGuard(Guard):
         self.max_abandoned = self.concurrency
         self._threads = ThreadWorkers(self.concurrency)
         self._processes = ProcessWorkers(config.callable, str(self.provenance["module"]), self.concurrency,
-                                         max_bytes=2 * config.max_response_bytes + (64 << 10)) \
+                                         max_bytes=2 * config.max_response_bytes + (64 << 10),
+                                         start_timeout_s=config.start_timeout_s) \
             if self.isolation == "process" else None
         self._limiter: anyio.CapacityLimiter | None = None
         self._provenance_json = orjson.dumps(self.provenance, option=orjson.OPT_SORT_KEYS)
@@ -142,8 +155,9 @@ class PythonGuard(Guard):
             return await self._send_to_process(self._processes, inp)
         if not self._redirected:
             Redirect.install()   # what the function prints is kept with its attempt (output.py)
+            LastWords.install()  # a guard that ends the process is named as it does (last_words.py)
             self._redirected = True
-        capture = Capture()
+        capture = Capture(self.config.callable)
         try:
             try:
                 if self._blocked is not None:
@@ -168,6 +182,7 @@ class PythonGuard(Guard):
             await self._processes.close()
         if self._redirected:
             Redirect.remove()
+            LastWords.remove()
             self._redirected = False
 
     def _timeout(self) -> TransientError:
@@ -219,9 +234,13 @@ class PythonGuard(Guard):
                 answer = await workers.call(inp, self.config.timeout_s, self.provenance["source_sha256"])
             except TimeoutError:
                 raise self._timeout() from None
+            except ProtocolError as exc:
+                raise GuardError("python_worker_died", f"the worker process running {name} broke the worker "
+                                 f"protocol: it {exc}; it was killed and a fresh worker takes its "
+                                 "place") from None
             except WorkerLost as exc:
                 raise GuardError("python_worker_died", f"the worker process running {name} {exc} during the "
-                                     "call; a fresh worker takes its place") from None
+                                 "call; a fresh worker takes its place") from None
             except WorkerStartFailed as exc:
                 said = self._redact(str(exc)[:MAX_ERROR_CHARS])
                 raise FatalError("python_worker_start", f"a worker process could not start {name}: {said}. The run "
@@ -231,39 +250,45 @@ class PythonGuard(Guard):
                                  f"the run (SHA-256 {self.provenance['source_sha256']} at launch, {exc.now} in a worker "
                                  "started now): its answers would not be the launch's guard. Restore it, or resume "
                                  "with --allow-changed-callable") from None
-        output = received_record(answer[-1], self._redact)
+        output = received_record(answer.get("output"), self._redact)
         try:
-            reply = self._read_return(self._received(answer), inp.parser)
+            value, returned = self._received(answer)
+            reply = self._read_return(value, inp.parser, returned)
         except AttemptError as exc:
             exc.guard_output = output
             raise
         reply.guard_output = output
         return reply
 
-    def _received(self, answer: tuple[Any, ...]) -> Any:
-        """The value a worker's answer carries (worker.py), or the AttemptError it means."""
-        kind, name = answer[0], self.config.callable
-        if kind == "ok":
-            try:
-                return pickle.loads(answer[2])
-            except Exception as exc:  # noqa: BLE001 - a class that unpickles differently here
-                raise GuardError("python_return_type", f"{name} returned a {answer[1]} that cannot be received "
-                                     f"from its worker process: {describe_exception(exc, 200)}") from None
-        if kind == "unsendable":
-            raise GuardError("python_return_type", f"{name} returned a {answer[1]} that cannot be sent from its "
-                                 f"worker process (it must pickle): {answer[2]}")
-        if kind == "too_large":
-            raise GuardError("response_too_large", f"{name} returned a {answer[1]} of {answer[2]:,} bytes "
-                                 f"pickled, more than max_response_bytes allows ({self.config.max_response_bytes:,} "
-                                 "bytes)")
-        if kind == "raised" and answer[1] == "attempt":
-            cls_name, error_class, message, retry_after = answer[2]
-            cls = {"CallFailed": CallFailed, "FatalError": FatalError, "GuardError": GuardError}.get(cls_name,
-                                                                                            TransientError)
-            raise self._cleaned(cls(error_class, message, retry_after=retry_after))
+    def _received(self, answer: dict[str, Any]) -> tuple[Any, str]:
+        """The value a worker's answer carries (worker.py: JSON data, a str or a dict) and the
+        name of the type returned, or the AttemptError the answer means."""
+        kind, name = answer.get("kind"), self.config.callable
+        returned = str(answer.get("returned"))[:100]
+        if kind == "ok" and isinstance(answer.get("value"), (str, dict)):
+            return answer["value"], returned
+        if kind == "refused":
+            why = str(answer.get("why"))[:300]
+            if why == "not a decision shape":
+                raise GuardError("python_return_type", f"{name} returned a {returned}: expected str (the parser's "
+                                 "text), a Verdict, a dict or a dataclass with the parser's fields")
+            raise GuardError("python_return_type", f"{name} returned a {returned} that cannot be sent from its "
+                             f"worker process (it must be a str, or a verdict whose fields are JSON): {why}")
+        if kind == "too_large" and type(answer.get("bytes")) is int:
+            raise GuardError("response_too_large", f"{name} returned a {returned} of {answer['bytes']:,} bytes "
+                             f"as JSON, more than max_response_bytes allows ({self.config.max_response_bytes:,} "
+                             "bytes)")
+        if kind == "raised" and answer.get("how") == "attempt" and isinstance(answer.get("error"), list) \
+                and len(answer["error"]) == 4:
+            cls_name, error_class, message, retry_after = answer["error"]
+            cls = {"CallFailed": CallFailed, "FatalError": FatalError, "GuardError": GuardError}.get(str(cls_name),
+                                                                                                 TransientError)
+            retry = retry_after if type(retry_after) in (int, float) else None
+            raise self._cleaned(cls(str(error_class)[:100], str(message), retry_after=retry))
         if kind == "raised":
-            raise self._described(str(answer[2]), fatal=answer[1] == "exit")
-        raise GuardError("python_worker_died", f"the worker process running {name} answered {kind!r}")
+            raise self._described(str(answer.get("said")), fatal=answer.get("how") == "exit")
+        raise GuardError("python_worker_died", f"the worker process running {name} answered "
+                         f"{str(kind)[:40]!r}")
 
     def attempt_error(self, exc: BaseException) -> AttemptError:
         """What an exception from the function means for the attempt (docs/design.md §7)."""
@@ -291,27 +316,28 @@ class PythonGuard(Guard):
             return exc
         return type(exc)(exc.error_class, safe, exc.reply, exc.retry_after, redacted=safe is not cut)
 
-    def _read_return(self, value: Any, parser: str) -> Reply:
+    def _read_return(self, value: Any, parser: str, returned: str | None = None) -> Reply:
         """`_reply`, and a returned object that raises when it is read (a Mapping whose
         iteration raises, a dataclass that holds itself) fails the attempt naming the type,
         as any unreadable return does, instead of escaping the dispatcher."""
         try:
-            return self._reply(value, parser)
+            return self._reply(value, parser, returned)
         except AttemptError:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever reading the guard's object raised
             raise GuardError("python_return_type", f"{self.config.callable} returned a "
-                                 f"{type(value).__name__[:100]} that cannot be read: "
-                                 f"{describe_exception(exc, 200)}") from None
+                             f"{(returned or type(value).__name__)[:100]} that cannot be read: "
+                             f"{describe_exception(exc, 200)}") from None
 
-    def _reply(self, value: Any, parser: str) -> Reply:
-        kind = type(value).__name__
+    def _reply(self, value: Any, parser: str, returned: str | None = None) -> Reply:
+        # `returned`: the type's name in the worker process (`value` is then its JSON data).
+        kind = returned or type(value).__name__
         stored: str | dict[str, Any]
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()   # never awaited: say so in the attempt, not as a warning at exit
             raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: an async "
-                                 "guard must be an `async def` function (it is then awaited on the event loop)")
+                             "guard must be an `async def` function (it is then awaited on the event loop)")
         if isinstance(value, str):
             content, stored = value, value
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -322,18 +348,18 @@ class PythonGuard(Guard):
             content = self._verdict_text(dict(value), parser, kind)
         else:
             raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]}: expected "
-                                 "str (the parser's text), a Verdict, a dict or a dataclass with the parser's fields")
+                             "str (the parser's text), a Verdict, a dict or a dataclass with the parser's fields")
         limit = self.config.max_response_bytes
         if len(content) > limit or len(content.encode("utf-8", "surrogatepass")) > limit:
             head = content.encode("utf-8", "surrogatepass")[:MAX_KEPT_BYTES].decode("utf-8", "replace")
             raise GuardError("response_too_large", f"{self.config.callable} returned more than "
-                                 f"max_response_bytes ({limit:,} bytes)",
-                                 Reply(status="local", raw=self._redact(head)))
+                             f"max_response_bytes ({limit:,} bytes)",
+                             Reply(status="local", raw=self._redact(head)))
         try:
             value_json = orjson.dumps(stored)
         except orjson.JSONEncodeError as exc:   # e.g. a str holding a lone surrogate
             raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is not "
-                                 f"valid text: {describe_exception(exc, 200)}") from None
+                             f"valid text: {describe_exception(exc, 200)}") from None
         raw_text = (b'{"callable":' + self._provenance_json + b',"returned":' + orjson.dumps(kind[:100])
                     + b',"value":' + value_json + b"}").decode()
         reply = Reply(status="local", raw=self._redact(raw_text), content=self._redact(content),
@@ -346,7 +372,7 @@ class PythonGuard(Guard):
             return verdict_text(verdict, parser)
         except (TypeError, orjson.JSONEncodeError) as exc:
             raise GuardError("python_return_type", f"{self.config.callable} returned a {kind[:100]} that is "
-                                 f"not JSON: {describe_exception(exc, 200)}") from None
+                             f"not JSON: {describe_exception(exc, 200)}") from None
 
 
 def retried(described: str, names: Sequence[str] | None) -> bool:

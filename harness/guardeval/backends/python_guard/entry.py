@@ -35,6 +35,8 @@ def _check(data: dict[str, Any], fail: Callable[..., Exception]) -> None:
                    "callable")
     if (problem := name_problem(data["callable"])) is not None:
         raise fail(problem, "callable")
+    if "start_timeout_s" in data and data.get("isolation") != "process":
+        raise fail('applies only to isolation = "process" (a worker process\'s start)', "start_timeout_s")
 
 
 def _target(config: Any) -> str:
@@ -42,6 +44,7 @@ def _target(config: Any) -> str:
 
 
 BACKEND = register(Backend(
-    name=NAME, make_guard=_make_guard, make_renderer=_renderer, fields=frozenset({"callable", "isolation", "retry_on"}),
+    name=NAME, make_guard=_make_guard, make_renderer=_renderer,
+    fields=frozenset({"callable", "isolation", "retry_on", "start_timeout_s"}),
     check_config=_check, in_process=True, target=_target,
 ))

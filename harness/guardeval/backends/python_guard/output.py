@@ -7,10 +7,11 @@ inside a guard call (an `async def` call's task, a plain function's thread: a co
 variable says which call): those are kept with the call, the first `MAX_KEPT_CHARS` of each
 stream and the count of the rest, and the dispatcher records them in the attempt's raw line
 (`guard_output`). Output written to the file descriptors themselves (C code, a subprocess)
-is not seen here; importing the guard's module runs with stdout sent to stderr
-(`resolve.load`). In a worker process (`isolation = "process"`) the same stand-ins keep what
-each call prints, sent back with its answer (`received_record`); there the descriptor 1 itself
-is the harness's stderr, so even C code's writes stay off the command's stdout.
+is not seen here (with `--json`, the CLI points fd 1 at stderr: `cli/app.py`); importing the
+guard's module runs with stdout sent to stderr (`resolve.load`). A worker process
+(`isolation = "process"`) keeps everything a call writes to its fds 1 and 2, the descriptors
+themselves, bounded the same way (`worker.Output`), and sends it back with its answer
+(`received_record`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ _CURRENT: ContextVar[Capture | None] = ContextVar("guardeval_guard_output", defa
 class Capture:
     """One attempt's output, bounded."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: str | None = None) -> None:
+        self.guard = guard      # the callable's name: what `last_words` says ended the process
         self.kept: dict[str, list[str]] = {s: [] for s in STREAMS}
         self.room = dict.fromkeys(STREAMS, MAX_KEPT_CHARS)
         self.chars = dict.fromkeys(STREAMS, 0)
@@ -59,6 +61,11 @@ class Capture:
     @staticmethod
     def leave(token: Token[Capture | None]) -> None:
         _CURRENT.reset(token)
+
+
+def current() -> Capture | None:
+    """The capture of the guard call running in this thread or task (None: not in a call)."""
+    return _CURRENT.get()
 
 
 class _Stream:

@@ -5,11 +5,14 @@ At most `size` workers, each started when a call first needs it and kept for the
 interpreter (`sys.executable`, the harness's environment, working folder and import path) that
 imports the guard's module once and then answers one call at a time. Unlike a thread, a worker
 can be stopped: one whose call is not answered within `timeout_s`, or whose call is cancelled
-(SIGTERM, a fatal error elsewhere), is killed with its whole session (SIGKILL to the process
-group: a child the guard started goes with it) and reaped; a fresh worker takes its place when a
-call needs one. A worker that dies during a call (a segfault, `os._exit`) is reaped and the
-call is told how it ended. `close` (at the end of the run) closes the idle workers' stdin, which
-ends them, and kills any still there a moment later.
+(SIGTERM, a fatal error elsewhere), is killed with its whole process group (SIGKILL: a child the
+guard started goes with it) and reaped; a fresh worker takes its place when a call needs one. A
+worker that dies during a call (a segfault, `os._exit`) is reaped and the call is told how it
+ended; one whose answer is not for the call and attempt asked, or not from its own pid (a copy
+the guard forked), is killed and the attempt fails the same way (`ProtocolError`). A worker that
+does not finish starting within `start_timeout_s` (a module whose import blocks) is killed and
+the run stops. `close` (at the end of the run) closes the idle workers' request pipes, which
+ends them, kills any still there a moment later, and kills every worker's group.
 
 Why not `concurrent.futures.ProcessPoolExecutor`: it cannot stop one call, and one worker that
 dies breaks the whole pool, failing every call in flight; nor anyio's `to_process`, which
@@ -20,8 +23,10 @@ Workers are started with `anyio.open_process` (no fork of this multi-threaded pr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
+import json
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -32,7 +37,7 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from guardeval.backends.python_guard.types import GuardInput
-from guardeval.backends.python_guard.worker import BOOTSTRAP, HEADER_BYTES
+from guardeval.backends.python_guard.worker import BOOTSTRAP, HEADER_BYTES, kill_children
 
 REAP_WAIT_S = 5.0      # for a killed worker to be reaped
 CLOSE_WAIT_S = 2.0     # for idle workers to end once their stdin is closed, before they are killed
@@ -42,6 +47,12 @@ _LOST = (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, any
 
 class WorkerLost(Exception):
     """The worker ended during the call; the message says how (`exit_words`)."""
+
+
+class ProtocolError(WorkerLost):
+    """The worker's answer was not one for this call and attempt, from its own pid, in the
+    wire's shape: the worker is killed and replaced, and the attempt fails (and is retried) as
+    when a worker dies."""
 
 
 class WorkerStartFailed(Exception):
@@ -76,24 +87,36 @@ class _Worker:
         self.stdin = proc.stdin
         self.stdout = BufferedByteReceiveStream(proc.stdout)
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode()
         await self.stdin.send(len(data).to_bytes(HEADER_BYTES, "big") + data)
 
-    async def receive(self, max_bytes: int) -> Any:
+    async def receive(self, max_bytes: int) -> dict[str, Any]:
+        """The next frame, read as JSON (data only: nothing in it runs here); from this worker's
+        own pid, or a ProtocolError."""
         n = int.from_bytes(await self.stdout.receive_exactly(HEADER_BYTES), "big")
         if n > max_bytes:
-            raise WorkerLost(f"sent a message of {n:,} bytes (at most {max_bytes:,} are read)")
+            raise ProtocolError(f"sent a message of {n:,} bytes (at most {max_bytes:,} are read)")
         data = await self.stdout.receive_exactly(n)
         try:
-            return pickle.loads(data)
-        except Exception as exc:  # noqa: BLE001 - not what worker.py sends
-            raise WorkerLost(f"sent a message that cannot be read ({type(exc).__name__})") from None
+            message = json.loads(data)
+        except ValueError:
+            raise ProtocolError("sent a message that is not JSON") from None
+        if not isinstance(message, dict):
+            raise ProtocolError("sent a message that is not a JSON object")
+        if message.get("pid") != self.proc.pid:
+            raise ProtocolError(f"had a message sent by another process (pid {_short(message.get('pid'))}, the "
+                                f"worker is {self.proc.pid}: a copy of it the guard forked?)")
+        return message
 
     async def end(self) -> int | None:
-        """Kill it and everything in its session; reap it. Its exit code (None: not reaped)."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        """Kill it and everything in its group (its watcher, what the guard started); reap it.
+        Its exit code (None: not reaped)."""
+        if self.proc.returncode is None:   # its children that left its group (setsid) go first
+            kill_children(self.proc.pid)
+        # The group, even when the worker itself has ended: what the guard started goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         with anyio.move_on_after(REAP_WAIT_S, shield=True):
             await self.proc.wait()
         if self.proc.returncode is None:   # its group could not be signalled: the process itself
@@ -104,35 +127,51 @@ class _Worker:
         return self.proc.returncode
 
 
+def _short(value: Any) -> str:
+    return repr(value)[:40]
+
+
 class ProcessWorkers:
     """At most `size` worker processes; callers keep at most `size` calls in flight (the
     guard's limiter)."""
 
-    def __init__(self, callable_name: str, module: str, size: int, *, max_bytes: int) -> None:
+    def __init__(self, callable_name: str, module: str, size: int, *, max_bytes: int,
+                 start_timeout_s: float = 60.0) -> None:
         self.callable_name, self.module, self.size = callable_name, module, size
-        self.max_bytes = max_bytes                 # the largest pickled return a worker sends
+        self.max_bytes = max_bytes                 # the largest return (its JSON) a worker sends
         self.max_message = 2 * max_bytes + (1 << 20)
+        self.start_timeout_s = start_timeout_s
         self.idle: list[_Worker] = []
         self.busy: set[_Worker] = set()
+        self._attempts = itertools.count(1)
 
-    async def call(self, inp: GuardInput, timeout_s: float, source_sha256: str | None) -> tuple[Any, ...]:
-        """One call on a worker: its answer (worker.py). TimeoutError past `timeout_s` (the
-        worker is killed); WorkerLost when it died; WorkerStartFailed, SourceChanged from a
-        worker that had to be started for it (its start does not count against `timeout_s`)."""
+    async def call(self, inp: GuardInput, timeout_s: float, source_sha256: str | None) -> dict[str, Any]:
+        """One call on a worker: its answer (worker.py), checked to be for this call and this
+        attempt. TimeoutError past `timeout_s` (the worker is killed); WorkerLost when it died
+        or broke the protocol (it is killed); WorkerStartFailed, SourceChanged from a worker
+        that had to be started for it (its start is bounded by `start_timeout_s`, not
+        `timeout_s`)."""
         worker = await self._take(source_sha256)
-        data = pickle.dumps(inp, protocol=pickle.HIGHEST_PROTOCOL)
-        answer: tuple[Any, ...] | None = None
+        attempt = next(self._attempts)
+        request = {"call": inp.call_id, "attempt": attempt, "input": dataclasses.asdict(inp)}
+        answer: dict[str, Any] | None = None
         self.busy.add(worker)
         try:
             with anyio.move_on_after(timeout_s):
-                await worker.send(data)
+                await worker.send(request)
                 answer = await worker.receive(self.max_message)
+                if answer.get("call") != inp.call_id or answer.get("attempt") != attempt:
+                    raise ProtocolError(f"answered call {_short(answer.get('call'))} attempt "
+                                        f"{_short(answer.get('attempt'))} when asked for call {inp.call_id} attempt "
+                                        f"{attempt}")
         except (*_LOST, WorkerLost) as exc:
+            answer = None
             self.busy.discard(worker)
             with anyio.CancelScope(shield=True):
                 code = await worker.end()
-            said = str(exc) if isinstance(exc, WorkerLost) else exit_words(code)
-            raise WorkerLost(said) from None
+            if isinstance(exc, WorkerLost):
+                raise
+            raise WorkerLost(exit_words(code)) from None
         finally:
             if worker in self.busy:
                 self.busy.discard(worker)
@@ -160,28 +199,38 @@ class ProcessWorkers:
         worker = _Worker(proc)
         ready = False
         try:
-            await worker.send(pickle.dumps({"path": list(sys.path), "callable": self.callable_name,
-                                            "module": self.module, "max_bytes": self.max_bytes,
-                                            "parent": os.getpid()}))
-            answer = await worker.receive(self.max_message)
-            if answer[0] == "failed":
-                raise WorkerStartFailed(str(answer[1]))
-            if answer[1] != source_sha256:
-                raise SourceChanged(answer[1])
+            answer = None
+            with anyio.move_on_after(self.start_timeout_s):
+                await worker.send({"path": list(sys.path), "callable": self.callable_name, "module": self.module,
+                                   "source_sha256": source_sha256, "max_bytes": self.max_bytes,
+                                   "parent": os.getpid()})
+                answer = await worker.receive(self.max_message)
+            if answer is None:
+                raise WorkerStartFailed(f"its worker process did not finish starting within start_timeout_s "
+                                        f"({self.start_timeout_s:g} s): importing the module blocks?")
+            if answer.get("kind") == "failed":
+                raise WorkerStartFailed(str(answer.get("why")))
+            if answer.get("kind") == "changed" or answer.get("source_sha256") != source_sha256:
+                raise SourceChanged(str(answer.get("source_sha256")) if answer.get("source_sha256") else None)
+            if answer.get("kind") != "ready":
+                raise WorkerStartFailed(f"its worker process answered {_short(answer.get('kind'))} as it started")
             ready = True
             return worker
+        except ProtocolError as exc:
+            raise WorkerStartFailed(f"its worker process {exc} as it started") from None
         except _LOST:
             with anyio.CancelScope(shield=True):
                 code = await worker.end()
             raise WorkerStartFailed(f"its worker process {exit_words(code)} as it started") from None
         finally:
-            if not ready and worker.proc.returncode is None:
+            if not ready:
                 with anyio.CancelScope(shield=True):
                     await worker.end()
 
     async def close(self) -> None:
-        """End every worker: idle ones by closing their stdin, any left (busy, or not ending)
-        killed; all reaped."""
+        """End every worker: idle ones by closing their request pipe (each then ends what the
+        guard started, and itself), any left (busy, or not ending) killed; all reaped, and their
+        groups killed."""
         workers, self.idle = [*self.idle, *self.busy], []
         self.busy.clear()
         with anyio.CancelScope(shield=True):

@@ -19,7 +19,9 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import inspect
 import keyword
 import os
@@ -108,10 +110,7 @@ def _import(module_name: str, beside: str | None) -> Any:
             # guard's own code is the guard's to report.
             if beside is None or exc.name != top or locate(module_name, [beside]) is None:
                 raise
-        # Appended, not prepended: nothing installed is shadowed (it was not found there).
-        if beside not in sys.path:
-            sys.path.append(beside)
-        _BESIDE.add(beside)
+        use_beside(beside)
         return importlib.import_module(module_name)
 
 
@@ -228,12 +227,36 @@ def locate(module: str, path: list[str] | None = None) -> str | None:
 def source_sha256(module: str, beside: str | None = None) -> str | None:
     """SHA-256 of `module`'s source file (`source_file`, else in the folder `beside`), read as a
     regular file of at most MAX_SOURCE_BYTES (a FIFO or a device there is not waited on: None)."""
+    found = read_source(module, beside)
+    return found[2] if found is not None else None
+
+
+def read_source(module: str, beside: str | None = None) -> tuple[str, bytes, str] | None:
+    """(path, bytes, SHA-256) of `module`'s source file (`source_file`, else in the folder
+    `beside`), read once as a regular file of at most MAX_SOURCE_BYTES; None when it is not
+    found that way or cannot be read so. `import_source` imports those very bytes."""
     path = source_file(module)
     if path is None and beside is not None:
         path = locate(module, [beside])
-    if path is None:
-        return None
-    h = hashlib.sha256()
+    return None if path is None else read_path(path)
+
+
+def read_path(path: str) -> tuple[str, bytes, str] | None:
+    """(path, bytes, SHA-256) of a source file read as `read_source` reads it."""
+    data = _read_regular(path)
+    return None if data is None else (path, data, hashlib.sha256(data).hexdigest())
+
+
+def use_beside(folder: str) -> None:
+    """A guard config's folder the module was found in: on the import path (appended: nothing
+    installed is shadowed) and recorded as `beside_config` in its provenance."""
+    if folder not in sys.path:
+        sys.path.append(folder)
+    _BESIDE.add(folder)
+
+
+def _read_regular(path: str) -> bytes | None:
+    chunks: list[bytes] = []
     n = 0
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -246,12 +269,58 @@ def source_sha256(module: str, beside: str | None = None) -> str | None:
             n += len(chunk)
             if n > MAX_SOURCE_BYTES:
                 return None
-            h.update(chunk)
+            chunks.append(chunk)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return h.hexdigest()
+    return b"".join(chunks)
+
+
+class _HashedSource(importlib.machinery.SourceFileLoader):
+    """Loads a module from bytes already read and hashed: never a second read of the file, never
+    a cached .pyc (which could hold other code than the source hashed)."""
+
+    def __init__(self, fullname: str, path: str, data: bytes) -> None:
+        super().__init__(fullname, path)
+        self._data = data
+
+    def get_data(self, path: str) -> bytes:
+        if path == self.path:
+            return self._data
+        return super().get_data(path)
+
+    def get_code(self, fullname: str) -> Any:
+        return compile(self._data, self.path, "exec", dont_inherit=True)
+
+
+def import_source(module: str, path: str, data: bytes) -> Any:
+    """Import `module` from `data` (the bytes `read_source` hashed), as the import system would
+    from `path`. Its parent packages are imported first, as any import does; a module already
+    imported is returned as it is (this process runs only one version of a module)."""
+    if module in sys.modules:
+        return sys.modules[module]
+    parent, _, last = module.rpartition(".")
+    if parent:
+        importlib.import_module(parent)
+        if module in sys.modules:   # the parent imported it itself
+            return sys.modules[module]
+    is_package = os.path.basename(path) == "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        module, path, loader=_HashedSource(module, path, data),
+        submodule_search_locations=[os.path.dirname(path)] if is_package else None)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(module, None)
+        raise
+    if parent:
+        setattr(sys.modules[parent], last, mod)
+    return mod
 
 
 def changes(recorded: Any, now: dict[str, Any]) -> list[str]:
