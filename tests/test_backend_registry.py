@@ -103,7 +103,8 @@ def test_the_reference_page_lists_exactly_the_declared_fields():
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
     page = hook.config_reference()
-    rows = re.findall(r"^\| `([a-z_.]+)` \| ([^|]+) \|", page, flags=re.M)
+    rows = [(k.replace("<wbr>", ""), t) for k, t in
+            re.findall(r'^\| <code class="key">([a-z_.<>]+)</code> \| ([^|]+) \|', page, flags=re.M)]
     declared = [(f.name, " or ".join(t.__name__ for t in f.types)) for f in config_fields.FIELDS]
     declared += [(f"provider.{f.name}", " or ".join(t.__name__ for t in f.types)) for f in config_fields.PROVIDER_FIELDS]
     assert [(k, t.strip()) for k, t in rows] == declared
@@ -115,7 +116,7 @@ def test_the_reference_page_lists_exactly_the_declared_fields():
 def test_the_manifest_leaves_out_late_fields_at_their_default():
     c = GuardConfig(name="g", backend="openrouter", model="m", prompt="p")
     left_out = {f.name for f in config_fields.FIELDS if f.omitted_at_default}
-    assert left_out == {"callable", "isolation", "start_timeout_s", "label"} and not left_out & set(c.to_manifest())
+    assert left_out == {"callable", "isolation", "retry_on", "start_timeout_s", "label"} and not left_out & set(c.to_manifest())
     assert set(c.to_manifest()) == {f.name for f in config_fields.FIELDS} - left_out
 
 

@@ -105,7 +105,7 @@ def test_an_answer_for_another_call_replaces_the_worker_and_the_attempt_is_retri
 def test_a_return_whose_unpickling_would_end_the_harness_is_refused_naming_its_type(tmp_path: Path) -> None:
     guard = _guard(tmp_path, "hg_return:returns_an_exit", isolation="process", max_attempts=1)
     r = _launch(tmp_path, guard, "--max-calls", "2")
-    assert r.code == 0 and json.loads(r.out)["statuses"] == {"exhausted": 2}, (r.code, r.err)
+    assert r.code == 0 and json.loads(r.out)["statuses"] == {"guard_error": 2}, (r.code, r.err)
     raw = _raw(tmp_path / "run")
     assert [x["error_class"] for x in raw] == ["python_return_type"] * 2
     assert "hg_return:returns_an_exit returned a Ends: expected str" in raw[0]["error"]
