@@ -39,7 +39,7 @@ from guardeval.run.dispatch.progress import RunProgress
 from guardeval.run.dispatch.room import Room
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S, Stalls
 from guardeval.run.folder import supersede
-from guardeval.run.folder.layout import RAW, utcnow
+from guardeval.run.folder.layout import utcnow
 from guardeval.run.folder.records import Attempt
 from guardeval.run.folder.writer import RunWriter
 
@@ -167,7 +167,7 @@ class Dispatcher:
         self._empty_retried: set[str] = set()   # calls in flight already retried once for empty content
         self._stalls = Stalls(options.concurrency, options.rate_limit_stop_s, in_process=guard.in_process)
         self._halted = anyio.Event()    # set by a stop in HALTS: waiting calls give up at once
-        self._room = Room(writer.folder.path, writer.folder.file(RAW), options.max_response_bytes)
+        self._room = Room(writer.folder, options.max_response_bytes)
         self._largest_request = 8 << 10     # before the first body is rendered
         # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
         self._control = RateController(max(1, options.concurrency))
@@ -179,12 +179,13 @@ class Dispatcher:
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
-                  spent_before: float = 0.0, unpriced_before: Unpriced | None = None) -> DispatchResult:
+                  spent_before: float = 0.0, unpriced_before: Unpriced | None = None,
+                  retrying: int = 0) -> DispatchResult:
         self.budget = self.opt.budget_type(self.opt.max_cost, self.opt.prices, spent=spent_before,
                                            unpriced=unpriced_before)
         limiter = anyio.Semaphore(max(1, self.opt.concurrency))
         with self.opt.progress_type(total, already, enabled=self.opt.progress,
-                                    simulated_spend=self.opt.simulated_spend) as progress:
+                                    simulated_spend=self.opt.simulated_spend, retrying=retrying) as progress:
             self.progress = progress
             progress.spend = self.budget.total
             if self.opt.max_calls is not None:
@@ -537,7 +538,8 @@ class Dispatcher:
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
         if self.progress is not None:
-            self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)
+            self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None,
+                                    retried=old is not None)
 
 
 def _empty_answer(reply: Reply) -> bool:
