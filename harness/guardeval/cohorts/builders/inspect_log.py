@@ -303,9 +303,10 @@ def conditions(names: list[str]) -> list[ConditionSpec]:
 
 def build_inspect(logs: list[str | Path], out: str | Path, *, tool_calls: str | None = None,
                   condition_names: str | None = None, domain_field: str | None = None,
-                  labelling: Labelling | None = None, skip_bad_samples: bool = False) -> tuple[Path, dict[str, Any]]:
+                  labelling: Labelling | None = None, skip_bad_samples: bool = False,
+                  max_unpacked: int | None = None) -> tuple[Path, dict[str, Any]]:
     selection = Selection.parse(tool_calls)
-    files = read_logs(logs)
+    files = read_logs(logs, max_unpacked=max_unpacked)
     stats = Stats()
     bases: list[dict[str, Any]] = []
     for lf, prefix in zip(files, _prefixes(files)):
