@@ -168,3 +168,19 @@ def test_two_threads_resuming_one_run_never_send_a_call_twice(tmp_path: Path, sm
     calls = [rec["call_id"] for rec in _jsonl(path / "decisions.jsonl")]
     assert len(calls) == len(set(calls)) == 80
     assert run_cli("verify", str(path)).code == 0
+
+
+def test_a_closed_run_is_refused_clearly_not_reported_damaged(finished_run: Path) -> None:
+    # Issue 46 §11: api.verify of a closed Run reported the run damaged ("Bad file descriptor").
+    run = Run.open(finished_run)
+    run.close()
+    for use in (api.verify, api.status, api.resume, api.calls, lambda r: api.estimate(r, write=False),
+                Run.verify, Run.status):
+        with pytest.raises(InputError, match="this Run was closed.*open it again") as caught:
+            use(run)
+        assert "Bad file descriptor" not in str(caught.value)
+    folder = RunFolder(finished_run)
+    folder.close()
+    with pytest.raises(InputError, match="this RunFolder was closed"):
+        api.verify(folder)
+    assert api.verify(finished_run).ok   # the run itself is whole

@@ -104,6 +104,17 @@ class RunFolder:
             os.close(self._fd)
             self._fd = -1
 
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def require_open(self, what: str = "RunFolder") -> None:
+        """InputError when closed: every read would fail on a closed descriptor ("Bad file
+        descriptor"), which is not a damaged run but a `what` used after `close`."""
+        if self.closed:
+            raise InputError(f"this {what} was closed, so nothing of the run can be read through it: open it again "
+                             "(Run.open(path))", path=self.path)
+
     def __del__(self) -> None:
         # A folder handed along and dropped (a view's call rows) closes with its last reference.
         if getattr(self, "_fd", -1) >= 0:
