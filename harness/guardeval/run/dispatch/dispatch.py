@@ -378,6 +378,7 @@ class Dispatcher:
                 self._halt("no_room", short or "")
             raise _CircuitOpen()
         started, t0 = utcnow(), time.monotonic()
+        in_flight = self._gate.active   # this attempt included: the level the provider sees it at
         try:
             try:
                 reply = await self.guard.send(body, call_id)
@@ -387,7 +388,7 @@ class Dispatcher:
             if (stall := self._stalls.failed(exc.error_class, str(exc))) is not None:
                 self._halt(*stall)
             if exc.error_class == "http_429":
-                self._on_rate_limited(t0, exc.retry_after)
+                self._on_rate_limited(t0, exc.retry_after, in_flight)
             # While the provider looks down (or refuses everything), a call's last failure is not
             # final: it stays pending for `resume` instead of being written off as `exhausted`.
             final = last and not self._halted.is_set()
@@ -406,13 +407,13 @@ class Dispatcher:
             raise
         except CallFailed as exc:
             self._stalls.answered()
-            self._answered(t0)
+            self._answered(t0, in_flight)
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="call_failed",
                                final=True, exc=exc)
             self._finish(rec)
             return
         self._stalls.answered()
-        self._answered(t0)
+        self._answered(t0, in_flight)
         if not last and _empty_answer(reply) and call_id not in self._empty_retried:
             # Documented: a provider warming up may answer with no content. Retried once; a
             # second empty answer is scored (unparseable) like any other.
@@ -438,18 +439,18 @@ class Dispatcher:
                 return
             self._gate.release()
 
-    def _answered(self, t0: float) -> None:
+    def _answered(self, t0: float, in_flight: int) -> None:
         """An answer that was not a rate limit: the controller may grow the limit."""
         if self.opt.adaptive:
-            self._control.answered(t0, time.monotonic(), saturated=self._gate.saturated)
+            self._control.answered(t0, time.monotonic(), saturated=self._gate.saturated, in_flight=in_flight)
             self._follow_limit()
 
-    def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
+    def _on_rate_limited(self, t0: float, retry_after: float | None, in_flight: int) -> None:
         self.result.rate_limited += 1
         if not self.opt.adaptive:
             return
         now = time.monotonic()
-        if self._control.rate_limited(t0, now) and retry_after:
+        if self._control.rate_limited(t0, now, in_flight=in_flight) and retry_after:
             self._pause_until = max(self._pause_until, now + min(retry_after, self.opt.retry_max_s))
         self._follow_limit()
 
