@@ -39,7 +39,7 @@ def options(p: argparse.ArgumentParser, what: str) -> None:
 def max_unpacked_option(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """--inspect-max-unpacked: guardeval's cap on what a .eval log unpacks to, raised for a log one trusts."""
     p.add_argument("--inspect-max-unpacked", type=int, metavar="MIB",
-                   help=prefix + "what a .eval log may unpack to in memory, all members together, in MiB (default 256, "
+                   help=prefix + "what a .eval log may unpack to in memory, all members together, in MiB (default: 256, "
                         "at most 4096); reading takes about 15 times that in memory (docs/inspect.md)")
 
 

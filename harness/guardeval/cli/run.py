@@ -20,7 +20,7 @@ from guardeval.cli.args import (
     say_problems,
     seed_value,
 )
-from guardeval.errors import InputError
+from guardeval.errors import GuardevalError, InputError
 from guardeval.terminal import safe, safe_json
 
 if TYPE_CHECKING:
@@ -154,7 +154,6 @@ def _dispatch_options(p: argparse.ArgumentParser) -> None:
 
 def check_new_run_dir(run_dir: Path) -> None:
     """The store's check, and for a folder that already holds a run, what was probably meant."""
-    from guardeval.errors import GuardevalError
     from guardeval.run.folder.create import check_new_run_dir as check
     from guardeval.run.run import Run
 
@@ -306,7 +305,10 @@ def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_ca
     run_dir = run.path
     retry = getattr(args, "retry_failed", None)
     o = _given(args)
-    before = run.fingerprint.token   # taken now: a session with nothing to do must leave it as it is
+    try:
+        before: str | None = run.fingerprint.token   # a session with nothing to do must leave it as it is
+    except GuardevalError:
+        before = None   # a run too damaged to fingerprint: the session below says what is wrong
     result = api.resume(run, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
                         max_cost=o["max_cost"], max_calls=max_calls, fixed_concurrency=o["fixed_concurrency"],
                         progress=not args.no_progress, row_limits=row_limits(args),

@@ -168,7 +168,7 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
             rows: Iterable[dict[str, Any]] = pending
             # A session with nothing to send, recover or retry leaves the run as it was: no start
             # and stop in events.jsonl (so a fingerprint written down stays true), no progress line.
-            idle = (total == len(state.decided) and not retry.n_targets and not recovered + retry.recovered
+            idle = (total == len(state.decided) and not retry.n_targets and not (recovered + retry.recovered)
                     and not state.torn)
             if not idle:
                 writer.event("start", pending=total - len(state.decided), total=total,
