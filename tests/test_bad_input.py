@@ -427,3 +427,27 @@ def test_a_manifest_row_limit_out_of_range_is_named(tmp_path, value, field):
     assert run_row_limits(folder, {}) == DEFAULT_ROW_LIMITS
     wide = run_row_limits(folder, {"row_limits": {"max_bytes": 5 << 20, "max_depth": 10}})
     assert (wide.max_bytes, wide.max_depth) == (5 << 20, DEFAULT_ROW_LIMITS.max_depth)
+
+
+@pytest.mark.parametrize("argv", [["launch", "--cohort", "demo", "--guard", "sim", "--concurrency", "1000000000"],
+                                  ["study", "launch", "--cohort", "demo", "--guard", "sim", "--guard", "python-example",
+                                   "--concurrency", "1000000000"],
+                                  ["study", "launch", "--cohort", "demo", "--guard", "sim", "--guard", "python-example",
+                                   "--concurrency", "sim=1000000000"]])
+def test_a_huge_concurrency_is_refused_naming_the_option_and_its_range(tmp_path, argv):
+    # Issue 46 §12: refused as "launch_options.concurrency: not a valid value" (a manifest field, no bound).
+    where = tmp_path / "out"
+    r = run_cli(*argv, "--run-dir" if argv[0] == "launch" else "--study-dir", str(where), "--no-preflight")
+    _assert_refused(r, where, "--concurrency", "1 to 1,000,000")
+    assert "launch_options" not in r.err
+
+
+def test_the_api_refuses_a_huge_concurrency_naming_the_option(tmp_path, small_cohort, sim, monkeypatch):
+    from guardeval import api
+    from guardeval.errors import InputError
+
+    monkeypatch.setenv("GUARDEVAL_TEST_KEY", "sk-test-key-0123")
+    guard = write_guard(tmp_path / "g.toml", sim.base_url)
+    with pytest.raises(InputError, match=r"--concurrency .*1 to 1,000,000"):
+        api.launch(small_cohort, api.load_guard(guard), run_dir=tmp_path / "run", concurrency=10**9, reps=1)
+    assert not (tmp_path / "run").exists()

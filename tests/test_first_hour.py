@@ -159,15 +159,16 @@ def test_a_module_that_fails_inside_is_not_looked_for_beside_the_config(tmp_path
     assert r.code == 2 and "No module named 'no_such_module_37'" in r.err and "Traceback" not in r.err, r.err
 
 
-def test_status_says_retried_once_and_a_resume_that_sent_nothing_says_why_its_fingerprint_moved(finished_run,
-                                                                                                   tmp_path):
+def test_status_says_retried_once_and_a_resume_that_sent_nothing_leaves_the_fingerprint(finished_run, tmp_path):
     run = shutil.copytree(finished_run, tmp_path / "run")
     st = run_cli("status", str(run))
     assert st.code == 0
     assert "failed transiently and were tried again" in st.out and " retried)" not in st.out, st.out
+    events = (run / "events.jsonl").read_bytes()
     r = run_cli("resume", str(run), "--no-progress")
     assert r.code == 0, r.err
-    assert "nothing was sent; the fingerprint still moved on" in r.err and "events.jsonl" in r.err, r.err
+    assert "the run was left as it was (the same fingerprint)" in r.err and "moved on" not in r.err, r.err
+    assert (run / "events.jsonl").read_bytes() == events   # issue 47 §5: a published fingerprint stays true
 
 
 def test_the_study_preflight_of_a_python_guard_says_there_is_none(tmp_path, small_cohort):

@@ -541,5 +541,26 @@ def test_a_zip_that_claims_to_unpack_to_too_much_is_refused_before_inspect_reads
     with zipfile.ZipFile(big, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("header.json", b"0" * 50_000)
     monkeypatch.setattr(inspect_logs, "MAX_UNPACKED_BYTES", 10_000)
-    with pytest.raises(InputError, match="claims 50000 bytes unpacked"):
+    with pytest.raises(InputError, match=r"unpacks to 0.0 MiB \(50,000 bytes\)"):
         inspect_logs.read_log(big)
+
+
+def test_a_log_past_the_unpacked_cap_names_guardevals_limit_and_the_option_that_raises_it(agent_log: Path,
+                                                                                         tmp_path: Path) -> None:
+    # Issue 46 §13: a legitimate log larger than the cap was refused in raw byte counts, with no
+    # way round. Here the cap is 1 MiB and the log (a real one, a sample's metadata grown) ~3 MiB.
+    import secrets
+
+    big = _rewrite(agent_log, tmp_path / "big.eval",
+                   lambda log: log.samples[0].metadata.update({"notes": secrets.token_hex(3 << 19)}))
+    for args in (["cohort", "build", "inspect", str(big), "--out", str(tmp_path / "c")],
+                 ["estimate", "--inspect-log", str(big)]):
+        r = _cli(*args, "--inspect-max-unpacked", "1")
+        assert r.code == 2 and "Traceback" not in r.err, r.err
+        assert f"{big}: " in r.err and "past guardeval's limit of 1.0 MiB" in r.err, r.err
+        assert "--inspect-max-unpacked MIB" in r.err and "15 times the unpacked size in memory" in r.err, r.err
+    assert not (tmp_path / "c").exists()
+    r = _cli("cohort", "build", "inspect", str(big), "--out", str(tmp_path / "c"), "--inspect-max-unpacked", "64")
+    assert r.code == 0, r.err
+    r = _cli("cohort", "build", "inspect", str(big), "--out", str(tmp_path / "d"), "--inspect-max-unpacked", "5000")
+    assert r.code == 2 and "--inspect-max-unpacked 5000: out of range (1 to 4,096 MiB)" in r.err, r.err

@@ -153,7 +153,13 @@ def test_a_later_session_grows_the_events_and_a_rewrite_does_not(copy_run):
 
     run = copy_run("run")
     token = _status(run)["fingerprint"]
-    assert run_cli("resume", str(run), "--no-progress").code == 0          # sends nothing, appends its session
+    assert run_cli("resume", str(run), "--no-progress").code == 0          # nothing to do: leaves the run be
+    assert _status(run)["fingerprint"] == token
+    # A decision lost in a crash: the next resume re-derives it from the raw log, sending nothing,
+    # and appends its session.
+    decisions = (run / "decisions.jsonl").read_bytes().splitlines(keepends=True)
+    (run / "decisions.jsonl").write_bytes(b"".join(decisions[:-1]))
+    assert run_cli("resume", str(run), "--no-progress").code == 0
     resumed = _status(run)["fingerprint"]
     assert resumed != token and not_a_later_session(token, resumed) is None
     rechain_with_zero_costs(run)

@@ -29,6 +29,20 @@ def test_two_setup_commands_and_ci_runs_the_second():
     assert "pytest" in ci
 
 
+def test_the_development_tier_line_names_the_extra_it_needs():
+    # Issue 47 §11: run after command 1 alone, `python -m pytest -m "not slow"` has no pytest,
+    # nor the plugins pyproject's addopts and timeout ask for (xdist's -n, pytest-timeout).
+    import tomllib
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    line = readme.split('`python -m pytest -m "not slow" -q` runs the development tier', 1)[1].split("\n\n", 1)[0]
+    assert "`pip install -e '.[test]' && python -m pytest -m \"not slow\" -q`" in line, line[:600]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    extra = " ".join(project["project"]["optional-dependencies"]["test"])
+    for plugin in ("pytest>=", "pytest-xdist", "pytest-timeout", "hypothesis", "pytest-asyncio"):
+        assert plugin in extra, plugin
+
+
 def test_runs_folder_is_ignored_except_readme():
     probe = REPO / "runs" / "probe-not-tracked.jsonl"
     assert subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=REPO).returncode == 0

@@ -215,3 +215,41 @@ def test_sigterm_during_planning_stops_cleanly(tmp_path):
     assert child.returncode == 1, (child.returncode, err)
     assert "stopped by SIGTERM" in err and "Traceback" not in err, err
     assert not run.exists() and not list(tmp_path.glob(".run.partial-*")), list(tmp_path.iterdir())
+
+
+# -- the free-space check asks the folder's own disk (issue 46 §10) ------------------------------
+MOVES = '''
+import os
+
+def guard(inp):
+    # What a guard may do to the harness's process (thread isolation): change its working
+    # directory, or rename the run folder under it (GUARDEVAL_TEST_MOVE: from:to).
+    move = os.environ.get("GUARDEVAL_TEST_MOVE")
+    if move and os.path.isdir(move.split(":")[0]):
+        os.rename(*move.split(":"))
+    os.chdir(os.environ["GUARDEVAL_TEST_CHDIR"])
+    return {"malicious_user_request": False, "third_party_attack": False, "current_action_harmfulness": 0}
+'''
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["chdir", "renamed"])
+def test_a_guards_chdir_or_a_renamed_run_folder_does_not_end_the_run(tmp_path: Path, move: bool) -> None:
+    # The run folder given relative to the working directory: once a guard calls os.chdir (or the
+    # folder is renamed), its path leads nowhere. statvfs on that path ended the run with a
+    # traceback; the folder's descriptor still names the same disk.
+    guards, work, elsewhere = tmp_path / "guards", tmp_path / "work", tmp_path / "elsewhere"
+    for folder in (guards, work, elsewhere):
+        folder.mkdir()
+    (guards / "mover.py").write_text(MOVES)
+    cfg = guards / "mover.toml"
+    cfg.write_text('name = "mover"\nbackend = "python"\ncallable = "mover:guard"\nisolation = "thread"\n'
+                   'model = "rules"\nprompt = "guardeval-json-v1"\n')
+    env = cli_env({"GUARDEVAL_TEST_CHDIR": str(elsewhere),
+                   **({"GUARDEVAL_TEST_MOVE": f"{work / 'run'}:{work / 'moved'}"} if move else {})})
+    proc = subprocess.run([sys.executable, "-m", "guardeval", "launch", "--cohort", "demo", "--guard", str(cfg),
+                           "--reps", "1", "--run-dir", "run", "--max-calls", "6", "--concurrency", "1",
+                           "--no-progress"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    run = work / ("moved" if move else "run")
+    assert len(_jsonl(run / "decisions.jsonl")) == 6
+    assert run_cli("verify", str(run)).code == 0

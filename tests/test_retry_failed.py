@@ -144,6 +144,40 @@ def test_retry_after_the_provider_recovers_counts_each_call_once(copy_failed, si
     assert "decisions (2; the last is counted" in show.out and "retry round 1, supersedes" in show.out
 
 
+def _fingerprint(run: Path) -> str:
+    return json.loads(run_cli("status", str(run), "--json").out)["fingerprint"]
+
+
+@pytest.mark.slow
+def test_a_resume_with_nothing_to_do_leaves_the_run_and_retries_count_as_retries(copy_failed, sim_factory):
+    # Issue 47 §5. Progress on (stderr is not a terminal here: plain `progress:` lines).
+    run = copy_failed()
+    before, token = _bytes(run), _fingerprint(run)
+    failed = sum(d["status"] == "exhausted" for d in _live(run).values())
+    sim = sim_factory("--seed", "4")
+
+    # Every call has a decision: nothing is sent, nothing written, no progress line of nothing.
+    r = run_cli("resume", str(run), "--base-url", sim.base_url)
+    assert r.code == 0, r.err
+    assert "progress:" not in r.err and "the run was left as it was" in r.err, r.err
+    assert _bytes(run) == before and _fingerprint(run) == token
+
+    # Retries are counted as retries: the calls' count stays at the run's 160.
+    r = run_cli("resume", str(run), "--retry-failed", "--base-url", sim.base_url)
+    assert r.code == 0, r.err
+    lines = [line for line in r.err.splitlines() if line.startswith("progress: ")]
+    assert lines and all(line.startswith("progress: 160/160 calls + ") for line in lines), lines
+    assert lines[-1].startswith(f"progress: 160/160 calls + {failed}/{failed} retried"), lines
+    retried = _fingerprint(run)
+    assert retried != token
+
+    # Nothing left to retry: again nothing is written.
+    after = _bytes(run)
+    r = run_cli("resume", str(run), "--retry-failed", "--base-url", sim.base_url)
+    assert r.code == 0 and "nothing to retry" in r.err and "progress:" not in r.err, r.err
+    assert _bytes(run) == after and _fingerprint(run) == retried
+
+
 @pytest.mark.slow
 def test_a_retry_that_fails_again_is_retried_in_a_later_round(copy_failed, sim_factory):
     run = copy_failed()

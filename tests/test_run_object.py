@@ -117,3 +117,70 @@ def test_the_cli_and_the_api_resume_send_the_same_calls(tmp_path: Path, small_co
     assert result.session_dispatched == 5
     sent = [[rec["call_id"] for rec in _jsonl(run / "raw.jsonl")] for run in (by_cli, by_api)]
     assert len(sent[0]) == 7 and sent[0] == sent[1]
+
+
+# -- one Run, two sessions (issue 46 §5) ---------------------------------------------------------
+def test_a_session_is_refused_while_this_process_holds_the_runs_lock(tmp_path: Path, small_cohort: Path,
+                                                                      sim) -> None:
+    # The lock is taken through the Run's own folder, the descriptor a second session would use:
+    # flock on one shared descriptor succeeded twice, so the resume went ahead under it.
+    from guardeval.errors import RunLocked
+
+    run = Run.open(_pilot(tmp_path, small_cohort, sim.base_url, "--concurrency", "1"))
+    try:
+        with run.folder.lock():
+            with pytest.raises(RunLocked, match="another guardeval process or thread"):
+                api.resume(run, max_calls=3)
+            with pytest.raises(RunLocked):
+                run.folder.lock().__enter__()
+        assert len(_jsonl(run.path / "raw.jsonl")) == 2   # nothing was sent under the held lock
+        assert api.resume(run, max_calls=3).session_dispatched == 3   # released: the next session runs
+    finally:
+        run.close()
+
+
+def test_two_threads_resuming_one_run_never_send_a_call_twice(tmp_path: Path, small_cohort: Path,
+                                                              sim_factory) -> None:
+    import threading
+
+    from guardeval.errors import RunLocked
+
+    slow = sim_factory("--seed", "7", "--latency-ms", "40")
+    path = _pilot(tmp_path, small_cohort, slow.base_url, "--concurrency", "1")
+    start = threading.Barrier(2)
+    results: list[object] = []
+
+    with Run.using(path) as run:
+        def resume() -> None:
+            start.wait()
+            try:
+                results.append(api.resume(run))
+            except RunLocked as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=resume) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    refused = [r for r in results if isinstance(r, RunLocked)]
+    assert len(results) == 2 and len(refused) == 1, results
+    calls = [rec["call_id"] for rec in _jsonl(path / "decisions.jsonl")]
+    assert len(calls) == len(set(calls)) == 80
+    assert run_cli("verify", str(path)).code == 0
+
+
+def test_a_closed_run_is_refused_clearly_not_reported_damaged(finished_run: Path) -> None:
+    # Issue 46 §11: api.verify of a closed Run reported the run damaged ("Bad file descriptor").
+    run = Run.open(finished_run)
+    run.close()
+    for use in (api.verify, api.status, api.resume, api.calls, lambda r: api.estimate(r, write=False),
+                Run.verify, Run.status):
+        with pytest.raises(InputError, match="this Run was closed.*open it again") as caught:
+            use(run)
+        assert "Bad file descriptor" not in str(caught.value)
+    folder = RunFolder(finished_run)
+    folder.close()
+    with pytest.raises(InputError, match="this RunFolder was closed"):
+        api.verify(folder)
+    assert api.verify(finished_run).ok   # the run itself is whole

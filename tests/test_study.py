@@ -398,6 +398,33 @@ def test_add_a_guard_later(cli, profiles: Profiles, study: Path, tmp_path: Path,
     assert not (copy / "runs" / "robust-2").exists()
 
 
+def test_add_never_writes_through_a_runs_link_swapped_in(cli, profiles: Profiles, study: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 46 §6: the study's runs/ swapped for a link to a folder outside it, once the study is
+    # open and locked and the new run planned (the moment a racing swap wins): the new run must not
+    # land outside the study. `study add` created it by path; it goes through the study's descriptor.
+    from guardeval.study import runs as study_runs
+
+    copy = _copy(study, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planned = study_runs.plan_replicate
+
+    def plan_then_swap(*args, **kwargs):
+        plan = planned(*args, **kwargs)
+        (copy / "runs").rename(copy / "runs.moved")
+        (copy / "runs").symlink_to(outside)
+        return plan
+
+    monkeypatch.setattr(study_runs, "plan_replicate", plan_then_swap)
+    r = cli("study", "add", str(copy), "--guard", str(profiles.guards["shortcut"]), "--label", "late",
+            "--no-preflight", "--no-progress")
+    _refused(r, "runs", "symbolic link")
+    assert list(outside.iterdir()) == []
+    assert sorted(p.name for p in (copy / "runs.moved").iterdir()) == sorted(PROFILE_NAMES)
+    assert [e["label"] for e in _record(copy)["runs"]] == list(PROFILE_NAMES)
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 
 def test_bad_launches_are_refused_and_write_nothing(cli, profiles: Profiles, small_cohort: Path, tmp_path: Path,

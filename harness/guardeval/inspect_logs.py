@@ -31,7 +31,11 @@ EXTRA = "pip install 'guardeval[inspect]'"
 MAX_LOG_BYTES = 256 << 20
 # What a `.eval` zip may unpack to, all members together (its messages compress ~10x): each
 # member is inflated to at most its claimed size (`guardeval.inspect_zip`), so this bounds it.
+# A default, not a law: `--inspect-max-unpacked MIB` raises it up to MAX_UNPACKED_LIMIT, at about
+# 15 bytes of memory per byte unpacked (docs/inspect.md, "The memory bound").
 MAX_UNPACKED_BYTES = 256 << 20
+MAX_UNPACKED_LIMIT = 4 << 30
+UNPACKED_OPTION = "--inspect-max-unpacked"
 # Members of a `.eval` zip (one per sample, plus a few): refused before zipfile reads the directory.
 MAX_MEMBERS = 200_000
 # Log-format versions guardeval reads (inspect_ai's schema version is 2; 1 is the older format
@@ -83,10 +87,12 @@ def _read_local(path: Path) -> bytes:
         os.close(fd)
 
 
-def read_log(path: str | Path) -> LogFile:
+def read_log(path: str | Path, *, max_unpacked: int | None = None) -> LogFile:
     """One Inspect log file (`.eval` or `.json`), read whole through inspect_ai (attachments
     resolved, so message texts are the texts the model saw); InputError naming the file and
-    what is wrong with it."""
+    what is wrong with it. A `.eval` may unpack to `max_unpacked` bytes (default
+    `MAX_UNPACKED_BYTES`)."""
+    cap = MAX_UNPACKED_BYTES if max_unpacked is None else max_unpacked
     log_api = require_inspect()
     p = Path(path)
     data = _read_local(p)
@@ -96,7 +102,7 @@ def read_log(path: str | Path) -> LogFile:
     is_zip = data[:4] == b"PK\x03\x04"
     if is_zip:
         # Inflated here under caps, re-stored: inspect_ai never inflates what the zip claims.
-        parsed = restored(p, data, max_members=MAX_MEMBERS, max_unpacked=MAX_UNPACKED_BYTES)
+        parsed = restored(p, data, max_members=MAX_MEMBERS, max_unpacked=cap, how_to_raise=_how_to_raise(cap))
         del data   # the compressed bytes are not held while inspect_ai reads
     elif data.lstrip()[:1] != b"{":
         raise InputError("not an Inspect log (neither a .eval zip nor a JSON log)", path=p)
@@ -109,6 +115,23 @@ def read_log(path: str | Path) -> LogFile:
     if log.version not in SUPPORTED_VERSIONS:
         raise InputError(_unsupported(repr(log.version)), path=p)
     return LogFile(p, sha256, size, log)
+
+
+def _how_to_raise(cap: int) -> str:
+    if cap >= MAX_UNPACKED_LIMIT:
+        return ""
+    return (f"; for a log you trust, raise it with {UNPACKED_OPTION} MIB (up to {MAX_UNPACKED_LIMIT >> 20:,}): reading "
+            "takes about 15 times the unpacked size in memory (docs/inspect.md, 'The memory bound')")
+
+
+def unpacked_cap(mib: int | None) -> int | None:
+    """`--inspect-max-unpacked MIB` in bytes (None: the default), InputError out of range."""
+    if mib is None:
+        return None
+    if not 1 <= mib <= MAX_UNPACKED_LIMIT >> 20:
+        raise InputError(f"{UNPACKED_OPTION} {mib}: out of range (1 to {MAX_UNPACKED_LIMIT >> 20:,} MiB)",
+                         field=UNPACKED_OPTION)
+    return mib << 20
 
 
 def _unsupported(version: str) -> str:
@@ -133,8 +156,8 @@ def _read_failure(exc: Exception, is_zip: bool) -> str:
     return f"not a readable Inspect log ({name}: {text})"
 
 
-def read_logs(paths: Iterable[str | Path]) -> list[LogFile]:
-    logs = [read_log(p) for p in paths]
+def read_logs(paths: Iterable[str | Path], *, max_unpacked: int | None = None) -> list[LogFile]:
+    logs = [read_log(p, max_unpacked=max_unpacked) for p in paths]
     if not logs:
         raise InputError("no Inspect log given")
     return logs

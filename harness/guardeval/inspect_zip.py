@@ -29,6 +29,20 @@ MAX_ZSTD_WINDOW = 1 << 24
 _PIECE = 1 << 20        # zstd output read per step
 
 
+class UnpackedTooLarge(InputError):
+    """A `.eval` zip claiming more unpacked bytes than the cap it is read under (exit 2); the
+    reader of logs says which option raises the cap."""
+
+    def __init__(self, path: Path, claimed: int, cap: int, how: str = "") -> None:
+        self.claimed, self.cap = claimed, cap
+        super().__init__(f"the .eval zip unpacks to {_mib(claimed)} (all members together), past guardeval's limit "
+                         f"of {_mib(cap)} on what it inflates in memory{how}", path=path)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MiB ({n:,} bytes)"
+
+
 def member_count(data: bytes) -> int | None:
     """The entries the end-of-central-directory record (or its zip64 form) claims; None when
     there is no such record (zipfile then refuses the file)."""
@@ -44,11 +58,12 @@ def member_count(data: bytes) -> int | None:
     return int(count)
 
 
-def restored(path: Path, data: bytes, *, max_members: int, max_unpacked: int) -> bytes:
+def restored(path: Path, data: bytes, *, max_members: int, max_unpacked: int, how_to_raise: str = "") -> bytes:
     """`data` (a `.eval` zip) as a zip of the same members stored uncompressed, each inflated
     here under its claimed size. InputError naming `path` and the member for anything that does
     not hold: too many members, too much claimed, a member that inflates past (or short of) its
-    claim or fails its CRC, a method or an encryption inspect_ai logs never use."""
+    claim or fails its CRC, a method or an encryption inspect_ai logs never use. Past
+    `max_unpacked`: `UnpackedTooLarge`, its message ending with `how_to_raise`."""
     count = member_count(data)
     if count is not None and count > max_members:
         raise InputError(f"the .eval zip claims {count} members, more than {max_members}", path=path)
@@ -61,7 +76,7 @@ def restored(path: Path, data: bytes, *, max_members: int, max_unpacked: int) ->
         raise InputError(f"the .eval zip holds {len(infos)} members, more than {max_members}", path=path)
     claimed = sum(i.file_size for i in infos)
     if claimed > max_unpacked:
-        raise InputError(f"the .eval zip claims {claimed} bytes unpacked, more than {max_unpacked}", path=path)
+        raise UnpackedTooLarge(path, claimed, max_unpacked, how_to_raise)
     out = io.BytesIO()
     seen: set[str] = set()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zout:

@@ -17,25 +17,33 @@ def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, 
              family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0, failure_rule: str = "drop",
              missing: str = "exclude", allow_partial: bool = False, allow_unpublishable: bool = False,
              verify: bool = True, allow_skipped: bool = False, write: bool = True, margin: float | None = None,
-             alpha: float = 0.05, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Estimate:
+             alpha: float = 0.05, row_limits: RowLimits = DEFAULT_ROW_LIMITS, out: str | Path | None = None) -> Estimate:
     """Paired effects with cluster-bootstrap intervals (`guardeval estimate RUN`). The run is
     verified first (CheckFailed when it does not hold; `verify=False` skips that, and the report
     says so). `margin`: the equivalence margin (`--margin`); `alpha`: the level of every verdict
     (`--alpha`, Holm within each stated family). With `write`, report.json, report.md,
-    effects.png and report.html go into the run."""
+    effects.png and report.html go into the run, or into `out` (`--out DIR`: a folder of their
+    own, made if needed, never a run's), which is how a run on a read-only mount is estimated; a
+    run folder that cannot be written without `out` is refused before any work (InputError)."""
     from guardeval.estimators.runs import estimate_run
     from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN
+    from guardeval.run.folder.folder import NotWritable
+    from guardeval.view.files import report_folder
 
+    out_dir = report_folder(out) if write and out is not None else None
     with Run.using(run) as r:
+        if write and out_dir is None and not r.folder.writable():
+            raise NotWritable(r.path, "report.json, report.md, effects.png and report.html")
         report = estimate_run(r, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
                               margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
                               failure_rule=failure_rule, missing=missing, allow_partial=allow_partial,
                               allow_unpublishable=allow_unpublishable, write=write, verify=verify,
-                              allow_skipped=allow_skipped, row_limits=row_limits)
+                              allow_skipped=allow_skipped, row_limits=row_limits, out=out_dir)
         if write:
             from guardeval.view.html import write_report_html
 
-            write_report_html(r.folder, report, just_estimated=True)
+            write_report_html(r.folder, report, just_estimated=True,
+                              out=None if out_dir is None else out_dir / "report.html")
         return estimate_record(report, r.path)
 
 

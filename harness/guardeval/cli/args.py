@@ -22,6 +22,20 @@ def positive_int(text: str) -> int:
     return v
 
 
+def concurrency(text: str) -> int:
+    """`--concurrency N`: calls in flight, 1 to `MAX_CONCURRENCY` (a usage error names the range)."""
+    from guardeval.run.launch_options import MAX_CONCURRENCY
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_CONCURRENCY:,}, got {text!r:.40}") from None
+    if not 1 <= v <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"{v:,} is out of range: calls in flight, an integer from 1 to "
+                                         f"{MAX_CONCURRENCY:,}")
+    return v
+
+
 # Seeds are recorded in JSON (a manifest, a study, a result) as unsigned 64-bit integers, and
 # numpy's generator takes no negative seed: one range for every command.
 MAX_SEED = 2**64 - 1

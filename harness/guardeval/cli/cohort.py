@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from guardeval.cli.args import nonneg_float, positive_int, row_limit_options, row_limits, seed_value
+from guardeval.cli.inspect_bridge import max_unpacked_option
 from guardeval.errors import CheckFailed
 from guardeval.terminal import safe, safe_json
 
@@ -69,6 +70,7 @@ def _build_tsbench(args: argparse.Namespace) -> int:
 
 def _build_inspect(args: argparse.Namespace) -> int:
     from guardeval.cohorts.builders.inspect_log import Labelling, build_inspect
+    from guardeval.inspect_logs import unpacked_cap
 
     start = _start(args)
     labelling = None
@@ -77,7 +79,8 @@ def _build_inspect(args: argparse.Namespace) -> int:
                               args.unsafe_steps)
     out, stats = build_inspect(args.logs, args.out, tool_calls=args.tool_calls, condition_names=args.conditions,
                                domain_field=args.domain_field, labelling=labelling,
-                               skip_bad_samples=args.skip_bad_samples, tokenizer_file=args.tokenizer)
+                               skip_bad_samples=args.skip_bad_samples, tokenizer_file=args.tokenizer,
+                               max_unpacked=unpacked_cap(args.inspect_max_unpacked))
     if stats["samples_skipped"]:
         print(safe(f"guardeval: {stats['samples_skipped']} sample(s) skipped (--skip-bad-samples); each is listed "
                    "under 'skipped'"), file=sys.stderr)
@@ -269,6 +272,7 @@ def _register_inspect_builder(builders: argparse._SubParsersAction) -> None:
     ib.add_argument("--skip-bad-samples", action="store_true",
                     help="leave out a sample whose history is malformed or whose label score does not map (counted "
                          "and listed in the summary) instead of refusing the log")
+    max_unpacked_option(ib)
     ib.set_defaults(func=_build_inspect)
 
 

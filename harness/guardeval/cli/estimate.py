@@ -57,8 +57,10 @@ def register(sub: Any) -> None:
     p.add_argument("run", nargs="?", metavar="RUN", help="run folder (the one holding manifest.json)")
     p.add_argument("--table", metavar="FILE", help="a JSONL decision table to estimate instead of a run "
                                                    "(docs/estimators.md, Input table)")
-    p.add_argument("--out", metavar="DIR", help="with --table or --inspect-log: folder for report.json, report.md, "
-                                                "effects.png (default: none written)")
+    p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md, effects.png (and a run's "
+                                                "report.html) instead of the run folder: a run on a read-only "
+                                                "mount is estimated so (default: the run folder; with --table or "
+                                                "--inspect-log, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
     inspect_bridge.options(p, "estimate")
@@ -106,8 +108,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     inspect_bridge.check(args)
     if sum(x is not None for x in (args.run, args.table, args.inspect_log)) != 1:
         raise InputError("give one of: a run folder, --table FILE, --inspect-log LOG…")
-    if args.out and args.run is not None:
-        raise InputError("--out goes with --table or --inspect-log; a run's reports go into the run folder", field="out")
     common = dict(placebo=args.placebo, family=args.family, n_boot=args.bootstrap, seed=args.seed,
                   failure_rule=args.failures, missing=args.missing, allow_partial=args.allow_partial,
                   allow_unpublishable=args.allow_unpublishable, margin=check_margin(args.margin),
@@ -125,10 +125,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from guardeval import api
 
         report = api.estimate(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
-                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), **common).report  # type: ignore[assignment]
+                              allow_skipped=args.allow_skipped, row_limits=row_limits(args), out=args.out,
+                              **common).report  # type: ignore[assignment]
         say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
-        print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.run}"), file=sys.stderr)
+        print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.out or args.run}"), file=sys.stderr)
     for note in report["notes"]:
         print(safe(f"guardeval: note: {note}"), file=sys.stderr)
     _emit(report, args.json, human_text(report))

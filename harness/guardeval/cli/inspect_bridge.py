@@ -33,13 +33,22 @@ def options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--inspect-score", metavar="NAME",
                    help="with --inspect-log: take the decision from this score (1 block, 0 allow, N no answer) "
                         "instead of parsing the answer")
+    max_unpacked_option(p, "with --inspect-log: ")
+
+
+def max_unpacked_option(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """--inspect-max-unpacked: guardeval's cap on what a .eval log unpacks to, raised for a log one trusts."""
+    p.add_argument("--inspect-max-unpacked", type=int, metavar="MIB",
+                   help=prefix + "what a .eval log may unpack to in memory, all members together, in MiB (default: 256, "
+                        "at most 4096); reading takes about 15 times that in memory (docs/inspect.md)")
 
 
 def check(args: argparse.Namespace) -> None:
     """--inspect-parser and --inspect-score say how to read --inspect-log: alone they are a mistake."""
     from guardeval.errors import InputError
 
-    for given, name in ((args.inspect_parser, "--inspect-parser"), (args.inspect_score, "--inspect-score")):
+    for given, name in ((args.inspect_parser, "--inspect-parser"), (args.inspect_score, "--inspect-score"),
+                        (args.inspect_max_unpacked, "--inspect-max-unpacked")):
         if given is not None and not args.inspect_log:
             raise InputError(f"{name} goes with --inspect-log", field=name)
 
@@ -52,7 +61,8 @@ def estimate_logs(args: argparse.Namespace, common: Mapping[str, Any]) -> Report
     from guardeval.run.folder.folder import write_into
 
     out = Path(args.out) if args.out else None
-    table = decision_table(args.inspect_log, parser=args.inspect_parser, score=args.inspect_score)
+    table = decision_table(args.inspect_log, parser=args.inspect_parser, score=args.inspect_score,
+                           max_unpacked=_cap(args))
     report = estimate(table.rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
                       n_scheduled=table.n_scheduled, complete=table.complete, **common)
     report["source"] = table.source
@@ -64,6 +74,12 @@ def estimate_logs(args: argparse.Namespace, common: Mapping[str, Any]) -> Report
     return report
 
 
+def _cap(args: argparse.Namespace) -> int | None:
+    from guardeval.inspect_logs import unpacked_cap
+
+    return unpacked_cap(args.inspect_max_unpacked)
+
+
 def compare_inputs(args: argparse.Namespace) -> list[Any]:
     """One `compare` input per --inspect-log, labelled by the guard model the log names."""
     from guardeval.estimators.compare.compare import CompareInput
@@ -71,7 +87,7 @@ def compare_inputs(args: argparse.Namespace) -> list[Any]:
 
     inputs = []
     for log in args.inspect_log:
-        t = decision_table([log], parser=args.inspect_parser, score=args.inspect_score)
+        t = decision_table([log], parser=args.inspect_parser, score=args.inspect_score, max_unpacked=_cap(args))
         inputs.append(CompareInput(t.model or Path(log).name, t.rows, t.roles or {}, t.baseline, t.placebo,
                                    t.complete, t.source))
     return inputs

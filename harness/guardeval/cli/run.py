@@ -11,6 +11,7 @@ from guardeval.cli import preflight
 from guardeval.cli.args import (
     base_url,
     bounded_reps,
+    concurrency,
     nonneg_float,
     positive_float,
     positive_int,
@@ -19,7 +20,7 @@ from guardeval.cli.args import (
     say_problems,
     seed_value,
 )
-from guardeval.errors import InputError
+from guardeval.errors import GuardevalError, InputError
 from guardeval.terminal import safe, safe_json
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def _dispatch_options(p: argparse.ArgumentParser) -> None:
     reuses what the launch was given (manifest `launch_options`) for any it is not given."""
     p.add_argument("--base-url", type=base_url,
                    help="send to this URL (http or https) instead of the guard config's base_url")
-    p.add_argument("--concurrency", type=positive_int,
+    p.add_argument("--concurrency", type=concurrency,
                    help="calls in flight at most (default: the guard config's concurrency, else 16; 1 for mlx)")
     p.add_argument("--fixed-concurrency", action=argparse.BooleanOptionalAction, default=None,
                    help="keep --concurrency fixed: no cut on 429 episodes, Retry-After honoured per call only "
@@ -153,7 +154,6 @@ def _dispatch_options(p: argparse.ArgumentParser) -> None:
 
 def check_new_run_dir(run_dir: Path) -> None:
     """The store's check, and for a folder that already holds a run, what was probably meant."""
-    from guardeval.errors import GuardevalError
     from guardeval.run.folder.create import check_new_run_dir as check
     from guardeval.run.run import Run
 
@@ -305,6 +305,10 @@ def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_ca
     run_dir = run.path
     retry = getattr(args, "retry_failed", None)
     o = _given(args)
+    try:
+        before: str | None = run.fingerprint.token   # a session with nothing to do must leave it as it is
+    except GuardevalError:
+        before = None   # a run too damaged to fingerprint: the session below says what is wrong
     result = api.resume(run, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],
                         max_cost=o["max_cost"], max_calls=max_calls, fixed_concurrency=o["fixed_concurrency"],
                         progress=not args.no_progress, row_limits=row_limits(args),
@@ -335,8 +339,11 @@ def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_ca
     # Written down elsewhere, the fingerprint pins this log: `verify --expect` checks it later.
     print(f"guardeval: fingerprint {result.fingerprint} (keep it with your results; "
           f"`guardeval verify RUN --expect {result.fingerprint}` checks the run against it)", file=sys.stderr)
-    if result.session_dispatched == 0 and not result.recovered:
-        # The token pins events.jsonl too, and every session appends its start and stop there.
+    if result.fingerprint == before:
+        print("guardeval: nothing to send, recover or retry: the run was left as it was (the same fingerprint)",
+              file=sys.stderr)
+    elif result.session_dispatched == 0 and not result.recovered:
+        # The token pins events.jsonl too, and a session that did something appends its start and stop there.
         print("guardeval: nothing was sent; the fingerprint still moved on: it pins the sessions' log "
               "(events.jsonl), to which this session added its start and stop. The answers and decisions are "
               "unchanged (its first two numbers, the attempts and decisions, are the same)", file=sys.stderr)

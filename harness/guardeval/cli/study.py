@@ -11,6 +11,7 @@ from guardeval.cli import preflight
 from guardeval.cli.args import (
     bootstrap_n,
     bounded_reps,
+    concurrency,
     name_list,
     nonneg_float,
     positive_float,
@@ -42,7 +43,7 @@ def _dispatch_options(p: argparse.ArgumentParser, *, per_guard: bool = True) -> 
     def each(v: str) -> str:
         return f"; {v} for every guard, or LABEL={v} for one, repeatable" if per_guard else ""
 
-    kind = str if per_guard else positive_int
+    kind = str if per_guard else concurrency
     p.add_argument("--concurrency", action="append" if per_guard else "store", type=kind, metavar="N",
                    help="calls in flight at most (default: the guard config's concurrency, else 16" + each("N") + ")")
     p.add_argument("--rpm", action="append" if per_guard else "store", type=str if per_guard else positive_float,
@@ -189,7 +190,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                              fixed_concurrency=args.fixed_concurrency, rate_limit_stop_s=args.rate_limit_stop,
                              max_calls=args.max_calls, max_cost=args.max_cost, row_limits=row_limits(args))
     names = planned.labels
-    planned._plan.set_options(concurrency=_per_guard(args.concurrency, "--concurrency", positive_int),
+    planned._plan.set_options(concurrency=_per_guard(args.concurrency, "--concurrency", concurrency),
                               rpm=_per_guard(args.rpm, "--rpm", positive_float),
                               fixed_concurrency=args.fixed_concurrency, rate_limit_stop_s=args.rate_limit_stop,
                               max_calls=args.max_calls, max_cost=args.max_cost,
@@ -300,7 +301,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             retry = list(parse_statuses(args.retry_failed))
         except ValueError as exc:
             raise InputError(str(exc), field="--retry-failed") from None
-    result = api.study_resume(args.study, concurrency=_per_guard(args.concurrency, "--concurrency", positive_int),
+    result = api.study_resume(args.study, concurrency=_per_guard(args.concurrency, "--concurrency", concurrency),
                               rpm=_per_guard(args.rpm, "--rpm", positive_float),
                               fixed_concurrency=args.fixed_concurrency, rate_limit_stop_s=args.rate_limit_stop,
                               max_cost=args.max_cost,

@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
     p.add_argument("run", metavar="RUN", help="run folder")
     p.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv",
                    help="file format (parquet needs the parquet extra)")
-    p.add_argument("--out", metavar="FILE", help="file to write, - for stdout (default: RUN/calls.FORMAT)")
+    p.add_argument("--out", metavar="FILE|DIR", help="file to write (or a folder: calls.FORMAT in it; a run on a read-only mount is "
+                        "exported so), - for stdout (default: RUN/calls.FORMAT)")
     p.add_argument("--no-verify", action="store_true",
                    help="export without checking the run first (said on stderr); by default a run that does not "
                         "verify is not exported")
@@ -69,6 +70,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from guardeval.view.export import export
 
     run = Run.open(args.run)
+    if args.out is None and not run.folder.writable():
+        from guardeval.run.folder.folder import NotWritable
+
+        raise NotWritable(run.path, f"calls.{args.format}")   # said before the run is read, not after
     run.manifest   # noqa: B018 -- read to check it: a manifest no reader takes is bad input (exit 2), as for every other reader
     # The frame is the run's data as others will analyse it: a run that does not verify is not
     # exported unless asked, as `estimate` refuses to estimate it.

@@ -165,12 +165,13 @@ def _log_rows(lf: LogFile, parser: str | None, score: str | None, roles: dict[st
     return rows, scheduled, complete
 
 
-def decision_table(paths: list[str | Path], *, parser: str | None = None, score: str | None = None) -> InspectTable:
+def decision_table(paths: list[str | Path], *, parser: str | None = None, score: str | None = None,
+                   max_unpacked: int | None = None) -> InspectTable:
     """The decision table of the guard run the logs hold (one or more logs of one guard: their
     calls together, each (base, condition, repetition) once)."""
     if parser is not None and score is not None:
         raise InputError("give --inspect-parser or --inspect-score, not both", field="--inspect-score")
-    files = read_logs(paths)
+    files = read_logs(paths, max_unpacked=max_unpacked)
     roles: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     where_of: list[str] = []

@@ -67,9 +67,10 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
                  allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
-                 margin: float = 0.05, alpha: float = 0.05) -> Report:
+                 margin: float = 0.05, alpha: float = 0.05, out: Path | None = None) -> Report:
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
-    `write`, report.json, report.md and effects.png go into the run folder."""
+    `write`, report.json, report.md and effects.png go into the run folder (into `out`, a
+    folder of their own, when given)."""
     run = Run.open(path).folder   # one folder for the verification, the table and the reports
     verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
     run, table, rows = load_run(run, row_limits)
@@ -99,7 +100,7 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
         from guardeval.estimators.report.report import write_reports
         from guardeval.run.folder.answered import answered_by, run_title
 
-        write_reports(report, run, title=run_title(m, answered_by(run)))
+        write_reports(report, run if out is None else out, title=run_title(m, answered_by(run)))
     return report
 
 

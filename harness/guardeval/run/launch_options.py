@@ -22,11 +22,26 @@ FIELD = "launch_options"
 # name -> the CLI flag that sets it
 FLAGS = {"concurrency": "--concurrency", "fixed_concurrency": "--fixed-concurrency", "rpm": "--rpm",
          "max_cost": "--max-cost", "rate_limit_stop_s": "--rate-limit-stop"}
+# Calls in flight at most: far past any provider's limit, small enough for the dispatcher's tables.
+MAX_CONCURRENCY = 1_000_000
+# What each option takes, said where a value out of range is refused.
+RANGES = {"concurrency": f"an integer from 1 to {MAX_CONCURRENCY:,}", "fixed_concurrency": "true or false",
+          "rpm": "a finite number > 0", "max_cost": "a finite number >= 0 (USD)",
+          "rate_limit_stop_s": "a finite number of seconds > 0"}
 
 
 def record(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The manifest's `launch_options` from what the command line gave (None: not given)."""
+    """The manifest's `launch_options` from what the command line (or the API) gave (None: not
+    given); a value out of range is refused naming its option and range (InputError, exit 2)."""
+    check_given(given)
     return {name: given.get(name) for name in FLAGS}
+
+
+def check_given(given: Mapping[str, Any]) -> None:
+    """InputError naming the option (`--concurrency`) and its range for a value it cannot take."""
+    for name, flag in FLAGS.items():
+        if not _check(name, given.get(name)):
+            raise InputError(f"{flag} {given[name]!r:.40}: out of range (takes {RANGES[name]})", field=flag)
 
 
 def _check(name: str, value: Any) -> bool:
@@ -37,7 +52,7 @@ def _check(name: str, value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     if name == "concurrency":
-        return isinstance(value, int) and 1 <= value <= 1_000_000
+        return isinstance(value, int) and 1 <= value <= MAX_CONCURRENCY
     if not math.isfinite(value):
         return False
     return value >= 0 if name == "max_cost" else value > 0
@@ -55,7 +70,8 @@ def recorded(manifest: Mapping[str, Any], path: Path) -> dict[str, Any]:
         if name not in FLAGS:
             raise InputError(f"unknown option {name!r}", path=path, field=FIELD)
         if not _check(name, value):
-            raise InputError("not a valid value for " + FLAGS[name], path=path, field=f"{FIELD}.{name}")
+            raise InputError(f"not a valid value for {FLAGS[name]} (it takes {RANGES[name]})", path=path,
+                             field=f"{FIELD}.{name}")
         if value is not None:
             out[name] = value
     return out
@@ -63,7 +79,8 @@ def recorded(manifest: Mapping[str, Any], path: Path) -> dict[str, Any]:
 
 def merged(given: Mapping[str, Any], launch: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Each option from the command line when given there, else the launch's; with the flags
-    taken from the launch, for a message."""
+    taken from the launch, for a message. A given value out of range: InputError naming its option."""
+    check_given(given)
     out: dict[str, Any] = {}
     reused: list[str] = []
     for name, flag in FLAGS.items():

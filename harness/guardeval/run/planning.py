@@ -332,10 +332,12 @@ def refuse_short_key(config: GuardConfig, where: str | Path | None = None) -> No
                          path=where, field="api_key_env")
 
 
-def materialise(plan: Plan, run_dir: Path) -> None:
+def materialise(plan: Plan, run_dir: Path, *, parent: RunFolder | None = None) -> None:
+    """The plan's run folder at `run_dir` (with `parent`: `run_dir.name` inside that open folder,
+    a study's `runs/`, through its descriptor: `create_run_dir`)."""
     require_key(plan.config, plan.config.source)
     plan.manifest = create_run_dir(run_dir, manifest=plan.manifest, cohort=plan.cohort, fill=plan.write,
-                                   prompt_files=plan.prompt.files)
+                                   prompt_files=plan.prompt.files, parent=parent)
 
 
 def materialise_in(plan: Plan, parent: RunFolder, name: str) -> None:

@@ -74,10 +74,13 @@ class Run:
 
     @classmethod
     def open(cls, run: Run | RunLike) -> Run:
-        """The one way to open a run (InputError, exit 2: no such folder, a link, no manifest.json)."""
+        """The one way to open a run (InputError, exit 2: no such folder, a link, no manifest.json;
+        a Run or RunFolder already closed, which reads nothing: open its path again)."""
         if isinstance(run, Run):
+            run.folder.require_open("Run")
             return run
         if isinstance(run, RunFolder):
+            run.require_open("RunFolder")
             return cls._checked(run, owns=False)
         return cls._checked(RunFolder(run), owns=True)
 
@@ -177,6 +180,7 @@ class Run:
         """`guardeval status`: decided and pending calls, spend, state."""
         from guardeval.run.status import run_status
 
+        self._folder.require_open("Run")
         return run_status(self._folder)
 
     def verify(self, *, allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
@@ -184,6 +188,7 @@ class Run:
         """`guardeval verify`: every hash, the chain, every decision (`expect`: a parsed token)."""
         from guardeval.run.integrity.verify import verify_run
 
+        self._folder.require_open("Run")   # a closed Run is not a damaged run
         return verify_run(self._folder, allow_skipped=allow_skipped, row_limits=row_limits, expect=expect)
 
     def resume_options(self, given: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -200,6 +205,7 @@ class Run:
         recorded budget, rate or limit applies to every resume, whoever calls it."""
         from guardeval.run.runner import execute
 
+        self._folder.require_open("Run")
         o, _ = self.resume_options({"concurrency": concurrency, "fixed_concurrency": fixed_concurrency, "rpm": rpm,
                                     "max_cost": max_cost, "rate_limit_stop_s": rate_limit_stop_s})
         return execute(self._folder, base_url=base_url, concurrency=o["concurrency"], rpm=o["rpm"],

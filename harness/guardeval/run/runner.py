@@ -90,11 +90,12 @@ class Session:
     cohort: Cohort
     parser: Any
     rows: Iterable[dict[str, Any]]
-    total: int                  # the calls this session may decide (retries included)
+    total: int                  # the run's calls (what the progress counts to)
     options: DispatchOptions    # may be changed before `dispatch` (handle_signals, progress, budget_type)
     already: int
     spent: float
     unpriced: Unpriced
+    retrying: int = 0           # decided calls tried again (`--retry-failed`), counted apart
     dispatcher: Dispatcher | None = None   # set once `dispatch` has begun
     result: DispatchResult | None = None
     outcome: RunOutcome | None = None      # set when the session has closed
@@ -108,6 +109,7 @@ class Session:
                                          instance_for=lambda r: cohort.instance(r["base_id"], r["condition"]),
                                          parser=self.parser, options=self.options)
             self.result = await self.dispatcher.run(self.rows, total=self.total, already=self.already,
+                                                    retrying=self.retrying,
                                                     spent_before=self.spent, unpriced_before=self.unpriced)
             return self.result
         finally:
@@ -166,9 +168,14 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
             pending = PendingRows(folder, state.decided, cohort)
             sources: list[PendingRows] = [pending]
             rows: Iterable[dict[str, Any]] = pending
-            writer.event("start", pending=total - len(state.decided), total=total,
-                         torn=[p.name for p in state.torn], recovered=recovered + retry.recovered,
-                         **({"callable": code} if code is not None else {}))
+            # A session with nothing to send, recover or retry leaves the run as it was: no start
+            # and stop in events.jsonl (so a fingerprint written down stays true), no progress line.
+            idle = (total == len(state.decided) and not retry.n_targets and not (recovered + retry.recovered)
+                    and not state.torn)
+            if not idle:
+                writer.event("start", pending=total - len(state.decided), total=total,
+                             torn=[p.name for p in state.torn], recovered=recovered + retry.recovered,
+                             **({"callable": code} if code is not None else {}))
             if retry.targets is not None and retry.n_targets:
                 # Undecided calls first, then the retries (a later measurement either way).
                 again = PendingRows(folder, supersede.NotTargeted(retry.targets), cohort)
@@ -179,12 +186,12 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
                 concurrency=concurrency or config.concurrency or _default_concurrency(config), rpm=rpm,
                 max_cost=max_cost, max_calls=max_calls, max_attempts=config.max_attempts,
                 retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s, prices=_prices(config),
-                progress=progress, handle_signals=handle_signals, adaptive=adaptive,
+                progress=progress and not idle, handle_signals=handle_signals, adaptive=adaptive,
                 simulated_spend=config.is_simulated,
                 rate_limit_stop_s=rate_limit_stop_s or DEFAULT_RATE_LIMIT_STOP_S,
                 max_response_bytes=config.max_response_bytes)
-            s = Session(folder, config, prompt, writer, cohort, parser, rows, total + retry.n_targets, options,
-                        len(state.decided), state.spent, state.unpriced)
+            s = Session(folder, config, prompt, writer, cohort, parser, rows, total, options,
+                        len(state.decided), state.spent, state.unpriced, retrying=retry.n_targets)
             yield s
             result = s.result
             assert result is not None, "a session's dispatch must run before it closes"
@@ -192,13 +199,14 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
             try:
                 # A pilot's stop says so: `status` must not read it as every pending call handled.
                 pilot = result.stop_reason is None and max_calls is not None and decided < total
-                writer.event("stop", reason="max_calls" if pilot else result.stop_reason, decided=decided, total=total,
-                             adaptive=adaptive, min_concurrency=result.min_concurrency,
-                             rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
-                             limit_restores=result.limit_restores, background_429=result.background_429,
-                             last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
-                             fatal=result.fatal_message, retried=result.retried,
-                             answered_by=dict(writer.answered))
+                if not (idle and result.dispatched == 0):   # nothing happened: nothing to record
+                    writer.event("stop", reason="max_calls" if pilot else result.stop_reason, decided=decided,
+                                 total=total, adaptive=adaptive, min_concurrency=result.min_concurrency,
+                                 rate_limited=result.rate_limited, limit_cuts=result.limit_cuts,
+                                 limit_restores=result.limit_restores, background_429=result.background_429,
+                                 last_seq=state.last_seq, last_raw_sha256=state.last_raw_sha,
+                                 fatal=result.fatal_message, retried=result.retried,
+                                 answered_by=dict(writer.answered))
             except WriteFailed:
                 pass   # the stop event is informational; the dispatcher has already stopped on this
         finally:

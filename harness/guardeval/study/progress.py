@@ -37,8 +37,8 @@ class StudyDisplay:
 
         class GuardLine(RunProgress):
             def __init__(self, total: int, already: int = 0, *, enabled: bool = True,
-                         simulated_spend: bool = False, **_: Any) -> None:
-                super().__init__(total, already, enabled=False, simulated_spend=simulated_spend)
+                         simulated_spend: bool = False, retrying: int = 0, **_: Any) -> None:
+                super().__init__(total, already, enabled=False, simulated_spend=simulated_spend, retrying=retrying)
                 display.lines[label] = self
 
             def __enter__(self) -> GuardLine:

@@ -186,10 +186,15 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
         plan.manifest[launch_options.FIELD] = launch_options.record({
             "concurrency": o.concurrency, "fixed_concurrency": o.fixed_concurrency, "rpm": o.rpm,
             "max_cost": guard_max_cost, "rate_limit_stop_s": o.rate_limit_stop_s})
-        from guardeval.run.folder.create import remove_stale_partials
-
-        remove_stale_partials(study.file(RUNS_DIR))
-        materialise(plan, study.file(f"{RUNS_DIR}/{name}"))
+        # Through the study's descriptor, as `study launch` does: runs/ opened never through a
+        # link, the run built and renamed inside the folder opened, and that folder still the
+        # study's runs/ before the record names the run (a link swapped in meanwhile: refused).
+        with study.folder(RUNS_DIR) as runs:
+            materialise(plan, runs.file(name), parent=runs)
+            with study.folder(RUNS_DIR) as now:
+                if now.identity() != runs.identity():
+                    raise InputError("was replaced while the new run was being created; the study's record is "
+                                     "unchanged", path=study.file(RUNS_DIR))
         if plan.manifest["schedule_sha256"] != record["schedule"]["sha256"]:
             raise CheckFailed("the new run's schedule is not the study's (the first run changed meanwhile?)")
         per_guard = dict(record["budget"]["per_guard"])

@@ -17,9 +17,9 @@ from typing import IO, Any, BinaryIO
 import orjson
 
 from guardeval.errors import InputError
-from guardeval.run.folder.folder import write_into
+from guardeval.run.folder.folder import NotWritable, write_into
 from guardeval.view.calls import EXPORT_COLUMNS, RunCalls
-from guardeval.view.files import out_file
+from guardeval.view.files import out_file, report_folder
 
 FORMATS = ("csv", "jsonl", "parquet")
 _INTS = ("repetition", "label", "decision", "attempts", "retry_round")
@@ -59,8 +59,9 @@ def parquet_table(rows: list[dict[str, Any]]) -> Any:
 
 
 def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
-    """Write the frame to `out` (default `<run>/calls.<fmt>`; "-" is stdout for csv and jsonl).
-    Returns the file written (None for stdout)."""
+    """Write the frame to `out` (default `<run>/calls.<fmt>`; a folder: `calls.<fmt>` in it; "-" is
+    stdout for csv and jsonl). Returns the file written (None for stdout). A run folder that
+    cannot be written (a read-only mount) without `out`: refused (InputError)."""
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})", field="format")
     rows = export_rows(calls)
@@ -74,6 +75,10 @@ def export(calls: RunCalls, fmt: str, out: str | Path | None) -> Path | None:
             write_jsonl(rows, sys.stdout.buffer)
             sys.stdout.buffer.flush()
         return None
+    if out is not None and Path(out).is_dir():
+        out = report_folder(out) / f"calls.{fmt}"   # a folder of its own, never another run's
+    elif out is None and not calls.folder.writable():
+        raise NotWritable(calls.run, f"calls.{fmt}")
     target = out_file(out, calls.run / f"calls.{fmt}") if out is not None else None
     table = parquet_table(rows) if fmt == "parquet" else None
 

@@ -41,10 +41,31 @@ def compare_folder(out: str | Path | None, runs: Sequence[Path]) -> Path:
     else:
         names = [r.name for r in runs[:2]] + ([f"and-{len(runs) - 2}-more"] if len(runs) > 2 else [])
         target = runs[0].parent / "-".join(["compare", *names])
+        writable_beside(target, "compare.md, compare.html and compare.png")
     if _holds_run(target):
         raise InputError("holds a run: compare writes into a folder of its own (give --out another folder)",
                          path=target, field="out")
     return target
+
+
+def report_folder(out: str | Path) -> Path:
+    """`estimate RUN --out DIR`: the folder a run's reports go into instead of the run (a run on a
+    read-only mount is estimated so). A folder of its own, never a run's: its report.json would
+    then claim to be that run's (exit 2, before any work)."""
+    target = out_folder(out)
+    if _holds_run(target):
+        raise InputError("holds a run: --out names a folder of its own for the reports (give another folder)",
+                         path=target, field="out")
+    return target
+
+
+def writable_beside(folder: Path, what: str) -> None:
+    """InputError (exit 2, before any work) when `what` would go into `folder`, beside a run, and
+    this process cannot create it there (a read-only mount): `--out DIR` writes it elsewhere."""
+    parent = next((p for p in (folder, *folder.parents) if p.is_dir()), None)
+    if parent is not None and not os.access(parent, os.W_OK):
+        raise InputError(f"is not writable (a read-only mount, or another user's folder), so {what} cannot go "
+                         "there: name a folder for the outputs with --out DIR", path=parent, field="out")
 
 
 def _holds_run(target: Path) -> bool:

@@ -313,10 +313,11 @@ def conditions(names: list[str], tok: Tokenizer | None = None) -> list[Condition
 def build_inspect(logs: list[str | Path], out: str | Path, *, tool_calls: str | None = None,
                   condition_names: str | None = None, domain_field: str | None = None,
                   labelling: Labelling | None = None, skip_bad_samples: bool = False,
-                  tokenizer_file: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+                  tokenizer_file: str | Path | None = None,
+                  max_unpacked: int | None = None) -> tuple[Path, dict[str, Any]]:
     selection = Selection.parse(tool_calls)
     tok = tokenizer(tokenizer_file)
-    files = read_logs(logs)
+    files = read_logs(logs, max_unpacked=max_unpacked)
     stats = Stats()
     bases: list[dict[str, Any]] = []
     for lf, prefix in zip(files, _prefixes(files)):

@@ -9,7 +9,10 @@ one of them collapses the limit to 1.
 The controller cuts as it always did (a 429 to an attempt sent after the last cut cuts the limit
 to what the provider was serving at once, by Little's law, and by at least 10%; it grows back by
 about one request per round trip while it binds) and watches what its cuts do. Cuts in a row
-that bring the limit to half of where they began are a test. Under load, half the level is
+that bring the limit to half of where they began are a test. Where they began is the most
+attempts that were in flight at once where the cuts began, not the limit: a client that cannot
+fill its limit (a slow or busy machine, few calls left) never sent at that level, and halving
+an unused limit leaves the attempts in flight, and their 429s, where they were. Under load, half the level is
 below the cap (unless more than half of the attempts were refused where the cuts began: then
 they simply stand), so the 429 fraction must fall to a third of what it was or less; background
 keeps it where it was.
@@ -197,8 +200,14 @@ class _Chain:
     since: float            # its epoch began then: attempts sent from then until `at` are `reference`
     at: float               # time of the first cut
     reference: Tally        # outcomes of attempts sent at `above`
-    test_since: float | None = None   # when the limit reached half of `above` and the test began
+    peak: int = 0           # the most attempts in flight at once among `reference`'s
+    test_since: float | None = None   # when the limit reached half of the level and the test began
     test: Tally = field(default_factory=Tally)   # outcomes of attempts sent since
+
+    @property
+    def level(self) -> float:
+        """The level the cuts are tested against: what was in flight where they began."""
+        return min(self.above, float(self.peak)) if self.peak else self.above
 
 
 class RateController:
@@ -217,7 +226,7 @@ class RateController:
         self.min_capacity = capacity_of(self.limit)
         self._background = Tally()  # outcomes that proved to be background (its rate: `background`)
         self._epoch = -math.inf     # time of the last cut or restore: attempts sent before are another level
-        self._window: deque[bool] = deque()   # recent outcomes of this epoch (True = 429)
+        self._window: deque[tuple[bool, int]] = deque()   # recent outcomes of this epoch (429?, in flight at send)
         self._window_429 = 0
         self._chain: _Chain | None = None
         self._ceiling: float | None = None    # requests served at once when the last cut measured it
@@ -234,10 +243,11 @@ class RateController:
         return self._background.limited / self._background.n if self._background.n else None
 
     # -- events ------------------------------------------------------------------------------
-    def answered(self, sent: float, now: float, *, saturated: bool) -> None:
-        """An answer that was not a 429; `saturated`: the gate was full (the limit binds)."""
+    def answered(self, sent: float, now: float, *, saturated: bool, in_flight: int | None = None) -> None:
+        """An answer that was not a 429; `saturated`: the gate was full (the limit binds);
+        `in_flight`: attempts in flight when it was sent, itself included (default: the limit)."""
         self.meter.add(now, now - sent)
-        self._count(sent, now, limited=False)
+        self._count(sent, now, limited=False, in_flight=in_flight)
         chain = self._chain
         if not saturated or self.limit >= self.max_limit or (chain is not None and chain.test_since is not None):
             return   # an unused limit is no evidence of headroom; a level under test holds still
@@ -248,9 +258,9 @@ class RateController:
         if chain is not None and self.limit >= chain.above:
             self._chain = None      # grown back to where the cuts began: they are over
 
-    def rate_limited(self, sent: float, now: float) -> bool:
+    def rate_limited(self, sent: float, now: float, *, in_flight: int | None = None) -> bool:
         """A 429. True when it is taken for load (its Retry-After should pause every attempt)."""
-        self._count(sent, now, limited=True)
+        self._count(sent, now, limited=True, in_flight=in_flight)
         if self._explained_by_background():
             return False
         # Sent before the last cut (or restore): part of what that change already answered. A
@@ -261,17 +271,19 @@ class RateController:
         return True
 
     # -- internals ---------------------------------------------------------------------------
-    def _count(self, sent: float, now: float, *, limited: bool) -> None:
+    def _count(self, sent: float, now: float, *, limited: bool, in_flight: int | None) -> None:
         """File an outcome under the level its attempt was sent at, and review the cuts."""
         self._latency += ((now - sent) - self._latency) / 8 if self._latency else now - sent
+        level = self.capacity if in_flight is None else in_flight
         chain = self._chain
         if chain is not None and chain.since <= sent < chain.at:
             chain.reference.add(limited)    # sent before the first cut, answered after it
+            chain.peak = max(chain.peak, level)
         if sent >= self._epoch:
-            self._window.append(limited)
+            self._window.append((limited, level))
             self._window_429 += limited
             while len(self._window) > max(WINDOW_MIN, WINDOW_ROUND_TRIPS * self.capacity):
-                self._window_429 -= self._window.popleft()
+                self._window_429 -= self._window.popleft()[0]
             if chain is not None and chain.test_since is not None:
                 chain.test.add(limited)
         if chain is not None:
@@ -306,11 +318,17 @@ class RateController:
             # likelihood is that of the sequence, whichever 429 stopped it), then the attempts
             # still in flight. Once a background is known, the cut was chosen by a test on the
             # whole window, which would flatter it: only attempts still in flight count.
-            reference = Tally() if self._background.n else Tally(n=len(self._window), limited=self._window_429)
-            self._chain = _Chain(above=above, since=self._epoch, at=now, reference=reference)
+            whole = not self._background.n   # with a background known, only attempts still in flight
+            reference = Tally(n=len(self._window), limited=self._window_429) if whole else Tally()
+            peak = max((level for _, level in self._window), default=0) if whole else 0
+            self._chain = _Chain(above=above, since=self._epoch, at=now, reference=reference, peak=peak)
         self._new_epoch(now)
-        if self.limit <= self._chain.above * TEST_DEPTH:
-            self._chain.test_since = now
+        self._begin_test(self._chain, now)
+
+    def _begin_test(self, chain: _Chain, now: float) -> None:
+        """The cuts are tested once the limit is half the level they began at (or less)."""
+        if chain.test_since is None and self.limit <= chain.level * TEST_DEPTH:
+            chain.test_since = now
 
     def _review(self, chain: _Chain, now: float) -> None:
         """End the chain of cuts, keeping or undoing them, once the evidence allows."""
@@ -330,6 +348,7 @@ class RateController:
         if background is not None and binomial_tail(ref.limited, ref.n, background) >= ALPHA_SAME:
             self._restore(chain, now)   # no more 429s than background where the cuts began: a false alarm
             return
+        self._begin_test(chain, now)   # the level may prove lower as the reference's last answers come in
         if chain.test_since is None:
             return
         p_ref = ref.rate()

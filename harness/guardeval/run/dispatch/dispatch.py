@@ -41,7 +41,7 @@ from guardeval.run.dispatch.progress import RunProgress
 from guardeval.run.dispatch.room import Room
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S, GuardErrors, Stalls
 from guardeval.run.folder import supersede
-from guardeval.run.folder.layout import RAW, utcnow
+from guardeval.run.folder.layout import utcnow
 from guardeval.run.folder.records import Attempt
 from guardeval.run.folder.writer import RunWriter
 
@@ -176,7 +176,7 @@ class Dispatcher:
         self._guard_errors = GuardErrors()
         self._guard_failed: set[str] = set()    # calls in flight whose guard already failed once
         self._halted = anyio.Event()    # set by a stop in HALTS: waiting calls give up at once
-        self._room = Room(writer.folder.path, writer.folder.file(RAW), options.max_response_bytes)
+        self._room = Room(writer.folder, options.max_response_bytes)
         self._largest_request = 8 << 10     # before the first body is rendered
         # Adaptive concurrency: a gate on attempts in flight, its limit set by the controller.
         self._control = RateController(max(1, options.concurrency))
@@ -188,12 +188,13 @@ class Dispatcher:
 
     # -- public ------------------------------------------------------------------------------
     async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
-                  spent_before: float = 0.0, unpriced_before: Unpriced | None = None) -> DispatchResult:
+                  spent_before: float = 0.0, unpriced_before: Unpriced | None = None,
+                  retrying: int = 0) -> DispatchResult:
         self.budget = self.opt.budget_type(self.opt.max_cost, self.opt.prices, spent=spent_before,
                                            unpriced=unpriced_before)
         limiter = anyio.Semaphore(max(1, self.opt.concurrency))
         with self.opt.progress_type(total, already, enabled=self.opt.progress,
-                                    simulated_spend=self.opt.simulated_spend) as progress:
+                                    simulated_spend=self.opt.simulated_spend, retrying=retrying) as progress:
             self.progress = progress
             progress.spend = self.budget.total
             if self.opt.max_calls is not None:
@@ -402,6 +403,7 @@ class Dispatcher:
                 self._halt("no_room", short or "")
             raise _CircuitOpen()
         started, t0 = utcnow(), time.monotonic()
+        in_flight = self._gate.active   # this attempt included: the level the provider sees it at
         try:
             try:
                 reply = await self.guard.send(body, call_id)
@@ -411,7 +413,7 @@ class Dispatcher:
             if (stall := self._stalls.failed(exc.error_class, str(exc))) is not None:
                 self._halt(*stall)
             if exc.error_class == "http_429":
-                self._on_rate_limited(t0, exc.retry_after)
+                self._on_rate_limited(t0, exc.retry_after, in_flight)
             # While the provider looks down (or refuses everything), a call's last failure is not
             # final: it stays pending for `resume` instead of being written off as `exhausted`.
             final = last and not self._halted.is_set()
@@ -444,13 +446,13 @@ class Dispatcher:
             raise
         except CallFailed as exc:
             self._stalls.answered()
-            self._answered(t0)
+            self._answered(t0, in_flight)
             rec = self._record(call_id, body, request_sha, started=started, t0=t0, outcome="call_failed",
                                final=True, exc=exc)
             self._finish(rec)
             return
         self._stalls.answered()
-        self._answered(t0)
+        self._answered(t0, in_flight)
         if not last and _empty_answer(reply) and call_id not in self._empty_retried:
             # Documented: a provider warming up may answer with no content. Retried once; a
             # second empty answer is scored (unparseable) like any other.
@@ -476,18 +478,18 @@ class Dispatcher:
                 return
             self._gate.release()
 
-    def _answered(self, t0: float) -> None:
+    def _answered(self, t0: float, in_flight: int) -> None:
         """An answer that was not a rate limit: the controller may grow the limit."""
         if self.opt.adaptive:
-            self._control.answered(t0, time.monotonic(), saturated=self._gate.saturated)
+            self._control.answered(t0, time.monotonic(), saturated=self._gate.saturated, in_flight=in_flight)
             self._follow_limit()
 
-    def _on_rate_limited(self, t0: float, retry_after: float | None) -> None:
+    def _on_rate_limited(self, t0: float, retry_after: float | None, in_flight: int) -> None:
         self.result.rate_limited += 1
         if not self.opt.adaptive:
             return
         now = time.monotonic()
-        if self._control.rate_limited(t0, now) and retry_after:
+        if self._control.rate_limited(t0, now, in_flight=in_flight) and retry_after:
             self._pause_until = max(self._pause_until, now + min(retry_after, self.opt.retry_max_s))
         self._follow_limit()
 
@@ -578,7 +580,8 @@ class Dispatcher:
         self.result.decided += 1
         self.result.statuses[st] = self.result.statuses.get(st, 0) + 1
         if self.progress is not None:
-            self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None)
+            self.progress.call_done(failed=st != "ok", quarantined=decision["quarantine_reason"] is not None,
+                                    retried=old is not None)
 
 
 def _empty_answer(reply: Reply) -> bool:

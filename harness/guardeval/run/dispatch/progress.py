@@ -17,8 +17,12 @@ PLAIN_WIDTH = 80
 
 class RunProgress:
     def __init__(self, total: int, already: int = 0, *, stream: TextIO | None = None,
-                 enabled: bool = True, plain_every_s: float = 5.0, simulated_spend: bool = False) -> None:
+                 enabled: bool = True, plain_every_s: float = 5.0, simulated_spend: bool = False,
+                 retrying: int = 0) -> None:
         self.total, self.done = total, already
+        # `resume --retry-failed`: calls decided before, tried again; counted apart, so the calls'
+        # count never passes the run's size.
+        self.retrying, self.retried = retrying, 0
         self.retries = self.failures = self.quarantined = 0
         self.spend = 0.0
         self._simulated = simulated_spend
@@ -54,17 +58,19 @@ class RunProgress:
 
     def rate(self) -> float:
         elapsed = time.monotonic() - self._t0
-        return (self.done - self._start_done) / elapsed if elapsed > 0 else 0.0
+        return (self.done - self._start_done + self.retried) / elapsed if elapsed > 0 else 0.0
 
     def line(self, width: int, *, bar: bool = True) -> str:
         """The progress line in at most `width` columns. Most important first: the count, the rate,
         the ETA and the spend; then the other counters, shortened if need be; then a bar."""
         r = self.rate()
         until = self.total if self.goal is None else min(self.goal, self.total)
-        eta = _clock(max(0, until - self.done) / r) if r > 0 else "?"
+        left = max(0, until - self.done) + max(0, self.retrying - self.retried)
+        eta = _clock(left / r) if r > 0 else "?"
         wire = f" {self.wire}" if self.wire else ""
         pilot = f" (pilot to {until})" if until < self.total else ""
-        head = f"{self.done}/{self.total} calls{pilot} {r:.1f}/s{wire} ETA {eta}"
+        again = f" + {self.retried}/{self.retrying} retried" if self.retrying else ""
+        head = f"{self.done}/{self.total} calls{again}{pilot} {r:.1f}/s{wire} ETA {eta}"
         spend = f"${self.spend:.4f}" + (" simulated" if self._simulated else "")
         for tail in (f"{self.retries} retries · {self.failures} failed · {self.quarantined} quarantined · {spend}",
                      f"retr {self.retries} fail {self.failures} quar {self.quarantined} {spend}",
@@ -95,8 +101,11 @@ class RunProgress:
             print(f"progress: {self.summary()}", file=self._stream, flush=True)
 
     # Counters; the dispatcher calls these.
-    def call_done(self, *, failed: bool, quarantined: bool) -> None:
-        self.done += 1
+    def call_done(self, *, failed: bool, quarantined: bool, retried: bool = False) -> None:
+        if retried:
+            self.retried += 1
+        else:
+            self.done += 1
         self.failures += int(failed)
         self.quarantined += int(quarantined)
         self.refresh()

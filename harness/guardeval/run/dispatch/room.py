@@ -1,8 +1,9 @@
 """Room to record answers, checked before a call is sent (docs/design.md §7).
 
 An answer that cannot be logged has been paid for and is lost, so no attempt is sent unless
-the run folder can take its raw line: the free space of its disk (`statvfs`, what this user
-may write) and, under a file-size limit (`ulimit -f`, `RLIMIT_FSIZE`), what `raw.jsonl` may
+the run folder can take its raw line: the free space of its disk (`fstatvfs` of the folder's
+descriptor, what this user may write: a folder renamed meanwhile, or a guard's `os.chdir`, does
+not change which disk is asked) and, under a file-size limit (`ulimit -f`, `RLIMIT_FSIZE`), what `raw.jsonl` may
 still grow by. An attempt's line is its request body plus room for the answer: twice the
 largest answer this session has seen, at least 16 KiB, at most the config's
 `max_response_bytes`.
@@ -10,10 +11,12 @@ largest answer this session has seen, at least 16 KiB, at most the config's
 
 from __future__ import annotations
 
-import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
+
+from guardeval.run.folder.folder import RunFolder
+from guardeval.run.folder.layout import RAW
 
 MIN_ANSWER_ROOM = 16 << 10
 LINE_OVERHEAD = 2 << 10         # the raw line's other fields, its decision line, an event now and then
@@ -43,8 +46,8 @@ class Space:
 class Room:
     """Whether `n` more attempts of about `request_bytes` each fit in the run folder."""
 
-    def __init__(self, run_dir: Path, raw: Path, max_response_bytes: int) -> None:
-        self.run_dir, self.raw = run_dir, raw
+    def __init__(self, folder: RunFolder, max_response_bytes: int) -> None:
+        self.folder, self.raw = folder, folder.file(RAW)
         self.max_response_bytes = max_response_bytes
         self.largest_answer = 0
 
@@ -56,16 +59,11 @@ class Room:
         return request_bytes + answer + LINE_OVERHEAD
 
     def space(self) -> Space:
-        st = os.statvfs(self.run_dir)
-        disk = st.f_bavail * st.f_frsize
+        disk = self.folder.free_space()
         soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
         if soft == resource.RLIM_INFINITY:
             return Space(disk, None)
-        try:
-            size = self.raw.stat().st_size
-        except FileNotFoundError:
-            size = 0
-        return Space(disk, soft - size)
+        return Space(disk, soft - self.folder.size(RAW))
 
     def shortfall(self, n: int, request_bytes: int) -> str | None:
         """None when `n` attempts fit; else why not, for the stop message."""

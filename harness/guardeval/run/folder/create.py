@@ -37,8 +37,10 @@ _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]+)")
 
 def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
                    fill: Callable[[RunFolder], dict[str, Any]],
-                   prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
-    """Materialise a new run folder atomically: build it beside, then rename into place.
+                   prompt_files: tuple[tuple[str, bytes], ...] = (), parent: RunFolder | None = None
+                   ) -> dict[str, Any]:
+    """Materialise a new run folder atomically: build it beside, then rename into place (with
+    `parent`, `run_dir` is its entry, built through its descriptor: `build_beside`).
 
     `fill(partial_folder)` streams `schedule.jsonl` and `stimuli.jsonl` into the partial folder
     (`RunFolder.create_new`) and returns the manifest fields it learned on the way (their
@@ -49,7 +51,8 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
     folder while it is built. A disk that fills up meanwhile: WriteFailed, nothing left behind.
     Partial folders of launches that died are removed on the way.
     """
-    return build_beside(run_dir, lambda folder: _fill_run(folder, manifest, cohort, fill, prompt_files))
+    return build_beside(run_dir, lambda folder: _fill_run(folder, manifest, cohort, fill, prompt_files),
+                        parent=parent)
 
 
 def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], cohort: Cohort,
@@ -89,7 +92,7 @@ T = TypeVar("T")
 
 
 def build_beside(target: Path, build: Callable[[RunFolder], T], *, what: str = "run folder",
-                 content: frozenset[str] | None = None) -> T:
+                 content: frozenset[str] | None = None, parent: RunFolder | None = None) -> T:
     """A new folder at `target`, built by `build(partial)` in `.<name>.partial-<pid>` beside it
     (its lock held meanwhile), then synced and renamed into place; the result of `build`.
     `partial` is the partial folder opened once, relative to its parent's descriptor: `build`
@@ -97,17 +100,24 @@ def build_beside(target: Path, build: Callable[[RunFolder], T], *, what: str = "
     link, never over an old file). Refused (InputError, nothing left behind) as
     `check_new_run_dir` refuses, or when the folder renamed into place is not the one built; on
     any failure the partial folder (and the parents made for it) is removed. Partial folders of
-    builders that died are removed first (those holding only names of `content`)."""
-    check_new_run_dir(target, what)
-    made = _make_parents(target.parent)
-    remove_stale_partials(target.parent, content or _PARTIAL_CONTENT)
+    builders that died are removed first (those holding only names of `content`).
+    With `parent` (a study's `runs/`, opened through the study's descriptors), `target` names
+    `parent`'s entry `target.name`: everything goes through `parent`'s descriptor, never by path,
+    so a link put in place of the parent meanwhile is never written through."""
+    if parent is None:
+        check_new_run_dir(target, what)
+        made = _make_parents(target.parent)
+    else:
+        made = []
     tmp_name = f".{target.name}.partial-{os.getpid()}"
     tmp = target.with_name(tmp_name)
     parent_fd: int | None = None
     folder: RunFolder | None = None
     lock_fd: int | None = None
     try:
-        parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if parent is None \
+            else parent.reopen()
+        remove_stale_partials(parent_fd, content or _PARTIAL_CONTENT)
         # A leftover of an earlier builder under this pid (pids are reused): not ours to keep.
         shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=parent_fd)
         os.mkdir(tmp_name, 0o755, dir_fd=parent_fd)
@@ -231,33 +241,44 @@ def _make_parents(folder: Path) -> list[Path]:
 _PARTIAL_CONTENT = frozenset((PARTIAL_LOCK, COHORT_DIR, PROMPT_DIR, MANIFEST, SCHEDULE, STIMULI, RAW, DECISIONS))
 
 
-def remove_stale_partials(folder: Path, content: frozenset[str] = _PARTIAL_CONTENT) -> list[Path]:
+def remove_stale_partials(folder: Path | int, content: frozenset[str] = _PARTIAL_CONTENT) -> list[Path]:
     """Remove `.<name>.partial-<pid>` folders whose launch is gone (killed mid-way): nobody holds
-    its lock and its process no longer exists. A folder holding
-    anything a launch does not write (a name outside `content`) is left alone, whatever its name."""
+    its lock and its process no longer exists. A folder holding anything a launch does not write
+    (a name outside `content`) is left alone, whatever its name. `folder` is a path or a
+    descriptor of the folder (then everything is relative to it, and the paths returned are the
+    bare names)."""
     removed: list[Path] = []
     try:
-        entries = list(os.scandir(folder))
+        dfd = folder if isinstance(folder, int) else os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return removed
-    for entry in entries:
-        m = _PARTIAL.fullmatch(entry.name)
-        if m is None or not entry.is_dir(follow_symlinks=False):
-            continue
-        path = Path(entry.path)
-        try:
-            ours = {p.name for p in path.iterdir()} <= content
-        except OSError:
-            ours = False
-        if ours and not _partial_is_live(path, int(m[2])):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+    try:
+        with os.scandir(dfd) as it:
+            entries = list(it)
+        for entry in entries:
+            m = _PARTIAL.fullmatch(entry.name)
+            if m is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                try:
+                    ours = set(os.listdir(sub)) <= content
+                finally:
+                    os.close(sub)
+            except OSError:
+                ours = False
+            if ours and not _partial_is_live(dfd, entry.name, int(m[2])):
+                shutil.rmtree(entry.name, ignore_errors=True, dir_fd=dfd)
+                removed.append(Path(entry.name) if isinstance(folder, int) else Path(folder) / entry.name)
+    finally:
+        if not isinstance(folder, int):
+            os.close(dfd)
     return removed
 
 
-def _partial_is_live(path: Path, pid: int) -> bool:
+def _partial_is_live(dfd: int, name: str, pid: int) -> bool:
     try:
-        fd = os.open(path / PARTIAL_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(f"{name}/{PARTIAL_LOCK}", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except FileNotFoundError:
         return _pid_alive(pid)   # just created, or just renamed into place: ask the process table
     except OSError:

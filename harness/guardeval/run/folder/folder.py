@@ -14,7 +14,8 @@ A run folder may come from someone else, so nothing in it is trusted, least of a
 * Every read is bounded: small files (the manifest, a report) by their size cap, log lines by
   `line_cap` (16 × the row and response bounds the run was launched under), so a line far past
   anything a writer writes is refused without being read whole.
-* The lock is the folder itself: `flock` on the folder's descriptor. Deleting `.lock` (kept, with
+* The lock is the folder itself: `flock` on a descriptor of the folder opened for the session
+  (its own lock slot, so two sessions in one process exclude each other too). Deleting `.lock` (kept, with
   the holder's pid, for people) cannot let a second writer in; the kernel releases the lock when
   its holder dies, even by SIGKILL.
 * Reports are replaced, not overwritten: written to a new name (`O_EXCL | O_NOFOLLOW`) and renamed
@@ -51,6 +52,16 @@ _NOT_REGULAR = "is not a regular file (a FIFO, a device or a folder stands in it
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotWritable(InputError):
+    """Outputs meant for a run folder that this process cannot write (exit 2): a read-only mount
+    (an archive, a colleague's share, a published replication) is read, never written; `--out`
+    names where the outputs go instead."""
+
+    def __init__(self, folder: Path, what: str) -> None:
+        super().__init__(f"the run folder is not writable (a read-only mount, or another user's folder), so {what} "
+                         "cannot go into it: name a folder for the outputs with --out DIR", path=folder)
 
 
 class RunFolder:
@@ -92,6 +103,17 @@ class RunFolder:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def require_open(self, what: str = "RunFolder") -> None:
+        """InputError when closed: every read would fail on a closed descriptor ("Bad file
+        descriptor"), which is not a damaged run but a `what` used after `close`."""
+        if self.closed:
+            raise InputError(f"this {what} was closed, so nothing of the run can be read through it: open it again "
+                             "(Run.open(path))", path=self.path)
 
     def __del__(self) -> None:
         # A folder handed along and dropped (a view's call rows) closes with its last reference.
@@ -372,6 +394,17 @@ class RunFolder:
             os.fsync(fd)
         os.fsync(self._fd)
 
+    def writable(self) -> bool:
+        """Whether this process may create files in the folder (false on a read-only mount, or in
+        another user's folder): asked before work whose outputs would go into it."""
+        return os.access(".", os.W_OK, dir_fd=self._fd)
+
+    def free_space(self) -> int:
+        """Bytes this user may still write on the folder's disk (`fstatvfs` of its descriptor: the
+        folder renamed, or the working directory changed, meanwhile asks the same disk)."""
+        st = os.fstatvfs(self._fd)
+        return st.f_bavail * st.f_frsize
+
     def identity(self) -> tuple[int, int]:
         """(device, inode) of the folder opened: what a name must still lead to."""
         st = os.fstat(self._fd)
@@ -387,7 +420,12 @@ class RunFolder:
         """`write(file)` into a new file beside `name`, synced, then renamed over `name`: a link
         at `name` is replaced, never followed, and a failed write leaves nothing behind."""
         tmp = f".{name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
-        fd = self.create_new(tmp)
+        try:
+            fd = self.create_new(tmp)
+        except InputError:
+            if not self.writable():
+                raise NotWritable(self.path, name) from None
+            raise
         try:
             with os.fdopen(fd, "wb") as fh:
                 write(fh)
@@ -410,7 +448,12 @@ class RunFolder:
     def lock(self) -> RunLock:
         """The run's writer lock (a context manager): exclusive `flock` on the folder itself;
         `.lock` gets the holder's pid, for people (a link there is refused, never created through)."""
-        return RunLock(self._fd, self.path, self._write_pid)
+        return RunLock(self.reopen, self.path, self._write_pid)
+
+    def reopen(self) -> int:
+        """A new descriptor of this folder (its own open file description: its own lock slot); the
+        caller closes it."""
+        return os.open(".", _DIR, dir_fd=self._fd)
 
     def _write_pid(self) -> None:
         try:
@@ -428,7 +471,7 @@ class RunFolder:
     def held_by_another(self) -> bool:
         """Whether a process holds the run's lock now (is running it). Creates nothing; the lock
         dies with its process, so a killed run reads as not running."""
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._fd)   # its own lock slot
+        fd = self.reopen()   # its own lock slot
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

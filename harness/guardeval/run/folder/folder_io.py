@@ -26,25 +26,34 @@ class LineTooLong(CheckFailed):
 
 
 class RunLock:
-    """Exclusive, non-blocking `flock` on a run folder's descriptor (`RunFolder.lock`): the lock
-    is the folder itself, so deleting or replacing `.lock` cannot undo it."""
+    """Exclusive, non-blocking `flock` on a run folder (`RunFolder.lock`): the lock is the folder
+    itself, so deleting or replacing `.lock` cannot undo it. Each session opens the folder anew
+    (`reopen`) and locks that descriptor: `flock` belongs to an open file description, so two
+    sessions of one process (two threads on one `Run`) exclude each other as two processes do."""
 
-    def __init__(self, fd: int, path: Path, write_pid: Callable[[], None]) -> None:
-        self._fd, self.path, self._write_pid = fd, path, write_pid
-        self._held = False
+    def __init__(self, reopen: Callable[[], int], path: Path, write_pid: Callable[[], None]) -> None:
+        self._reopen, self.path, self._write_pid = reopen, path, write_pid
+        self._fd = -1
 
     def __enter__(self) -> RunLock:
+        if self._fd >= 0:
+            raise RunLocked(f"{self.path}: this session already holds the run's lock")
+        fd = self._reopen()
         # A `status` probe (`held_by_another`) holds the lock for microseconds: try a few times
         # over ~50 ms before concluding that another writer has it.
-        for attempt in range(6):
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == 5:
-                    raise RunLocked(f"{self.path}: another guardeval process is writing this run") from None
-                time.sleep(0.01)
-        self._held = True
+        try:
+            for attempt in range(6):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if attempt == 5:
+                        raise RunLocked(f"{self.path}: another guardeval process or thread is writing this run") from None
+                    time.sleep(0.01)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
         try:
             self._write_pid()
         except BaseException:
@@ -53,12 +62,9 @@ class RunLock:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._held:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            except OSError:
-                pass   # the folder was closed: the lock went with its descriptor
-        self._held = False
+        if self._fd >= 0:
+            os.close(self._fd)   # closing the last descriptor of the description releases its lock
+        self._fd = -1
 
 
 class PRead(io.RawIOBase):
