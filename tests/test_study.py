@@ -211,6 +211,15 @@ def test_progress_has_a_line_per_guard(cli, profiles: Profiles, small_cohort: Pa
     last = [line for line in r.err.splitlines() if line.startswith("progress: ")][-4:]
     assert [line.split()[1] for line in last] == [*PROFILE_NAMES, "study:"]
     assert "80/80 calls" in last[0] and "study: 240/240 calls" in last[3]
+    # A launch that completes reports the study (issue 47 §3): its page, its answer, each line once.
+    study = tmp_path / "s"
+    assert all((study / name).is_file() for name in ("study.html", "study.md", "study-report.json"))
+    assert "tool_alias: " in r.out and r.out.index("study ") < r.out.index("tool_alias: ")
+    assert r.err.count("guardeval: wrote ") == 1 and r.err.count("study fingerprint") == 1, r.err
+    assert f"guardeval: wrote study.html, study.md, study-report.json in {study}" in r.err
+    rep = cli("study", "report", str(study), "--bootstrap", "200")
+    assert rep.code == 0, rep.err
+    assert rep.err.count("guardeval: wrote ") == 1 and rep.err.count("study fingerprint") == 1, rep.err
 
 
 # -- report -----------------------------------------------------------------------------------------

@@ -256,8 +256,8 @@ def _dry_run(planned: Any, args: argparse.Namespace) -> int:
 
 def _finish(result: Any, args: argparse.Namespace, *, report: bool = False) -> int:
     """The study's outcome on stdout (a line per run, then the study's), the fingerprint on
-    stderr; exit 1 (resumable) when a run stopped. With `report` (launch, resume), a study whose
-    every run this command completed is reported at once (study.html, study.md, study-report.json, the answer), as
+    stderr; exit 1 (resumable) when a run stopped. With `report` (a launch), a study whose every
+    run is complete is reported at once (study.html, study.md, study-report.json, the answer), as
     `study report` reports it."""
     if args.json:
         _print_json(result.to_dict())
@@ -275,8 +275,7 @@ def _finish(result: Any, args: argparse.Namespace, *, report: bool = False) -> i
             print(safe(f"{r.label}: {state}"))
         done = sum(r.complete for r in result.runs)
         print(safe(f"study {result.study_dir}: {done}/{len(result.runs)} runs complete; spend ${result.spend_usd:.4f}"))
-    if report and result.complete and not result.interrupted and not result.stopped() \
-            and any(r.dispatched for r in result.runs):
+    if report and result.complete and not result.interrupted and not result.stopped():
         # The launch's outcome is its own: a report that is not publishable says so, exit 0.
         _report(result.study_dir, args, gate=False, n_boot=10000, seed=0, missing="exclude", allow_partial=False,
                 allow_unpublishable=False)
@@ -313,7 +312,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                               guard_max_cost=_labelled(args.guard_max_cost, "--guard-max-cost", nonneg_float),
                               max_calls=args.max_calls, retry_failed=retry, progress=not args.no_progress,
                               command=cli_argv(args))
-    return _finish(result, args, report=True)
+    return _finish(result, args)
 
 
 def cmd_add(args: argparse.Namespace) -> int:

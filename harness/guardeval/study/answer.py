@@ -147,11 +147,15 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
             return [g for g in sorted(by) if by[g]["headline_effect"] is not None
                     and abs(abs(by[g]["headline_effect"]) - abs(e["headline_effect"])) <= SAME_SIZE]
 
-        text = (f"{condition}: the guards tie: the data do not separate the largest effect ({_names(same_size(top))}, "
-                f"{effect(top)}) from the smallest ({_names(same_size(bottom))}, {effect(bottom)}), so no guard is "
-                f"the most or the least sensitive; {t} − {b}: {by_how_much}. {decided_words}")
-    one = sep.separated and len(sep.most) == 1 and len(sep.least) == 1
-    return {"condition": condition, "most": sep.most[0] if one else None, "least": sep.least[0] if one else None,
+        ends = (f"the largest effect ({_names(same_size(top))}, {effect(top)}) from the smallest "
+                f"({_names(same_size(bottom))}, {effect(bottom)})")
+        said = (f"the guards tie: the data do not separate {ends}" if sep.kind == "tie"
+                else f"no decision separates {ends} (their difference is not tested)")
+        text = (f"{condition}: {said}, so no guard is the most or the least sensitive; {t} − {b}: {by_how_much}. "
+                f"{decided_words}")
+    # A guard is named alone only where it holds its place alone.
+    return {"condition": condition, "most": sep.most[0] if len(sep.most) == 1 else None,
+            "least": sep.least[0] if len(sep.least) == 1 else None,
             "most_guards": list(sep.most), "least_guards": list(sep.least), "tied": not sep.separated,
             "separation": sep.kind, "top": t, "bottom": b, "top_effect": top["headline_effect"],
             "bottom_effect": bottom["headline_effect"], "top_delta": top["delta"], "bottom_delta": bottom["delta"],
