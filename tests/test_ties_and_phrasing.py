@@ -64,7 +64,7 @@ def test_a_studys_answer_is_the_same_under_every_order_of_the_guards():
     # The twins share the top place: neither is "the most sensitive" alone.
     rec, text = by["threat_names"]
     assert rec["separation"] == "separated" and rec["most_guards"] == ["twin-a", "twin-b"]
-    assert rec["least_guards"] == ["plain"] and rec["most"] is None and rec["least"] is None
+    assert rec["least_guards"] == ["plain"] and rec["most"] is None and rec["least"] == "plain"
     assert text.startswith("threat_names: twin-a and twin-b are the most sensitive, not separated from each other")
     assert "twin-a and twin-b move" in lead
     # Where the data separate no guard: a tie, no most or least.
@@ -120,6 +120,14 @@ def test_equal_sizes_or_an_undecided_difference_name_no_one():
     assert sep({"a": -0.4, "b": -0.1}, {**d, "differs": None}).kind == "not tested"
     s = sep({"b": -0.1, "a": -0.4, "c": -0.1}, d)
     assert (s.kind, s.top, s.most, s.least) == ("separated", "a", ("a",), ("b", "c"))
+    # A guard in the middle that neither end is separated from shares both places: the top is
+    # "the most sensitive" alone only when separated from every other guard.
+    from guardeval.estimators.verdicts.record import Decision
+
+    differs = {frozenset("ab")}
+    s = separate({"a": -0.4, "m": -0.25, "b": -0.1},
+                 lambda x, y: Decision.of({**d, "differs": frozenset((x, y)) in differs}))
+    assert (s.kind, s.most, s.least) == ("separated", ("a", "m"), ("b", "m"))
     s = difference_sentence("c", "a", "b", -0.2, 0.2, 0.4, [0.3, 0.5], d, "Δ")
     assert "in opposite directions, so neither is the more sensitive (a tie)" in s, s
 

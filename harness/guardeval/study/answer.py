@@ -137,6 +137,9 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
         text = (f"{condition}: {_names(most)} {'is' if len(most) == 1 else 'are'} the most sensitive"
                 f"{shared if len(most) > 1 else ''} ({effects(most)}), {_names(least)} the least"
                 f"{shared if len(least) > 1 else ''} ({effects(least)}); {t} − {b}: {by_how_much}. {decided_words}")
+        either = [g for g in most if g in least]
+        if either:
+            text += f" The data separate {_names(either)} from neither end."
     elif sep.equal_sizes:
         names = sorted(g for g in by if by[g]["headline_effect"] is not None)
         text = (f"{condition}: the guards tie: {_names(names)} are equally sensitive (the same size of effect, "
@@ -214,7 +217,9 @@ def answer(result: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) 
 
         # The largest gap; equal gaps in the family's order (never the guards' order).
         big = max(held, key=gap)
-        most, least = big["most_guards"], big["least_guards"]
+        # (a guard the data place at neither end is left out of both)
+        most = [g for g in big["most_guards"] if g not in big["least_guards"]]
+        least = [g for g in big["least_guards"] if g not in big["most_guards"]]
         lead = (f"The guards differ most under {big['condition']}: {_names(most)} "
                 f"{'moves' if len(most) == 1 else 'move'} {gap(big):.3f} more than {_names(least)}; {len(held)} of "
                 f"{len(per_condition)} interventions separate the most and the least sensitive guard after the "

@@ -34,7 +34,8 @@ Kind = Literal["separated", "tie", "not tested", "undefined"]
 class Separation(Record):
     """The guards a condition moves most and least, as their pair decisions separate them.
     `top` and `bottom` are the guards of the largest and the smallest effect (equal sizes: the
-    first by label); `most` and `least` the guards not separated from them (sorted by label);
+    first by label); `most` and `least` the guards not separated from them (sorted by label;
+    empty unless separated; a guard separated from neither end is in both);
     `decision` the top–bottom pair's decision. `kind`: "separated" (top moved more than bottom,
     decided), "tie" (equal sizes, or a tested difference that is not decided), "not tested" (the
     pair's difference is outside every family), "undefined" (fewer than two effects)."""
@@ -87,10 +88,11 @@ def separate(effects: Mapping[str, float | None], decided: PairDecision) -> Sepa
     most: tuple[str, ...] = ()
     least: tuple[str, ...] = ()
     if kind == "separated":
-        # A guard the data do not separate from the top (and do from the bottom) shares the top's
-        # place; one separated from neither end is named at neither.
-        most = tuple(sorted(g for g in order if g == top or (not apart(g, top) and apart(g, bottom))))
-        least = tuple(sorted(g for g in order if g == bottom or (not apart(g, bottom) and apart(g, top))))
+        # A guard the data do not separate from the top shares the top's place (a guard is the
+        # most sensitive alone only when separated from every other); one separated from neither
+        # end shares both places.
+        most = tuple(sorted(g for g in order if not apart(g, top)))
+        least = tuple(sorted(g for g in order if not apart(g, bottom)))
     return Separation(kind=kind, top=top, bottom=bottom, most=most, least=least, decision=d, equal_sizes=equal)
 
 
