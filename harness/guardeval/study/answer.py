@@ -131,15 +131,19 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
     by_how_much = (f"{num(gap_c)} {interval(gap_c_ci)} after the placebo correction (Δ: {num(gap)} "
                    f"{interval(gap_ci)})" if corrected else f"{num(gap)} {interval(gap_ci)} in Δ (no placebo)")
     decided_words = f"The difference {holds} after the stated correction ({words(d)})."
-    if sep.separated:
+    either = [g for g in sep.most if g in sep.least]
+    if sep.separated and either:
+        # The ends are separated, a guard between them from neither: no guard alone at either end.
+        text = (f"{condition}: {t} moves more than {b} ({t} {effect(top)}; {b} {effect(bottom)}), but the data "
+                f"separate {'; '.join(f'{g} ({effect(by[g])})' for g in either)} from neither, so no guard alone is "
+                f"the most or the least sensitive (most: {_names(list(sep.most))}; least: {_names(list(sep.least))}); "
+                f"{t} − {b}: {by_how_much}. {decided_words}")
+    elif sep.separated:
         most, least = list(sep.most), list(sep.least)
         shared = ", not separated from each other"
         text = (f"{condition}: {_names(most)} {'is' if len(most) == 1 else 'are'} the most sensitive"
                 f"{shared if len(most) > 1 else ''} ({effects(most)}), {_names(least)} the least"
                 f"{shared if len(least) > 1 else ''} ({effects(least)}); {t} − {b}: {by_how_much}. {decided_words}")
-        either = [g for g in most if g in least]
-        if either:
-            text += f" The data separate {_names(either)} from neither end."
     elif sep.equal_sizes:
         names = sorted(g for g in by if by[g]["headline_effect"] is not None)
         text = (f"{condition}: the guards tie: {_names(names)} are equally sensitive (the same size of effect, "
