@@ -409,7 +409,7 @@ def check_comparison(conditions: dict[str, dict[str, Any]], md: str, html: Path,
 def test_a_comparison_says_one_decision_everywhere(made: dict[str, Path]) -> None:
     out = made["base"] / "cmp"
     args = ("compare", str(made["a"]), str(made["b"]), "--bootstrap", BOOT)
-    term = run_cli(*args, "--out", str(out), env=env(made))
+    term = run_cli(*args, "--full", "--out", str(out), env=env(made))     # every table in the terminal
     assert term.code == 0, term.err
     js = run_cli(*args, "--json", "--out", str(made["base"] / "cmp-json"), env=env(made))
     assert js.code == 0, js.err

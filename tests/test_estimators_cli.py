@@ -225,7 +225,7 @@ def test_compare_replicate_and_refuse_other_schedule(runs, capsys):
         assert {"conditions", "difference_of_differences", "ci", "p", "p_holm"} <= set(pair)
     assert out["ranking_changed"] == any(p["p_holm"] < 0.05 for p in out["reversed_pairs"])
     code, text, _ = cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "200",
-                        "--allow-unpublishable")
+                        "--allow-unpublishable", "--full")
     assert code == 0 and "ranking changed: " in text
     assert text.count("reversed in the estimates: ") == len(out["reversed_pairs"])
     assert cli(capsys, "compare", str(runs["A"]), str(runs["B"]), "--bootstrap", "50")[0] == 1  # B quarantined

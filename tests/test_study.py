@@ -211,6 +211,15 @@ def test_progress_has_a_line_per_guard(cli, profiles: Profiles, small_cohort: Pa
     last = [line for line in r.err.splitlines() if line.startswith("progress: ")][-4:]
     assert [line.split()[1] for line in last] == [*PROFILE_NAMES, "study:"]
     assert "80/80 calls" in last[0] and "study: 240/240 calls" in last[3]
+    # A launch that completes reports the study (issue 47 §3): its page, its answer, each line once.
+    study = tmp_path / "s"
+    assert all((study / name).is_file() for name in ("study.html", "study.md", "study-report.json"))
+    assert "tool_alias: " in r.out and r.out.index("study ") < r.out.index("tool_alias: ")
+    assert r.err.count("guardeval: wrote ") == 1 and r.err.count("study fingerprint") == 1, r.err
+    assert f"guardeval: wrote study.html, study.md, study-report.json in {study}" in r.err
+    rep = cli("study", "report", str(study), "--bootstrap", "200")
+    assert rep.code == 0, rep.err
+    assert rep.err.count("guardeval: wrote ") == 1 and rep.err.count("study fingerprint") == 1, rep.err
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -219,9 +228,12 @@ def test_the_report_answers_in_words(cli, study: Path, reported: dict) -> None:
     ans = reported["answer"]
     by = {a["condition"]: a for a in ans["conditions"]}
     assert set(by) == {"marker_rewrite", "tool_alias", "combined"}
-    assert by["tool_alias"]["most"] == "alias-sensitive" and by["tool_alias"]["holds"] is True
-    assert by["tool_alias"]["least"] == "robust"
-    assert by["tool_alias"]["text"].startswith("tool_alias: alias-sensitive is the most sensitive")
+    assert (by["tool_alias"]["top"], by["tool_alias"]["bottom"]) == ("alias-sensitive", "robust")
+    assert by["tool_alias"]["holds"] is True and by["tool_alias"]["separation"] == "separated"
+    # 16 bases do not separate shortcut from either end: no guard alone is most or least (issue 45 §6).
+    assert by["tool_alias"]["most"] is None and by["tool_alias"]["most_guards"] == ["alias-sensitive", "shortcut"]
+    assert by["tool_alias"]["text"].startswith("tool_alias: alias-sensitive moves more than robust (")
+    assert "but the data separate shortcut (" in by["tool_alias"]["text"]
     guards = {g["label"]: g for g in ans["guards"]}
     assert guards["robust"]["effects"] == [] and "no placebo-corrected effect" in guards["robust"]["text"]
     assert "tool_alias" in guards["alias-sensitive"]["effects"]
@@ -248,7 +260,8 @@ def test_the_api_gives_records(cli, study: Path, reported: dict, tmp_path: Path)
     copy = _copy(study, tmp_path)
     rep = api.study_report(copy, n_boot=2000, write=False)
     assert isinstance(rep, api.StudyReport) and rep.written == []
-    assert rep.most_sensitive["tool_alias"] == "alias-sensitive" and rep.corrected_effects["robust"] == []
+    assert rep.most_sensitive == {a["condition"]: a["most"] for a in reported["answer"]["conditions"] if a["most"]}
+    assert rep.corrected_effects["robust"] == []
     assert rep.fingerprint == reported["fingerprint"]["token"]   # the same study, the same runs
     st = api.study_status(copy)
     assert st == json.loads(cli("study", "status", str(copy), "--json").out)

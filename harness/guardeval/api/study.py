@@ -211,8 +211,8 @@ def study_report(study: str | Path, *, n_boot: int = 10000, seed: int = 0, missi
     ans = rep["answer"]
     folder = Path(rep["study"]["study_dir"])
     return StudyReport(study_dir=folder, fingerprint=rep["fingerprint"]["token"], answer=list(ans["text"]),
-                       most_sensitive={a["condition"]: a["most"] for a in ans["conditions"] if "most" in a},
-                       least_sensitive={a["condition"]: a["least"] for a in ans["conditions"] if "least" in a},
+                       most_sensitive={a["condition"]: a["most"] for a in ans["conditions"] if a.get("most")},
+                       least_sensitive={a["condition"]: a["least"] for a in ans["conditions"] if a.get("least")},
                        holds={a["condition"]: a.get("holds") for a in ans["conditions"]},
                        corrected_effects={g["label"]: list(g["effects"]) for g in ans["guards"]},
                        complete=rep["complete"], publishable=rep["publishable"], excluded=dict(rep.get("excluded") or {}),

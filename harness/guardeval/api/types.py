@@ -325,7 +325,7 @@ class StudyReport(Record):
     study_dir: Path
     fingerprint: str
     answer: list[str]                       # the answer in words, lead first
-    most_sensitive: dict[str, str]          # intervention -> the guard it moves most
+    most_sensitive: dict[str, str]          # intervention -> the one guard it moves most (absent: a tie, or a shared place)
     least_sensitive: dict[str, str]
     holds: dict[str, bool | None]           # intervention -> does most − least hold after the correction
     corrected_effects: dict[str, list[str]]  # guard -> interventions with a placebo-corrected effect

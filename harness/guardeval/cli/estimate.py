@@ -81,6 +81,9 @@ def register(sub: Any) -> None:
                                                 "than two runs, none written)")
     p.add_argument("--placebo", metavar="CONDITION",
                    help="placebo condition (default: the condition whose role is placebo, else format_placebo)")
+    p.add_argument("--full", action="store_true",
+                   help="print everything in the terminal (both tables of every pair, rankings, leaderboards, "
+                        "ranking stability); by default the answer and the headline tables, the rest in the files")
     p.add_argument("--fail-on", choices=["differs"], dest="fail_on",
                    help="exit 3 when any headline difference (B − A of Δ − placebo; of Δ without a placebo) differs "
                         "from 0 after Holm in its stated family; the JSON's gate.tripped lists those rows; exit 4 "
@@ -161,9 +164,18 @@ def _labels(inputs: list[Any], given: list[str]) -> None:
             inp.label = f"{inp.label} ({seen[inp.label]})"
 
 
+def _the_rest(written: list[Path]) -> str:
+    """Where the rest of a comparison is, under the terminal's answer and headline tables."""
+    rest = "B − A of Δ, the rankings, the leaderboards and the ranking stability"
+    pages = sorted((p for p in written if p.suffix in (".html", ".md")), key=lambda p: p.suffix != ".html")
+    if pages:
+        return f"The rest ({rest}): {', '.join(str(p) for p in pages)}; or run again with --full to print it here."
+    return f"The rest ({rest}): run again with --full to print it here, or with --out DIR to write compare.html."
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from guardeval.estimators.compare.compare import compare_inputs
-    from guardeval.estimators.compare.compare_text import text
+    from guardeval.estimators.compare.compare_text import headline_text, text
     from guardeval.estimators.runs import (
         check_distinct,
         compare_input_from_run,
@@ -218,13 +230,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from guardeval.estimators.compare.gate import gate
 
         verdict_gate = result["gate"] = gate(result, args.fail_on)
-    _emit(result, args.json, text(result))
+    written: list[Path] = []
     if out_dir is not None:
         from guardeval.view.compare import write_compare
 
         make_folder(out_dir)   # made once the comparison holds, not before
         written = write_compare(result, out_dir)
         print(safe("wrote " + ", ".join(p.name for p in written) + f" in {out_dir}"), file=sys.stderr)
+    _emit(result, args.json, text(result) if args.full else headline_text(result) + "\n\n" + _the_rest(written))
     if not result["complete"]:
         print("guardeval: warning: an incomplete input, compared with --allow-partial", file=sys.stderr)
     if verdict_gate is not None and verdict_gate["unpublishable"]:

@@ -217,7 +217,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(safe(f"study: {planned.study_dir} ({len(names)} guards x {planned.n_calls} calls: {', '.join(names)})"),
           file=sys.stderr)
     result = api.study_launch_plan(planned, progress=not args.no_progress, command=cli_argv(args))
-    return _finish(result, args)
+    return _finish(result, args, report=True)
 
 
 def _labelled(values: list[str] | None, flag: str, parse: Any) -> dict[str, Any] | None:
@@ -256,9 +256,11 @@ def _dry_run(planned: Any, args: argparse.Namespace) -> int:
     return 0 if ready else 2
 
 
-def _finish(result: Any, args: argparse.Namespace) -> int:
+def _finish(result: Any, args: argparse.Namespace, *, report: bool = False) -> int:
     """The study's outcome on stdout (a line per run, then the study's), the fingerprint on
-    stderr; exit 1 (resumable) when a run stopped."""
+    stderr; exit 1 (resumable) when a run stopped. With `report` (a launch), a study whose every
+    run is complete is reported at once (study.html, study.md, study-report.json, the answer), as
+    `study report` reports it."""
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -276,6 +278,11 @@ def _finish(result: Any, args: argparse.Namespace) -> int:
             say_causes(r.failure_causes, indent="  ")
         done = sum(r.complete for r in result.runs)
         print(safe(f"study {result.study_dir}: {done}/{len(result.runs)} runs complete; spend ${result.spend_usd:.4f}"))
+    if report and result.complete and not result.interrupted and not result.stopped():
+        # The launch's outcome is its own: a report that is not publishable says so, exit 0.
+        _report(result.study_dir, args, gate=False, n_boot=10000, seed=0, missing="exclude", allow_partial=False,
+                allow_unpublishable=False)
+        return 0
     print(safe(f"guardeval: study fingerprint {result.fingerprint} (the report records it: guardeval study report "
                f"{result.study_dir})"), file=sys.stderr)
     if result.interrupted:
@@ -405,26 +412,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    return _report(args.study, args, gate=True, n_boot=args.bootstrap, seed=args.seed, missing=args.missing,
+                   allow_partial=args.allow_partial, allow_unpublishable=args.allow_unpublishable)
+
+
+def _report(study: Any, args: argparse.Namespace, *, gate: bool, **options: Any) -> int:
+    """`study report` (and a launch that completed): the answer on stdout (`--json`: by `study
+    report`, study-report.json), then on stderr one line for the files written and one for the
+    fingerprint; with `gate`, exit 1 when not publishable (unless allowed)."""
     from guardeval import api
     from guardeval.study.record import cli_argv
 
-    rep = api.study_report(args.study, n_boot=args.bootstrap, seed=args.seed, missing=args.missing,
-                           allow_partial=args.allow_partial, allow_unpublishable=args.allow_unpublishable,
-                           command=cli_argv(args))
+    rep = api.study_report(study, command=cli_argv(args), **options)
     if args.json:
-        _print_json(rep.report)
+        if gate:
+            _print_json(rep.report)
     else:
         for line in rep.answer:
             print(safe(line))
-    for path in rep.written:
-        print(safe(f"guardeval: wrote {path}"), file=sys.stderr)
+    if rep.written:
+        print(safe(f"guardeval: wrote {', '.join(p.name for p in rep.written)} in {rep.study_dir}"), file=sys.stderr)
     print(safe(f"guardeval: study fingerprint {rep.fingerprint} (keep it with your results; `guardeval study verify "
-               f"{args.study} --expect {rep.fingerprint}` checks the study against it)"), file=sys.stderr)
+               f"{study} --expect {rep.fingerprint}` checks the study against it)"), file=sys.stderr)
     if not rep.complete:
         print("guardeval: warning: incomplete runs, reported with --allow-partial", file=sys.stderr)
-    if not rep.publishable and not args.allow_unpublishable:
+    if not rep.publishable and not options["allow_unpublishable"]:
         print("guardeval: not publishable: a run has more than 2% failed and quarantined calls", file=sys.stderr)
-        return 1
+        return 1 if gate else 0
     return 0
 
 

@@ -1,7 +1,8 @@
 """The answer of a study in words (docs/study.md, "The answer"): for each intervention, which
 guard it moves most and which least (by the size of the placebo-corrected effect), by how much (their paired difference, in Δ and
 after the placebo correction, with intervals), and whether that difference holds after the
-stated correction; then, for each guard, under which interventions its placebo-corrected effect
+stated correction (guards of one size, or whose difference the data do not decide, tie: no most or
+least; `verdicts.separation`); then, for each guard, under which interventions its placebo-corrected effect
 differs from 0.
 
 Whether a difference "holds" is the decision record's (guardeval.estimators.verdicts.record,
@@ -23,6 +24,7 @@ from guardeval.estimators.report.formats import interval, num, pval
 from guardeval.estimators.verdicts.holm import holm
 from guardeval.estimators.verdicts.power import ALPHA
 from guardeval.estimators.verdicts.record import Decision
+from guardeval.estimators.verdicts.separation import SAME_SIZE, separate
 
 PAIR_FAMILY = "Holm over the interventions, within the pair"
 GUARD_FAMILY = "Holm over the guard's interventions"
@@ -72,13 +74,13 @@ def _flip(ci: Sequence[float] | None) -> list[float] | None:
     return None if ci is None else [-ci[1], -ci[0]]
 
 
-def _pair_row(result: Mapping[str, Any], most: str, least: str, condition: str) -> tuple[dict[str, Any], bool]:
-    """The pair row of `most` and `least` under `condition`, and whether its B − A is most − least."""
+def _pair_row(result: Mapping[str, Any], x: str, y: str, condition: str) -> tuple[dict[str, Any], bool]:
+    """The pair row of `x` and `y` under `condition`, and whether its B − A is x − y."""
     for pair in result["pairs"]:
-        if {pair["a"], pair["b"]} == {most, least}:
+        if {pair["a"], pair["b"]} == {x, y}:
             row = next(r for r in pair["conditions"] if r["condition"] == condition)
-            return row, pair["b"] == most
-    raise KeyError((most, least))
+            return row, pair["b"] == x
+    raise KeyError((x, y))
 
 
 def _oriented(row: Mapping[str, Any], key: str, same: bool) -> tuple[float | None, list[float] | None]:
@@ -88,26 +90,34 @@ def _oriented(row: Mapping[str, Any], key: str, same: bool) -> tuple[float | Non
     return -value, _flip(ci)
 
 
+def _names(labels: Sequence[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + f" and {labels[-1]}"
+
+
 def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any]:
     """Most and least sensitive guard under `condition` (by |headline effect|: the placebo-corrected
-    effect, Δ without a placebo), the gap between them, and whether it holds after the correction."""
+    effect, Δ without a placebo), the gap between them, and whether it holds after the correction.
+    Who is most and least is the separation decision (`verdicts.separation`) over the pairs'
+    decision records: equal sizes, or a gap the data do not decide, are a tie, and the answer is
+    the same whatever order the guards came in."""
     board = result["leaderboard"][condition]
-    defined = [e for e in board if e["headline_effect"] is not None]
-    if len(defined) < 2:
+    alpha = alpha_of(result)
+    by = {e["label"]: e for e in board}
+
+    def decided(x: str, y: str) -> Decision:
+        return pair_decision(_pair_row(result, x, y, condition)[0], alpha)[0]
+
+    sep = separate({e["label"]: e["headline_effect"] for e in board}, decided)
+    if sep.top is None or sep.bottom is None:
         return {"condition": condition, "text": f"{condition}: undefined (fewer than two guards with paired bases)."}
-    most = max(defined, key=lambda e: abs(e["headline_effect"]))
-    least = min(defined, key=lambda e: abs(e["headline_effect"]))
-    if most["label"] == least["label"]:
-        least = next(e for e in defined if e["label"] != most["label"])
-    # Ties are ties (issue 35): equal sizes make no "most" and "least".
-    tied = abs(abs(most["headline_effect"]) - abs(least["headline_effect"])) <= 1e-12
-    row, same = _pair_row(result, most["label"], least["label"], condition)
+    top, bottom = by[sep.top], by[sep.bottom]
+    row, same = _pair_row(result, sep.top, sep.bottom, condition)
     gap, gap_ci = _oriented(row, "difference", same)
     gap_c, gap_c_ci = _oriented(row, "difference_minus_placebo", same)
-    d, _ = pair_decision(row, alpha_of(result))
+    d = sep.decision if sep.decision is not None else pair_decision(row, alpha)[0]
     corrected = gap_c is not None
     holds = "holds" if d.differs else "is not shown" if d.differs is False else "is undefined"
-    m, le = most["label"], least["label"]
+    t, b = sep.top, sep.bottom
 
     def effect(e: Mapping[str, Any]) -> str:
         if e["delta_minus_placebo"] is None:
@@ -115,18 +125,47 @@ def condition_answer(result: Mapping[str, Any], condition: str) -> dict[str, Any
         return (f"{num(e['delta_minus_placebo'])} {interval(e['ci_minus_placebo'])} after the placebo correction, "
                 f"Δ {num(e['delta'])}")
 
+    def effects(labels: Sequence[str]) -> str:
+        return "; ".join(f"{g} {effect(by[g])}" if len(labels) > 1 else effect(by[g]) for g in labels)
+
     by_how_much = (f"{num(gap_c)} {interval(gap_c_ci)} after the placebo correction (Δ: {num(gap)} "
                    f"{interval(gap_ci)})" if corrected else f"{num(gap)} {interval(gap_ci)} in Δ (no placebo)")
-    if tied:
-        names = [e["label"] for e in defined if abs(abs(e["headline_effect"]) - abs(most["headline_effect"])) <= 1e-12]
-        text = (f"{condition}: {', '.join(names)} are equally sensitive (the same size of effect, "
-                f"{effect(most)}); the data give them a shared rank, no most or least; {m} − {le}: {by_how_much}. "
-                f"The difference {holds} after the stated correction ({words(d)}).")
+    decided_words = f"The difference {holds} after the stated correction ({words(d)})."
+    either = [g for g in sep.most if g in sep.least]
+    if sep.separated and either:
+        # The ends are separated, a guard between them from neither: no guard alone at either end.
+        text = (f"{condition}: {t} moves more than {b} ({t} {effect(top)}; {b} {effect(bottom)}), but the data "
+                f"separate {'; '.join(f'{g} ({effect(by[g])})' for g in either)} from neither, so no guard alone is "
+                f"the most or the least sensitive (most: {_names(list(sep.most))}; least: {_names(list(sep.least))}); "
+                f"{t} − {b}: {by_how_much}. {decided_words}")
+    elif sep.separated:
+        most, least = list(sep.most), list(sep.least)
+        shared = ", not separated from each other"
+        text = (f"{condition}: {_names(most)} {'is' if len(most) == 1 else 'are'} the most sensitive"
+                f"{shared if len(most) > 1 else ''} ({effects(most)}), {_names(least)} the least"
+                f"{shared if len(least) > 1 else ''} ({effects(least)}); {t} − {b}: {by_how_much}. {decided_words}")
+    elif sep.equal_sizes:
+        names = sorted(g for g in by if by[g]["headline_effect"] is not None)
+        text = (f"{condition}: the guards tie: {_names(names)} are equally sensitive (the same size of effect, "
+                f"{effect(top)}); the data give them a shared rank, no most or least; {t} − {b}: {by_how_much}. "
+                f"{decided_words}")
     else:
-        text = (f"{condition}: {m} is the most sensitive ({effect(most)}), {le} the least ({effect(least)}); "
-                f"{m} − {le}: {by_how_much}. The difference {holds} after the stated correction ({words(d)}).")
-    return {"condition": condition, "most": m, "least": le, "tied": tied, "most_effect": most["headline_effect"],
-            "least_effect": least["headline_effect"], "most_delta": most["delta"], "least_delta": least["delta"],
+        def same_size(e: Mapping[str, Any]) -> list[str]:
+            return [g for g in sorted(by) if by[g]["headline_effect"] is not None
+                    and abs(abs(by[g]["headline_effect"]) - abs(e["headline_effect"])) <= SAME_SIZE]
+
+        ends = (f"the largest effect ({_names(same_size(top))}, {effect(top)}) from the smallest "
+                f"({_names(same_size(bottom))}, {effect(bottom)})")
+        said = (f"the guards tie: the data do not separate {ends}" if sep.kind == "tie"
+                else f"no decision separates {ends} (their difference is not tested)")
+        text = (f"{condition}: {said}, so no guard is the most or the least sensitive; {t} − {b}: {by_how_much}. "
+                f"{decided_words}")
+    # A guard is named alone only where it holds its place alone.
+    return {"condition": condition, "most": sep.most[0] if len(sep.most) == 1 else None,
+            "least": sep.least[0] if len(sep.least) == 1 else None,
+            "most_guards": list(sep.most), "least_guards": list(sep.least), "tied": not sep.separated,
+            "separation": sep.kind, "top": t, "bottom": b, "top_effect": top["headline_effect"],
+            "bottom_effect": bottom["headline_effect"], "top_delta": top["delta"], "bottom_delta": bottom["delta"],
             "difference": gap, "ci_difference": gap_ci,
             "difference_minus_placebo": gap_c, "ci_difference_minus_placebo": gap_c_ci,
             "holds": d.differs, "p_adjusted": d.p_adjusted, "family": d.family, "text": text}
@@ -175,15 +214,20 @@ def answer(result: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) 
     conditions = [c for c in result["family"] if c != placebo and c in result["leaderboard"]]
     per_condition = [condition_answer(result, c) for c in conditions]
     per_guard = [guard_answer(label, reports[label]) for label in (i["label"] for i in result["inputs"])]
-    held = [a for a in per_condition if a.get("holds")]
+    held = [a for a in per_condition if a.get("separation") == "separated"]
     if held:
         def gap(a: Mapping[str, Any]) -> float:
             return abs(a["difference_minus_placebo"] if a["difference_minus_placebo"] is not None else a["difference"])
 
+        # The largest gap; equal gaps in the family's order (never the guards' order).
         big = max(held, key=gap)
-        lead = (f"The guards differ most under {big['condition']}: {big['most']} moves {gap(big):.3f} more than "
-                f"{big['least']}; {len(held)} of {len(per_condition)} interventions separate the most and the least "
-                "sensitive guard after the stated correction.")
+        # (a guard the data place at neither end is left out of both)
+        most = [g for g in big["most_guards"] if g not in big["least_guards"]]
+        least = [g for g in big["least_guards"] if g not in big["most_guards"]]
+        lead = (f"The guards differ most under {big['condition']}: {_names(most)} "
+                f"{'moves' if len(most) == 1 else 'move'} {gap(big):.3f} more than {_names(least)}; {len(held)} of "
+                f"{len(per_condition)} interventions separate the most and the least sensitive guard after the "
+                "stated correction.")
     else:
         lead = (f"No intervention separates the most and the least sensitive guard after the stated correction "
                 f"({len(per_condition)} tested).")
@@ -191,5 +235,6 @@ def answer(result: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) 
             "rule": ("most and least sensitive by the size of the headline effect under each intervention (the "
                      "placebo-corrected effect; Δ without a placebo); the difference between them is their paired "
                      "difference on bases paired in both, and it holds when its Holm-adjusted p is below "
-                     f"{alpha_of(result):g} within its stated family"),
+                     f"{alpha_of(result):g} within its stated family; guards of one size, or whose difference does "
+                     "not hold, tie (no most or least)"),
             "text": [lead, *(a["text"] for a in per_condition), *(g["text"] for g in per_guard)]}

@@ -286,12 +286,35 @@ def stability_lines(result: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def text(result: Mapping[str, Any]) -> str:
+def _answer(result: Mapping[str, Any]) -> list[str]:
+    """What every terminal output opens with: what must be said first, the inputs, the method,
+    the families, and the words."""
     said = words(result)
     first = up_front(result)
     out = [*first, *([""] if first else []), *input_lines(result), method_line(result), *decision_lines(result), ""]
     if said:
         out += ["In words:", *(f"- {x}" for x in said), ""]
+    return out
+
+
+def headline_text(result: Mapping[str, Any]) -> str:
+    """The answer and each pair's headline table (B − A of the placebo-corrected effect; of Δ
+    without a placebo): what `guardeval compare` prints; the rest is in compare.md/html and
+    `text` (`--full`)."""
+    out = _answer(result)
+    for pair in result["pairs"]:
+        head, rows = corrected_table(pair, level(result))
+        title = f"{pair_title(pair)}: the headline, B − A of the placebo-corrected effect"
+        if not rows:
+            head, rows = delta_table(pair, level(result))
+            title = f"{pair_title(pair)}: the headline, B − A of Δ (no placebo)"
+        out += [title, "", text_table(head, rows), ""]
+    return "\n".join([*out, TABLE_TERMS])
+
+
+def text(result: Mapping[str, Any]) -> str:
+    """Everything: the answer, both tables of every pair, rankings, leaderboards, stability."""
+    out = _answer(result)
     for pair in result["pairs"]:
         out += [f"{pair_title(pair)}: the headline, B − A of the placebo-corrected effect", "",
                 text_table(*corrected_table(pair, level(result))), "", "B − A of Δ", "",

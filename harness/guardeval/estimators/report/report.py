@@ -14,7 +14,7 @@ from guardeval.estimators.excluded import publishable
 from guardeval.estimators.report import rows, sections
 from guardeval.estimators.report.formats import interval, level, md_table, num, pval, rules_differ
 from guardeval.estimators.verdicts import decisions as dc
-from guardeval.estimators.verdicts.record import headline
+from guardeval.estimators.verdicts.record import headline, power_words
 from guardeval.run.folder.folder import RunFolder, write_into
 from guardeval.run.folder.layout import EFFECTS_PNG, REPORT_JSON, REPORT_MD
 from guardeval.terminal import safe as terminal_safe
@@ -195,10 +195,7 @@ def headline_sentences(report: Mapping[str, Any]) -> list[str]:
             else:
                 ref, est, ci = f"against the baseline {report['baseline']}", c["delta"], c["ci"]
             line = dc.effect_sentence(c["condition"], _who(report), est, ci, eq, ref, level(report))
-        if eq and eq.get("mde") is not None:
-            line += (f" Detectable with 80% power: {eq['mde']:.3f}"
-                     + (f" ({eq['mde_holm']:.3f} at the Holm level α/{eq['holm_m']})"
-                        if eq.get("mde_holm") is not None and eq.get("holm_m") else "") + ".")
+        line += power_words(eq)
         if eq and eq.get("ci_note"):
             line += f" ({eq['ci_note']}.)"
         line += robustness_words(c, quantity, int((report.get("excluded") or {}).get("failed") or 0))

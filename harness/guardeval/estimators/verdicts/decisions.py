@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardeval.errors import InputError
+from guardeval.estimators.verdicts import separation
 from guardeval.estimators.verdicts.equivalence import Equivalence, detectable
 from guardeval.estimators.verdicts.holm import holm
 from guardeval.estimators.verdicts.power import ALPHA, POWER
@@ -77,8 +78,11 @@ def decide_family(records: Sequence[Equivalence | None], family: str, alpha: flo
         r["mde_holm"] = detectable(r["se"], alpha / m, r["df"], float(r.get("p_min") or 0.0))
         # The design cannot decide this member when no p it can give survives Holm's first step.
         r["decidable"] = float(r.get("p_min") or 0.0) < alpha / m
-        r["underpowered"] = (not r["decidable"] or r["mde"] is None
-                             or r["margin"] < r["mde"])
+        # With no variation there is no MDE: the design is too small exactly when the exact
+        # bound is wider than the margin (its equivalence test fails).
+        flat = r["se"] is not None and r["se"] <= 0
+        r["underpowered"] = (not r["decidable"] or (not r["equivalent"] if flat else r["mde"] is None)
+                             or (r["mde"] is not None and r["margin"] < r["mde"]))
         r["verdict"] = verdict_text(r["differs"], r["equivalent"], r["margin"])
 
 
@@ -141,20 +145,29 @@ def effect_sentence(condition: str, who: str, estimate: float | None, ci: Sequen
 def difference_sentence(condition: str, a: str, b: str, eff_a: float | None, eff_b: float | None,
                         diff: float | None, ci: Sequence[float] | None, eq: Mapping[str, Any] | None,
                         what: str, level: str = "95%") -> str:
-    """Who is more sensitive to a condition, by how much, and whether that survives the family:
-    e.g. "tool_alias (Δ − placebo): B −0.350, A −0.140; B − A −0.210 (unadjusted 95% CI −0.300
-    to −0.120): B is the more sensitive, by 0.210; significant after Holm over 3 interventions (p_Holm 0.0012)."."""
+    """Who is more sensitive to a condition, by how much, and whether that survives the family, in
+    one phrasing whatever the signs (`separation.pair` decides it): the guard of the larger effect
+    first, e.g. "tool_alias (Δ − placebo): B −0.350, A −0.140; B − A −0.210 (unadjusted 95% CI
+    −0.300 to −0.120): B is the more sensitive, by 0.210; significant after Holm over 3
+    interventions (p_Holm 0.0012)."; a tie when the sizes are equal or the data do not separate
+    them. `diff` and `ci` are B − A; the sentence reads the same whichever guard is A."""
+    s = separation.pair(a, b, eff_a, eff_b, eq)
+    x, y = (s.top, s.bottom) if s.top is not None and s.bottom is not None else sorted((a, b))
     if diff is None:
-        return f"{condition} ({what}): no paired difference ({a} vs {b})."
-    head = f"{condition} ({what}): {b} {_n(eff_b)}, {a} {_n(eff_a)}; {b} − {a} {_n(diff)} ({ci_words(ci, level)})"
+        return f"{condition} ({what}): no paired difference ({x} vs {y})."
+    if x == a:      # the sentence's x − y is A − B: turn B − A round
+        diff, ci = -diff, None if ci is None else [-ci[1], -ci[0]]
+    e_x, e_y = (eff_a, eff_b) if x == a else (eff_b, eff_a)
+    head = f"{condition} ({what}): {x} {_n(e_x)}, {y} {_n(e_y)}; {x} − {y} {_n(diff)} ({ci_words(ci, level)})"
     claim = ""
-    if significant(eq) and eff_a is not None and eff_b is not None:
-        claim = f": {b}'s effect is {'higher' if diff > 0 else 'lower'} than {a}'s by {abs(diff):.3f}"
-        if eff_a * eff_b >= 0 and (eff_a or eff_b):
-            # Both effects run one way (σ): the guard the condition moves further is the more
-            # sensitive, B when the difference points the way the effects run.
-            sigma = math.copysign(1.0, eff_b if eff_b else eff_a)
-            claim = f": {b if sigma * diff > 0 else a} is the more sensitive, by {abs(diff):.3f}"
+    if s.kind == "separated":
+        claim = f": {x} is the more sensitive, by {abs(diff):.3f}"
+    elif s.kind == "tie" and s.equal_sizes:
+        opposite = s.decision is not None and s.decision.differs
+        claim = (": effects of one size" + (" in opposite directions" if opposite else "")
+                 + ", so neither is the more sensitive (a tie)")
+    elif s.kind == "tie":
+        claim = ": the data do not separate them (a tie)"
     return f"{head}{claim}; {_decision_words(eq)}."
 
 

@@ -75,7 +75,9 @@ def equivalence(q: Mapping[str, Any] | None, margin: float, holm_m: int | None,
 
 def detectable(se: float | None, level: float, df: float | None, p_min: float) -> float | None:
     """The MDE at `level`; None when the design's smallest attainable p is not below it (no true
-    effect, however large, is detected: the design cannot decide)."""
-    if se is None or p_min >= level:
+    effect, however large, is detected: the design cannot decide), and None for a standard error
+    of 0 (nothing varied between interactions: that is no evidence of power, and an MDE of 0
+    would claim any effect is detectable)."""
+    if se is None or se <= 0 or p_min >= level:
         return None
     return _finite(mde(se, level, POWER, df))

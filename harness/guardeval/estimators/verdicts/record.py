@@ -114,3 +114,20 @@ def short(decision: Decision | None) -> str:
 
 def words(decision: Decision | None) -> str:
     return OUTSIDE_WORDS if decision is None else decision.words
+
+
+def power_words(eq: Mapping[str, Any] | None) -> str:
+    """The MDE said after a quantity's sentence: ' Detectable with 80% power: 0.127 (0.148 at the
+    Holm level α/3).'; nothing for a design that cannot decide it (its words say so, and no
+    effect is detectable there); for a quantity with no variation, that no MDE can be estimated
+    (a standard error of 0 says nothing of power)."""
+    if not eq or eq.get("decidable") is False:
+        return ""
+    se = eq.get("se")
+    if se is not None and se <= 0:
+        return " The MDE cannot be estimated from a design with no variation."
+    if eq.get("mde") is None:
+        return ""
+    holm = (f" ({eq['mde_holm']:.3f} at the Holm level α/{eq['holm_m']})"
+            if eq.get("mde_holm") is not None and eq.get("holm_m") else "")
+    return f" Detectable with 80% power: {eq['mde']:.3f}{holm}."
