@@ -39,7 +39,7 @@ from guardeval.backends.sim.config import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT  #
 from guardeval.backends.sim.profiles import SHORTCUT_PROFILE  # noqa: E402
 from guardeval.backends.sim.router import metadata as router_metadata  # noqa: E402
 from guardeval.canon import canonical_bytes, sha256_hex  # noqa: E402
-from guardeval.cohorts.builders.common import build_rows  # noqa: E402
+from guardeval.cohorts.builders.common import build_rows, select_conditions  # noqa: E402
 from guardeval.cohorts.builders.demo import conditions, demo_bases  # noqa: E402
 from guardeval.cohorts.model import write_cohort  # noqa: E402
 from guardeval.run.dispatch.decide import decide  # noqa: E402
@@ -73,7 +73,7 @@ def synthetic_bases(n: int, seed: int = 1) -> Iterator[dict[str, Any]]:
 
 
 def build_cohort(out: Path, n_bases: int) -> Path:
-    specs = conditions()
+    specs = select_conditions(conditions(), None)   # the demo builder's defaults (five conditions)
     rows = (row for base in synthetic_bases(n_bases) for row in build_rows([base], specs))
     return write_cohort(out, name="scale-synthetic", version="1",
                         description=f"{n_bases} synthetic bases cycled from the demo cohort (benchmarks/scale.py)",

@@ -296,6 +296,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         r = run_cli("launch", "--cohort", str(cohort), "--guard", str(guard), "--reps", "2", "--seed", "5",
                     "--run-dir", str(run), "--no-progress", "--no-preflight")
         assert r.code == 0, r.err
-    r = run_cli("estimate", str(run), "--bootstrap", "200")
+    # The markup server fails about half its calls: past the 2% limit, reported all the same.
+    r = run_cli("estimate", str(run), "--bootstrap", "200", "--allow-unpublishable")
     assert r.code == 0, r.err
     return run

@@ -102,7 +102,7 @@ DEFINITIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("threshold", "more than 2% of scheduled calls failed or quarantined, together, makes the report "
                       "unpublishable (`excluded`)"),
     ]),
-    "excluded": ("Excluded calls", [
+    "excluded": ("Failed calls", [
         ("excluded", "failed and quarantined calls: left out of every estimate under the drop rule, counted against "
                      "one limit (2% of scheduled calls) past which the report is not publishable"),
         ("failures depend on it", "the condition's share of failed calls minus the baseline's, paired by base, "
