@@ -39,6 +39,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "harness"))
+# `tests.…` and `benchmarks.…` are the repository's folders: run as a script, only this file's folder is on the path.
+sys.path.insert(0, str(REPO))
 
 from tests.gguf_files import smollm2_gguf  # noqa: E402
 from tests.short_cohort import BASES, write_short_cohort  # noqa: E402

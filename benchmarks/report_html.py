@@ -36,6 +36,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "harness"))
+# `tests.…` and `benchmarks.…` are the repository's folders: run as a script, only this file's folder is on the path.
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from benchmarks.scale_build import write_guard  # noqa: E402

@@ -34,6 +34,8 @@ import orjson
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "harness"))
+# `tests.…` and `benchmarks.…` are the repository's folders: run as a script, only this file's folder is on the path.
+sys.path.insert(0, str(REPO))
 
 from benchmarks.scale_build import write_guard  # noqa: E402
 
