@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))   # `benchmarks.…`: run as a script, only this file's folder is on the path
+
+from benchmarks.python_guard import calibrate  # noqa: E402
+
 TARGET_S = 0.002          # one call's work
 
 GUARD = '''
@@ -67,28 +71,6 @@ def third(inp):
         raise ValueError("unknown tool in call " + inp.call_id[:8])
     return ALLOW
 '''
-
-
-def spin(n: int) -> int:
-    x = 0
-    for i in range(n):
-        x += i * i
-    return x
-
-
-def calibrate() -> int:
-    """Iterations of `spin` that take about TARGET_S of CPU here (median of 15 timings)."""
-    n = 10_000
-    while True:
-        times = []
-        for _ in range(15):
-            t0 = time.thread_time()
-            spin(n)
-            times.append(time.thread_time() - t0)
-        took = statistics.median(times)
-        if took > TARGET_S / 4:
-            return max(1, round(n * TARGET_S / took))
-        n *= 4
 
 
 def launch(work_dir: Path, env: dict[str, str], fn: str) -> dict[str, Any]:
@@ -120,7 +102,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     opt = ap.parse_args()
-    unit = calibrate()
+    unit = calibrate(TARGET_S)
     work_dir = Path(tempfile.mkdtemp(prefix="geb-"))
     lib = work_dir / "lib"
     lib.mkdir()

@@ -274,16 +274,7 @@ def _decide(contrasts: list[Any], fam: Sequence[str], placebo: str | None, margi
                          families["delta_minus_placebo"]["name"], alpha)
         families["delta_minus_placebo"].update(
             family_decidability([by_name[c]["equivalence_minus_placebo"] for c in corr_fam], alpha))
-    for x in contrasts:
-        eq, eqc = x["equivalence"], x["equivalence_minus_placebo"]
-        if x["condition"] not in fam:
-            dc.outside(eq)
-        elif eq is not None:
-            x["p_holm"] = eq["p_adjusted"]
-        if x["condition"] not in corr_fam:
-            dc.outside(eqc)
-        elif eqc is not None:
-            x["p_holm_minus_placebo"] = eqc["p_adjusted"]
+    fm.mark_decided(contrasts, set(fam), set(corr_fam))
     within = {"delta": dc.all_within({c: by_name[c]["equivalence"] for c in fam}, "condition's Δ", margin, alpha)}
     if corr_fam:
         within["delta_minus_placebo"] = dc.all_within({c: by_name[c]["equivalence_minus_placebo"] for c in corr_fam},

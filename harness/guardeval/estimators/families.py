@@ -118,8 +118,16 @@ def decide_by_family(contrasts: list[Any], fam: Sequence[str], families: Mapping
                 {c: by_name[c]["equivalence_minus_placebo"] for c in corr},
                 f"{name} intervention's Δ − placebo", margin, alpha)
     for x in contrasts:
-        eq, eqc = x["equivalence"], x["equivalence_minus_placebo"]
         x["condition_family"] = family_of(x["condition"], families)
+    mark_decided(contrasts, decided_delta, decided_corr)
+    return out, within
+
+
+def mark_decided(contrasts: list[Any], decided_delta: set[str], decided_corr: set[str]) -> None:
+    """Each contrast's p_Holm from the family that decided it, in place; a quantity no family
+    decided is marked outside (shown, not tested). With or without condition families."""
+    for x in contrasts:
+        eq, eqc = x["equivalence"], x["equivalence_minus_placebo"]
         if x["condition"] not in decided_delta:
             dc.outside(eq)
         elif eq is not None:
@@ -128,7 +136,6 @@ def decide_by_family(contrasts: list[Any], fam: Sequence[str], families: Mapping
             dc.outside(eqc)
         elif eqc is not None:
             x["p_holm_minus_placebo"] = eqc["p_adjusted"]
-    return out, within
 
 
 def worst_cases(f: Frame, fam: Sequence[str], families: Mapping[str, str], roles: Mapping[str, str],
