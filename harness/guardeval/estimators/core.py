@@ -179,15 +179,9 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin, alpha)
     if fams_of:
         families, all_within = fm.decide_by_family(contrast_out, fam, fams_of, roles or {}, margin, alpha)
-        # The ends are decided in the families the headlines were (families.decide_by_family).
-        headline = {x["condition"]: x["headline"] for x in contrast_out}
-        groups = [(members, [c for c in members
-                             if (roles or {}).get(c) != "placebo" and headline[c] == "delta_minus_placebo"])
-                  for members in fm.family_members(list(fam), fams_of).values()]
     else:
         families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
-        groups = [(fam, [c for c in fam if c != placebo] if placebo is not None else [])]
-    ex.bounds(f, est, contrast_out, groups, alpha)
+    ex.bounds(f, est, contrast_out, ex.decided_groups(families), alpha)
     stability = cx.stability(f, est)
     block_ci, block_exact = cx.block_rate_intervals(f, est, 1 - alpha)
     quarantine = quarantine_summary(rows, n_sched)

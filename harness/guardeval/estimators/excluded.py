@@ -100,6 +100,18 @@ def _own(x: Mapping[str, Any], quantity: str) -> dict[str, Any] | None:
     return {"estimate": est, "ci": x["ci" + suffix], "p": x["p" + suffix], "method": eq.get("method")}
 
 
+def decided_groups(families: Mapping[str, Any]) -> list[tuple[list[str], list[str]]]:
+    """(Δ family, Δ − placebo family) pairs, read from the family records the headlines were
+    decided in ('delta' and 'delta_minus_placebo', or 'delta:<family>' and
+    'delta_minus_placebo:<family>' with condition families), so the ends are decided in the same
+    families."""
+    groups: dict[str, dict[str, list[str]]] = {}
+    for key, rec in families.items():
+        quantity, _, family = key.partition(":")
+        groups.setdefault(family, {})[quantity] = list(rec["members"])
+    return [(g.get("delta", []), g.get("delta_minus_placebo", [])) for g in groups.values()]
+
+
 def bounds(f: Frame, est: Estimates, contrasts: Sequence[Any],
            groups: Sequence[tuple[Sequence[str], Sequence[str]]], alpha: float) -> None:
     """`bounds` on every contrast entry, in place: {delta: [lo, hi], corrected: [lo, hi] | None,

@@ -51,3 +51,8 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def pct(x: float) -> str:
+    """A share as a whole percentage ('41%'), one decimal below 1% ('0.5%')."""
+    return f"{100 * x:.0f}%" if x == 0 or x >= 0.01 else f"{100 * x:.1f}%"

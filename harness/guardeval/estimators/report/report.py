@@ -12,7 +12,7 @@ import orjson
 
 from guardeval.estimators.excluded import publishable
 from guardeval.estimators.report import rows, sections
-from guardeval.estimators.report.formats import interval, level, md_table, num, pval, rules_differ
+from guardeval.estimators.report.formats import interval, level, md_table, num, pct, pval, rules_differ
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.record import headline, power_words
 from guardeval.run.folder.folder import RunFolder, write_into
@@ -60,10 +60,6 @@ def _who(report: Mapping[str, Any]) -> str:
     return str(g.get("name")) if g.get("name") else "the guard"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%" if x == 0 or x >= 0.01 else f"{100 * x:.1f}%"
-
-
 def failure_dependence_sentence(ex: Mapping[str, Any]) -> str | None:
     """'failed calls depend on the condition: tool_alias 41% against original 0% …', when the
     failure-rate family says a condition differs (estimators/excluded.py)."""
@@ -73,8 +69,8 @@ def failure_dependence_sentence(ex: Mapping[str, Any]) -> str | None:
     by = ex.get("by_condition") or {}
     share = {c: (v["failed"] / v["calls"] if v.get("calls") else 0.0) for c, v in by.items()}
     base = next((c for c in by if c not in dep["members"]), None)
-    parts = [f"{c} {_pct(share.get(c, 0.0))}" for c, m in dep["members"].items() if m.get("differs")]
-    against = f" against {base} {_pct(share.get(base, 0.0))}" if base is not None else ""
+    parts = [f"{c} {pct(share.get(c, 0.0))}" for c, m in dep["members"].items() if m.get("differs")]
+    against = f" against {base} {pct(share.get(base, 0.0))}" if base is not None else ""
     ps = ", ".join(f"p_Holm {pval(m['p_holm'])}" for m in dep["members"].values() if m.get("differs"))
     return (f"Failed calls depend on the condition: {', '.join(parts)}{against} (paired by base; {ps} over the "
             f"{dep['family']}). The estimates below rest on the calls that did not fail, a subset the condition "
@@ -94,8 +90,8 @@ def excluded_sentences(report: Mapping[str, Any]) -> list[str]:
     where = ", ".join(f"{c} {v['failed']} of {v['calls']}" for c, v in (ex.get("by_condition") or {}).items()
                       if v.get("failed"))
     quar = f" and {ex['quarantined']} were quarantined" if ex.get("quarantined") else ""
-    verdict = ("within" if ex["publishable"] else "past") + f" the {_pct(ex['limit'])} limit"
-    line = (f"{ex['failed']} of {report['n_calls']} calls failed{quar} ({_pct(ex['share'])} of the calls left out, "
+    verdict = ("within" if ex["publishable"] else "past") + f" the {pct(ex['limit'])} limit"
+    line = (f"{ex['failed']} of {report['n_calls']} calls failed{quar} ({pct(ex['share'])} of the calls left out, "
             f"{verdict}{'' if ex['publishable'] else ': NOT PUBLISHABLE'}); failed calls by condition: {where}.")
     robust: list[str] = []
     fragile: list[str] = []
