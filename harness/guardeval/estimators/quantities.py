@@ -163,8 +163,10 @@ class Quantities:
             if points[key] is not None and all(k in ratio_cols for k in terms) \
                     and effective_df(np.max([weights[k] for k in terms], axis=0), cluster_domain) < sf.SIGNFLIP_BELOW_DF:
                 small.add(key)
+        # the data's resolution per base-level quantity (signflip.resolution); 0 for row-level sums
+        ties = {key: sf.resolution(num_b[den_b[:, j] > 0, j]) for j, key in enumerate(self.keys)}
         flips = _signflip(small, ratio_cols, dict(self._combos), points, used_by, num_g, den_g, self.bounds,
-                          n_boot, seed, margin, level)
+                          n_boot, seed, margin, level, ties)
         out: dict[Key, dict[str, Any]] = {}
         for key, point in points.items():
             samples = columns[key]
@@ -211,7 +213,7 @@ def _bounds(key: Key, bounds: Mapping[Key, Bounds], combos: Mapping[Key, Mapping
 def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Mapping[Key, float]],
               points: Mapping[Key, float | None], used_by: Mapping[Key, np.ndarray], num_g: np.ndarray,
               den_g: np.ndarray, bounds: Mapping[Key, Bounds], n_boot: int, seed: int, margin: float | None,
-              level: float) -> dict[Key, dict[str, Any]]:
+              level: float, ties: Mapping[Key, float]) -> dict[Key, dict[str, Any]]:
     """Sign-flip summaries of the small-design quantities, one set of flips per set of
     interactions used. A combination's subset value is its terms' subset means combined (exact
     when the terms share their bases, a first-order version otherwise)."""
@@ -244,5 +246,7 @@ def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Map
                     j = at[cols[key]]
                     v = vals[:, j]
                     se = sf.ratio_se(nu[:, j], de[:, j], point)
-                out[key] = sf.summarise(v, n_total, point, g, se, level, margin, _bounds(key, bounds, combos))
+                tie = (sum(abs(coef) * ties.get(t, 0.0) for t, coef in combos[key].items()) if key in combos
+                       else ties.get(key, 0.0))
+                out[key] = sf.summarise(v, n_total, point, g, se, level, margin, _bounds(key, bounds, combos), tie)
     return out
