@@ -39,8 +39,9 @@ RULE = ("verdict: 'differs from 0' when the two-sided p, Holm-adjusted within th
 
 def rejects(p: float | None, alpha: float) -> bool | None:
     """The one comparison behind every significance decision: p (Holm-adjusted where a family is
-    decided) below α. None for an undefined p (no estimate): nothing is decided. Callers outside
-    this module call it as `decisions.rejects`, so that it is this one function they call."""
+    decided) below α. None for an undefined p (no estimate): nothing is decided. Elsewhere in
+    verdicts/ it is called through this module (`decisions.rejects`), so that swapping it swaps
+    every decision (tests/test_one_rule.py does, to show no surface decides on its own)."""
     return None if p is None else p < alpha
 
 
