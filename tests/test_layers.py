@@ -362,3 +362,61 @@ def test_the_one_opener_rule_catches_the_old_opened():
     assert _other_openers("x.py", ast.parse(src)) == [
         "x.py:1: imports guardeval.run.folder.folder.opened", "x.py:3: imports guardeval.study.record.run_folder",
         "x.py:5: opened(...)", "x.py:5: opened(...)"]
+
+
+# -- every significance decision is made in verdicts/ (issue 49 §1) --------------------------------
+# The decision layer sits below every surface that prints its records, and nothing else compares a
+# p with α or runs Holm to decide (tests/test_one_rule.py checks the same behaviour at run time).
+VERDICTS = "guardeval.estimators.verdicts"
+PRESENTATION = ("guardeval.estimators.report", "guardeval.estimators.compare", "guardeval.view", "guardeval.study",
+                "guardeval.api", "guardeval.cli")
+# Holm-adjusted p-values printed beside the records (not decided on there), by the module.
+HOLM_ELSEWHERE = {"guardeval.estimators.compare.compare": "the p_holm columns of the pair rows (p_holm, "
+                  "p_holm_across_pairs, p_holm_all_pairs); their decisions are decide_family's records"}
+ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def test_the_decision_layer_imports_no_surface():
+    graph = _module_graph()
+    found = sorted(f"{m} imports {d}" for m, deps in graph.items() if m == VERDICTS or m.startswith(VERDICTS + ".")
+                   for d in deps if any(d == p or d.startswith(p + ".") for p in PRESENTATION))
+    assert found == [], "move what the decision layer needs down into it:\n" + "\n".join(found)
+
+
+def _alpha_comparisons(tree: ast.AST) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, the comparison) of every ordering comparison that involves α (a
+    name `alpha`/`ALPHA`, an attribute `.alpha`, a key "alpha"): a decision made in place."""
+    found: list[tuple[str, int, str]] = []
+
+    def alpha(node: ast.AST) -> bool:
+        return any((isinstance(n, ast.Name) and n.id in ("alpha", "ALPHA")) or
+                   (isinstance(n, ast.Attribute) and n.attr == "alpha") or
+                   (isinstance(n, ast.Constant) and n.value == "alpha") for n in ast.walk(node))
+
+    class Visitor(Scoped):
+
+        def visit_Compare(self, node: ast.Compare) -> None:
+            if any(isinstance(op, ORDERING) for op in node.ops) and any(alpha(s) for s in [node.left, *node.comparators]):
+                found.append((self.where, node.lineno, ast.unparse(node)))
+            self.generic_visit(node)
+
+    Visitor().visit(tree)
+    return found
+
+
+def test_no_significance_decision_outside_verdicts():
+    offenders = [f"{rel}:{line} ({where or 'module'}): {what}" for rel, tree in engine_modules()
+                 if not rel.startswith("harness/guardeval/estimators/verdicts/")
+                 for where, line, what in _alpha_comparisons(tree)]
+    graph = _module_graph()
+    offenders += [f"{m} imports {VERDICTS}.holm" for m, deps in sorted(graph.items())
+                  if f"{VERDICTS}.holm" in deps and not m.startswith(VERDICTS + ".") and m not in HOLM_ELSEWHERE]
+    assert offenders == [], ("decide with guardeval.estimators.verdicts.decisions (decide_family, decide_pvalues, "
+                             "decide_adjusted) and read its record:\n" + "\n".join(offenders))
+
+
+def test_the_decision_rule_catches_what_it_forbids():
+    src = ("def f(p, alpha, r, cfg):\n"
+           "    a = p < alpha\n    b = r['p_holm'] is not None and r['p_holm'] <= 20 * alpha\n"
+           "    c = cfg.alpha > p\n    d = p < r.get('alpha', 0.05)\n    e = p == alpha\n    return 0 < ALPHA < 0.5\n")
+    assert [line for _, line, _ in _alpha_comparisons(ast.parse(src))] == [2, 3, 4, 5, 7]

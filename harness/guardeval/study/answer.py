@@ -8,11 +8,12 @@ differs from 0.
 Whether a difference "holds" is the decision record's (guardeval.estimators.verdicts.record,
 `Decision.of` over the row's `equivalence…` record, decided by the compare or the estimator at
 its α): it is read in one place, `decision`, and never re-derived. A row without a record carrying
-`differs` (a quantity with no estimate: its p is undefined too) falls back to the Holm-adjusted p
-of the row it belongs to, below the α its comparison was run at (the `alpha` of the compare
-result or the guard's report; for a pair of guards, Holm over the interventions within the pair;
-for one guard, Holm over its interventions). Everything else here arranges numbers the comparison
-already holds.
+`differs` (a quantity with no estimate: its p is undefined too) falls back to the decision
+`verdicts.decisions` makes on the Holm-adjusted p of the row it belongs to at the α its
+comparison was run at (the `alpha` of the compare result or the guard's report; for a pair of
+guards, Holm over the interventions within the pair; for one guard, Holm over its interventions):
+nothing here compares a p with α. Everything else here arranges numbers the comparison already
+holds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardeval.estimators.report.formats import interval, num, pval
-from guardeval.estimators.verdicts.holm import holm
+from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.power import ALPHA
 from guardeval.estimators.verdicts.record import Decision
 from guardeval.estimators.verdicts.separation import SAME_SIZE, separate
@@ -37,14 +38,14 @@ def alpha_of(result: Mapping[str, Any]) -> float:
     return float(alpha) if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else ALPHA
 
 
-def decision(verdict: Mapping[str, Any] | None, p_adjusted: float | None, family: str, alpha: float) -> Decision:
+def decision(verdict: Mapping[str, Any] | None, fallback: Decision) -> Decision:
     """Does a quantity differ from 0 after the stated correction? The one place a verdict is read:
     the decision record of `verdict` (an `equivalence…` record) when it carries `differs`, else
-    `p_adjusted < alpha` in a record made here (the family named `family`)."""
+    `fallback`, the decision `verdicts.decisions` made on the row's Holm-adjusted p (its family
+    named also where the record names none)."""
     if verdict is not None and "differs" in verdict:
-        return _record({**verdict, "family": verdict.get("family") or family})
-    return _record({"differs": None if p_adjusted is None else p_adjusted < alpha, "p_adjusted": p_adjusted,
-                    "family": family, "alpha": alpha})
+        return _record({**verdict, "family": verdict.get("family") or fallback.family})
+    return fallback
 
 
 def _record(eq: Mapping[str, Any]) -> Decision:
@@ -64,10 +65,10 @@ def pair_decision(row: Mapping[str, Any], alpha: float) -> tuple[Decision, str]:
     """A compare pair row's headline decision and the family it falls back to naming: the
     difference of the placebo-corrected effects (or of Δ when the study has no placebo)."""
     if row.get("difference_minus_placebo") is not None:
-        return decision(row.get("equivalence_minus_placebo"), row.get("p_holm_minus_placebo"), PAIR_FAMILY,
-                        alpha), PAIR_FAMILY
+        return decision(row.get("equivalence_minus_placebo"),
+                        dc.decide_adjusted(row.get("p_holm_minus_placebo"), PAIR_FAMILY, alpha)), PAIR_FAMILY
     family = "Holm over the family, within the pair"
-    return decision(row.get("equivalence"), row.get("p_holm"), family, alpha), family
+    return decision(row.get("equivalence"), dc.decide_adjusted(row.get("p_holm"), family, alpha)), family
 
 
 def _flip(ci: Sequence[float] | None) -> list[float] | None:
@@ -180,11 +181,11 @@ def guard_answer(label: str, report: Mapping[str, Any]) -> dict[str, Any]:
     if placebo is None:
         return {"label": label, "effects": [], "undefined": [], "checked": [],
                 "text": f"{label}: no placebo, so no corrected effect."}
-    adjusted = dict(zip(fam, holm([by[c]["p_minus_placebo"] for c in fam])))
     alpha = alpha_of(report)
+    fallback = dict(zip(fam, dc.decide_pvalues([by[c]["p_minus_placebo"] for c in fam], GUARD_FAMILY, alpha)))
     found, checked = [], []
     for c in fam:
-        d = decision(by[c].get("equivalence_minus_placebo"), adjusted[c], GUARD_FAMILY, alpha)
+        d = decision(by[c].get("equivalence_minus_placebo"), fallback[c])
         entry = {"condition": c, "delta_minus_placebo": by[c]["delta_minus_placebo"],
                  "ci_minus_placebo": by[c]["ci_minus_placebo"], "differs": d.differs, "p_adjusted": d.p_adjusted,
                  "family": d.family}

@@ -287,12 +287,12 @@ def _placebo_checks(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], pl
     if placebo is None or placebo not in fam:
         return []
     out = []
+    family = dc.family_name(fam, "condition")
     for k, label in enumerate(labels):
-        ps = [est[("delta", k, c)]["p"] for c in fam]
-        adj = dict(zip(fam, holm(ps)))[placebo]
+        d = dict(zip(fam, dc.decide_pvalues([est[("delta", k, c)]["p"] for c in fam], family, alpha)))[placebo]
         q = est[("delta", k, placebo)]
-        out.append({"label": label, "condition": placebo, "delta": q["estimate"], "ci": q["ci"], "p_holm": adj,
-                    "family": dc.family_name(fam, "condition"), "failed": adj is not None and adj < alpha})
+        out.append({"label": label, "condition": placebo, "delta": q["estimate"], "ci": q["ci"],
+                    "p_holm": d.p_adjusted, "family": family, "failed": bool(d.differs)})
     return out
 
 
@@ -453,23 +453,23 @@ def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pa
     (one Holm family over every pair of guards × every pair of conditions, fixed in advance)."""
     cells = [(pi, x, y) for pi in range(len(pairs)) for x, y in combinations(contrasts, 2)]
     ps = [_reversal(est[("ddelta", pairs[pi][0], x, y)], est[("ddelta", pairs[pi][1], x, y)]) for pi, x, y in cells]
-    adj = holm(ps)
+    name = f"{len(cells)} ({len(pairs)} pairs of guards × {len(cells) // max(1, len(pairs))} pairs of conditions)"
+    decided = dc.decide_pvalues(ps, name, alpha)
     for pi, pr in enumerate(pair_out):
         j, k = pairs[pi]
-        rev = []
-        for (qi, x, y), p, a in zip(cells, ps, adj):
+        rev, changed = [], False
+        for (qi, x, y), p, d in zip(cells, ps, decided):
             # listed when the estimates reversed (a reversal's p can be exactly 1 under sign flips)
             if qi != pi or not _opposite(est[("ddelta", j, x, y)], est[("ddelta", k, x, y)]):
                 continue
             dd = est[("dd", j, k, x, y)]
             rev.append({"conditions": [x, y], "difference_of_differences": dd["estimate"], "ci": dd["ci"],
                         "p": dd["p"], "p_order_a": est[("ddelta", j, x, y)]["p"],
-                        "p_order_b": est[("ddelta", k, x, y)]["p"], "p_reversal": p, "p_holm": a})
+                        "p_order_b": est[("ddelta", k, x, y)]["p"], "p_reversal": p, "p_holm": d.p_adjusted})
+            changed = changed or bool(d.differs)
         pr["reversed_pairs"] = cast(Any, rev)
-        pr["ranking_changed"] = any(r["p_holm"] is not None and r["p_holm"] < alpha for r in rev)
-    return {"size": len(cells), "adjustment": "Holm", "alpha": alpha,
-            "name": f"{len(cells)} ({len(pairs)} pairs of guards × {len(cells) // max(1, len(pairs))} pairs of "
-                    "conditions)"}
+        pr["ranking_changed"] = changed
+    return {"size": len(cells), "adjustment": "Holm", "alpha": alpha, "name": name}
 def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Sequence[str]) -> None:
     """One Holm family per condition over every pair's difference (and corrected difference)."""
     for c in contrasts:
@@ -487,26 +487,27 @@ def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contras
     guard_pairs = list(combinations(range(len(labels)), 2))
     cells = [(c, j, k) for c in contrasts for j, k in guard_pairs]
     ps = [_reversal(est[("rdiff", j, k, baseline)], est[("rdiff", j, k, c)]) for c, j, k in cells]
-    adj = holm(ps)
+    name = f"{len(cells)} ({len(guard_pairs)} pairs of guards × {len(contrasts)} conditions)"
+    decided = dc.decide_pvalues(ps, name, alpha)
     out: dict[str, ConditionStability] = {}
     for c in contrasts:
         under_c = {labels[k]: est[("rate", k, c)]["estimate"] for k in range(len(labels))}
         rows: list[Any] = []
-        for (cc, j, k), p, a in zip(cells, ps, adj):
+        changed = False
+        for (cc, j, k), p, d in zip(cells, ps, decided):
             if cc != c or not _opposite(est[("rdiff", j, k, baseline)], est[("rdiff", j, k, c)]):
                 continue
             q = est[("diff", j, k, c)]
             rows.append({"guards": [labels[j], labels[k]], "difference_of_differences": q["estimate"], "ci": q["ci"],
                          "p": q["p"], "p_order_baseline": est[("rdiff", j, k, baseline)]["p"],
-                         "p_order_condition": est[("rdiff", j, k, c)]["p"], "p_reversal": p, "p_holm": a})
+                         "p_order_condition": est[("rdiff", j, k, c)]["p"], "p_reversal": p, "p_holm": d.p_adjusted})
+            changed = changed or bool(d.differs)
         tau = est[("tau", c)]
         out[c] = {"kendall_tau": tau["estimate"], "kendall_tau_ci": tau["ci"],
                   "order_baseline": ranking(under_b), "order_condition": ranking(under_c),
-                  "reversed_pairs": rows,
-                  "ranking_changed": any(r["p_holm"] is not None and r["p_holm"] < alpha for r in rows)}
+                  "reversed_pairs": rows, "ranking_changed": changed}
     return {"order_by": "block rate", "rule": GUARD_ORDER, "by_condition": out,
-            "family": {"size": len(cells), "adjustment": "Holm", "alpha": alpha,
-                       "name": f"{len(cells)} ({len(guard_pairs)} pairs of guards × {len(contrasts)} conditions)"}}
+            "family": {"size": len(cells), "adjustment": "Holm", "alpha": alpha, "name": name}}
 
 
 def compare(rows_a: Iterable[Any], rows_b: Iterable[Any], *, baseline: str = "original",

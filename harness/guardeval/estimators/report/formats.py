@@ -6,6 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# A p is printed one way, by the decision record's words and every table alike: defined with the
+# record (the decision layer imports nothing from here), re-exported for the tables.
+from guardeval.estimators.verdicts.record import pval as pval
+
 
 def num(x: float | None, digits: int = 4, sign: bool = True) -> str:
     if x is None:
@@ -24,10 +28,6 @@ def level(obj: Mapping[str, Any] | None) -> str:
 
 def interval(ci: Sequence[float] | None) -> str:
     return "—" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
-
-
-def pval(p: float | None) -> str:
-    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
 
 
 def rules_differ(report: Mapping[str, Any]) -> bool:

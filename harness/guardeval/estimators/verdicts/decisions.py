@@ -6,6 +6,12 @@ named in the output. "Within ±M" is the same decision on the equivalence (TOST)
 family. Intervals shown beside a verdict are the unadjusted (1 − α) intervals (95% at the default
 α), labelled so; the verdict never contradicts them (a Holm-adjusted p is at least the unadjusted
 one, and p < α exactly when that interval excludes 0).
+
+Every significance decision in the package — a verdict, a star, a failed placebo, a changed
+ranking, an end of a range over the failed calls, a study's "holds", the gate — is `rejects`
+below, made here (`decide_family`, `decide_pvalues`, `decide_adjusted`, `all_within`) or in
+`robust.end_verdict`, and read from its record by every surface; nothing else compares a p with
+α (tests/test_one_rule.py swaps `rejects` and checks every surface follows).
 """
 
 from __future__ import annotations
@@ -29,6 +35,31 @@ RULE = ("verdict: 'differs from 0' when the two-sided p, Holm-adjusted within th
         "family, is below α; both when both hold; else 'inconclusive'. A quantity outside every family is not "
         "tested. Intervals beside a verdict are unadjusted (1 − α) intervals. MDE = (t_{df,1−α/2} + t_{df,0.80})·SE, "
         "SE the bootstrap standard deviation, at α and at α/m (the first Holm step over the family's m members)")
+
+
+def rejects(p: float | None, alpha: float) -> bool | None:
+    """The one comparison behind every significance decision: p (Holm-adjusted where a family is
+    decided) below α. None for an undefined p (no estimate): nothing is decided. Elsewhere in
+    verdicts/ it is called through this module (`decisions.rejects`), so that swapping it swaps
+    every decision (tests/test_one_rule.py does, to show no surface decides on its own)."""
+    return None if p is None else p < alpha
+
+
+def decide_adjusted(p_adjusted: float | None, family: str, alpha: float, *, p: float | None = None,
+                    size: int | None = None) -> Decision:
+    """The decision record of a member whose Holm-adjusted p is already known (a compare row's
+    `p_holm`) and that has no equivalence record to read: 'differs from 0' when `rejects`."""
+    made = Decision.of({"differs": rejects(p_adjusted, alpha), "p": p, "p_adjusted": p_adjusted,
+                        "family": family, "holm_m": size, "alpha": alpha})
+    assert made is not None     # a non-empty record always reads as one
+    return made
+
+
+def decide_pvalues(pvalues: Sequence[float | None], family: str, alpha: float) -> list[Decision]:
+    """Holm over a family known only by its members' p-values (a placebo's Δ among its family, the
+    reversals of a ranking), and each member's decision record, in input order. An undefined p
+    still counts in m and decides nothing (`differs` None)."""
+    return [decide_adjusted(a, family, alpha, p=p, size=len(pvalues)) for p, a in zip(pvalues, holm(pvalues))]
 
 
 def family_name(members: Sequence[str], kind: str) -> str:
@@ -73,8 +104,8 @@ def decide_family(records: Sequence[Equivalence | None], family: str, alpha: flo
             continue
         r["alpha"], r["family"], r["holm_m"] = alpha, family, m
         r["p_adjusted"], r["p_tost_adjusted"] = a, at
-        r["differs"] = a is not None and a < alpha
-        r["equivalent"] = at is not None and at < alpha
+        r["differs"] = bool(rejects(a, alpha))
+        r["equivalent"] = bool(rejects(at, alpha))
         r["mde_holm"] = detectable(r["se"], alpha / m, r["df"], float(r.get("p_min") or 0.0))
         # The design cannot decide this member when no p it can give survives Holm's first step.
         r["decidable"] = float(r.get("p_min") or 0.0) < alpha / m
@@ -97,7 +128,7 @@ def all_within(records: Mapping[str, Equivalence | None], what: str, margin: flo
     p is below α (no adjustment: the claim fails if any one fails)."""
     members = list(records)
     ps = [None if r is None else r["p_tost"] for r in records.values()]
-    holds = bool(members) and all(p is not None and p < alpha for p in ps)
+    holds = bool(members) and all(rejects(p, alpha) for p in ps)
     # Members the design cannot show to be equivalent at this margin (a member that differs
     # from 0 needs no equivalence claim to be read).
     weak = [c for c, r in records.items() if r is not None and r["underpowered"] and not r["differs"]]

@@ -10,11 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guardeval.estimators.report.formats import pval
 from guardeval.records import Record
 
 Outcome = Literal["differs", "equivalent", "differs and equivalent", "inconclusive", "not tested"]
 OUTSIDE_WORDS = "outside the family, not tested"
+
+
+def pval(p: float | None) -> str:
+    """A p as every output prints it ('0.0012', '3.1e-05', '—' for none): the decision's words
+    here, and every table through `estimators/report/formats` (which re-exports it), so the decision
+    layer depends on no presentation module."""
+    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
 
 
 @dataclass(frozen=True)

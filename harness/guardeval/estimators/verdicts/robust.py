@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from guardeval.estimators.verdicts import decisions
 from guardeval.estimators.verdicts.holm import holm
 
 EndVerdict = Literal["raises", "lowers", "does not differ", "not tested"]
@@ -33,7 +34,7 @@ def end_verdict(estimate: float | None, p_adjusted: float | None, alpha: float) 
     """One end of a range, decided: its sign when its Holm-adjusted p is below α."""
     if estimate is None or p_adjusted is None:
         return "not tested"
-    if p_adjusted < alpha:
+    if decisions.rejects(p_adjusted, alpha):
         return "raises" if estimate > 0 else "lowers"
     return "does not differ"
 
