@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "harness"))
 
 from guardeval.backends.sim import SimServerProcess  # noqa: E402
-from guardeval.run.run import Run  # noqa: E402
 from guardeval.run.planning import materialise, plan_launch  # noqa: E402
+from guardeval.run.run import Run  # noqa: E402
 from guardeval.run.runner import execute  # noqa: E402
 
 
