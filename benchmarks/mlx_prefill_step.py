@@ -18,6 +18,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "harness"))
+# `tests.…` is the repository's folder: run as a script, only this file's folder is on the path.
+sys.path.insert(0, str(REPO))
 
 from guardeval.backends.mlx_backend import PREFILL_STEP  # noqa: E402
 
