@@ -100,7 +100,7 @@ class Rate:
 
     hits: list[float] = field(default_factory=list)
 
-    def add(self, x: float) -> None:
+    def add(self, x: float | np.floating) -> None:   # a share from np.mean, or 0/1
         self.hits.append(float(x))
 
     @property

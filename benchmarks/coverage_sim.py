@@ -68,7 +68,7 @@ def main() -> None:
         ap.error("--clusters needs 4 numbers")
     rng = np.random.default_rng(args.seed)
     hits = {k: 0 for k in TRUE}
-    ests = {k: [] for k in TRUE}
+    ests: dict[str, list[float]] = {k: [] for k in TRUE}
     t0 = time.perf_counter()
     for s in range(args.sims):
         rep = estimate(simulate(rng, clusters=clusters), n_boot=args.bootstrap, seed=s)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO / "harness"))
 
 from guardeval.backends.sim import SimServerProcess  # noqa: E402
 from guardeval.run.planning import materialise, plan_launch  # noqa: E402
+from guardeval.run.run import Run  # noqa: E402
 from guardeval.run.runner import execute  # noqa: E402
 
 
@@ -43,10 +44,11 @@ def main() -> int:
         plan = plan_launch(cohort_dir=cohort, guard_path=guard, reps=reps, seed=1, order="rounds", base_url=None)
         run = Path(tmp) / "run"
         materialise(plan, run)
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        outcome = execute(run, concurrency=args.concurrency, max_calls=args.calls, progress=False,
-                          handle_signals=False)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        cpu0, t0 = time.process_time(), time.perf_counter()   # opening the run folder is part of a launch
+        with Run.using(run) as opened:
+            outcome = execute(opened.folder, concurrency=args.concurrency, max_calls=args.calls, progress=False,
+                              handle_signals=False)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     done = outcome.decided
     ideal = args.concurrency / (args.latency_ms / 1000.0)
     rate = done / wall

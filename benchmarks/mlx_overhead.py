@@ -170,6 +170,7 @@ def main() -> int:
     calls = args.calls or (4 if args.gguf else 30)
     max_tokens = args.max_tokens or (24 if args.gguf else 64)
     with tempfile.TemporaryDirectory() as tmp:
+        source: Path | None = None
         if args.gguf:
             source = smollm2_gguf() if args.gguf == "smollm2" else Path(args.gguf)
             if source is None:
@@ -178,7 +179,7 @@ def main() -> int:
         else:
             model = Path(args.model) if args.model else tiny_model_dir(Path(tmp), "chatty")
         result = anyio.run(measure, model, calls, max_tokens)
-        result["model"] = source.name if args.gguf else (model.name if args.model else "tiny random qwen2 (Q8)")
+        result["model"] = source.name if source is not None else (model.name if args.model else "tiny random qwen2 (Q8)")
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "harness"))
+# `tests.…` is the repository's folder: run as a script, only this file's folder is on the path.
+sys.path.insert(0, str(REPO))
 
 from guardeval.backends.mlx_backend import PREFILL_STEP  # noqa: E402
 
@@ -37,7 +39,8 @@ def main() -> int:
         from tests.tiny_model import tiny_model_dir
 
         folder = tiny_model_dir(Path(tempfile.mkdtemp(prefix="guardeval-prefill-")), "chatty")
-    model, tokenizer = load(str(folder))
+    loaded = load(str(folder))   # (model, tokenizer), or with the config when asked for it
+    model, tokenizer = loaded[0], loaded[1]
     vocab = len(tokenizer.get_vocab()) if hasattr(tokenizer, "get_vocab") else 1000
     ids = [5 + (i * 7919) % (vocab - 10) for i in range(args.tokens)]
     rows = []

@@ -38,11 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "harness"))
 # `tests.…` and `benchmarks.…` are the repository's folders: run as a script, only this file's folder is on the path.
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 from benchmarks.scale_build import write_guard  # noqa: E402
-
-from chromium import Chromium, find_chromium, load  # noqa: E402
+from tests.chromium import Chromium, find_chromium, load  # noqa: E402
 
 N_CONDITIONS = 5
 

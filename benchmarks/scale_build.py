@@ -47,6 +47,7 @@ from guardeval.run.folder.folder import RunFolder  # noqa: E402
 from guardeval.run.folder.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
 from guardeval.run.folder.lines import iter_jsonl  # noqa: E402
 from guardeval.run.folder.manifest import load_run_prompt, read_manifest  # noqa: E402
+from guardeval.run.folder.records import Attempt  # noqa: E402
 from guardeval.run.folder.writer import RunWriter  # noqa: E402
 from guardeval.run.planning import load_run_cohort, materialise, plan_launch  # noqa: E402
 
@@ -134,7 +135,7 @@ class SimAnswers:
 def _attempt_record(call_id: str, attempt: int, request_sha: str, *, status: int, response: str,
                     content: str | None, usage: dict[str, Any], provider: str | None, outcome: str,
                     final: bool, error_class: str | None = None, error: str | None = None,
-                    generation_id: str | None = None) -> dict[str, Any]:
+                    generation_id: str | None = None) -> Attempt:
     """The fields `Dispatcher._record` writes for one attempt (append_raw adds seq, chain, request)."""
     now = utcnow()
     return {
