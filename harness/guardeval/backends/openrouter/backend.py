@@ -10,13 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guardeval.backends.backend import Backend, register
+from guardeval.backends.openrouter.routing import REQUEST_HEADERS
 from guardeval.backends.quarantine import Verdict
 
 NAME = "openrouter"
 
 
 def _make_guard(config: Any, prompt: Any, max_connections: int) -> Any:
-    from guardeval.backends.chat_http import OpenRouterGuard
+    from guardeval.backends.openrouter.guard import OpenRouterGuard
 
     return OpenRouterGuard(config, prompt, max_connections=max_connections)
 
@@ -48,6 +49,18 @@ def _normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: 
     normalise_reply(choice, data, reply, clean)
 
 
+def _raw_fields(reply: Any) -> dict[str, Any]:
+    """What the router did (guardeval.backends.openrouter.routing), on the raw line: read by `decide`."""
+    out: dict[str, Any] = {}
+    if reply.response_headers:
+        out["response_headers"] = reply.response_headers
+    if reply.router_metadata is not None:
+        out["openrouter_metadata"] = reply.router_metadata
+    if reply.previous_errors:
+        out["previous_errors"] = reply.previous_errors
+    return out
+
+
 def _preflight(config: Any, prompt: Any, work: Any) -> Any:
     from guardeval.backends.openrouter.preflight import run_preflight
 
@@ -71,4 +84,6 @@ BACKEND = register(Backend(
     fields=frozenset({"provider"}), complete=_complete, simulated_when_local=True,
     preflight=_preflight, server="OpenRouter", allowed_providers=allowed_providers, generation_stats=True,
     quarantine=_quarantine, normalise_reply=_normalise_reply,
+    # No response caching (wins over an account preset), router metadata in every answer.
+    request_headers=REQUEST_HEADERS, raw_fields=_raw_fields,
 ))
