@@ -123,12 +123,11 @@ class Backend:
 
 
 _TABLE: dict[str, Backend] = {}
-_loaded = False
 
 
 def register(entry: Backend) -> Backend:
     """Add (or replace) a back-end; returns it, so a module can write `BACKEND = register(...)`."""
-    _load()   # the shipped back-ends first, whoever registers first
+    _load()   # the declared back-ends are found first, whoever registers first
     _TABLE[entry.name] = entry
     return entry
 
@@ -139,12 +138,11 @@ def unregister(name: str) -> None:
 
 
 def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        # A declaring module imported first is half-imported here (this runs inside its own
-        # `register`): importing it again is a no-op, and its entry lands in its declared place.
-        for module in DECLARED.values():
+    # Each declared back-end's module, imported once (a line added to DECLARED is found on the
+    # next lookup). A declaring module imported first is half-imported here (this runs inside its
+    # own `register`): importing it again is a no-op, and its entry lands in its declared place.
+    for name, module in DECLARED.items():
+        if name not in _TABLE:
             importlib.import_module(module)
 
 
