@@ -123,7 +123,7 @@ def test_the_reference_page_lists_exactly_the_declared_fields():
     rows = [(k.replace("<wbr>", ""), t) for k, t in
             re.findall(r'^\| <code class="key">([a-z_.<>]+)</code> \| ([^|]+) \|', page, flags=re.M)]
     declared = [(f.name, " or ".join(t.__name__ for t in f.types)) for f in config_fields.FIELDS]
-    declared += [(f"provider.{f.name}", " or ".join(t.__name__ for t in f.types)) for f in config_fields.PROVIDER_FIELDS]
+    declared += [(f"provider.{f.name}", " or ".join(t.__name__ for t in f.types)) for f in config_fields.provider_fields()]
     assert [(k, t.strip()) for k, t in rows] == declared
     for f in config_fields.FIELDS:
         assert config_fields.doc(f).split(";")[0][:40] in page, f.name

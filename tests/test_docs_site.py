@@ -68,7 +68,7 @@ def test_every_guard_config_key_is_on_its_page(site):
     # Every key has its words, written where the key is declared (one declaration per field).
     for f in config_fields.FIELDS:
         assert f.name in page and config_fields.doc(f)[:40] in page, f.name
-    for f in config_fields.PROVIDER_FIELDS:
+    for f in config_fields.provider_fields():
         assert f"provider.{f.name}" in page and f.doc, f.name
 
 

@@ -74,8 +74,10 @@ class Backend:
     default_dialect: str = "json_schema"
     dialects: frozenset[str] = frozenset({"json_schema", "json_object", "none"})
     dialect_refusals: Mapping[str, str] = field(default_factory=dict)
-    # The back-end-only config fields this back-end accepts (guardeval.backends.config_fields).
+    # The back-end-only config fields this back-end accepts (guardeval.backends.config_fields), and
+    # the keys of its `provider` table when it takes one (config_fields.Field each: type, words, choices).
     fields: frozenset[str] = frozenset()
+    provider_fields: tuple[Any, ...] = ()
     # Extra checks of a config's values (after the generic ones), and defaults it fills in.
     check_config: Callable[[dict[str, Any], Callable[..., Exception]], None] = _no_check
     complete: Callable[[dict[str, Any]], None] = _nothing_to_add
@@ -89,12 +91,14 @@ class Backend:
     preflight: Callable[[Any, Any, Any], Any] | None = None
     # Who the preflight asks, in a refusal ("OpenRouter", "the server").
     server: str = "the server"
-    # The routing slugs an answer may come from (GuardConfig.allowed_providers).
+    # The routing slugs an answer may come from (GuardConfig.allowed_providers), read from the
+    # config's `provider` table alone (report.html asks it of a manifest's table).
     allowed_providers: Callable[[Any], tuple[str, ...]] = _no_providers
     # Its own quarantine checks of an answered call (routing, caches), after the generic ones.
     quarantine: QuarantineCheck = no_checks
-    # Whether `guardeval audit providers` can ask the endpoint for generation stats.
-    generation_stats: bool = False
+    # `guardeval audit providers`: audit_providers(config, key, final answers, concurrency) ->
+    # (its findings, whether every answer was confirmed); None: the endpoint keeps no such records.
+    audit_providers: Callable[[Any, str | None, list[dict[str, Any]], int], tuple[dict[str, Any], bool]] | None = None
     # Where a run's calls go, for the launch line ("at URL", "calling pkg.mod:fn").
     target: Callable[[Any], str] = _at_base_url
     # A chat-completions answer's fields beyond the OpenAI shape that this back-end reads into the
@@ -112,6 +116,9 @@ class Backend:
     auth_headers: Callable[[str], dict[str, str]] = _bearer
     request_headers: Mapping[str, str] = field(default_factory=dict)
     to_chat_shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Headers that turn off the endpoint's response cache, for any caller of it (an exported
+    # Inspect task sends every back-end's); the client sends them as part of `request_headers`.
+    no_cache_headers: Mapping[str, str] = field(default_factory=dict)
     # What an attempt's raw line records of the answer beyond the generic fields (router metadata,
     # response headers), in the order written: raw_fields(reply) -> {key: value}.
     raw_fields: Callable[[Any], dict[str, Any]] = _no_raw_fields
@@ -177,6 +184,12 @@ def backends_with(test: Callable[[Backend], bool]) -> tuple[str, ...]:
     """The names of the back-ends for which `test` holds (for messages that list them)."""
     _load()
     return tuple(b.name for b in _ordered() if test(b))
+
+
+def no_cache_headers() -> dict[str, str]:
+    """Every registered back-end's `no_cache_headers`, merged (in the registry's order)."""
+    _load()
+    return {k: v for b in _ordered() for k, v in b.no_cache_headers.items()}
 
 
 def builtin_names() -> tuple[str, ...]:
