@@ -222,3 +222,21 @@ def test_a_guard_runs_in_process_exactly_when_its_backends_record_says_so():
     assert {n for n in builtin_names() if backend_for(n).in_process} == {"mlx", "python"}
     sim = make_guard(load_guard_config("sim"), load_prompt("guardeval-json-v1"))
     assert sim.in_process is False
+
+
+def test_surfaces_ask_the_record_for_a_backends_routing_and_cache_rules(fake_backend):
+    """Issue 49 §2: report.html's pinned provider and the exported Inspect task's headers are the
+    records' (Backend.allowed_providers, Backend.no_cache_headers), not a copy of OpenRouter's rules."""
+    from guardeval.backends.backend import no_cache_headers
+    from guardeval.view.html import _pinned
+
+    register(dataclasses.replace(fake_backend, allowed_providers=lambda c: ("echo-a", "echo-b"),
+                                 no_cache_headers={"X-Echo-Cache": "off"}))
+    assert _pinned({"backend": "fake-echo"}) == "echo-a"
+    assert _pinned({"backend": "openrouter", "provider": {"order": ["x", "y"], "allow_fallbacks": False}}) == "x"
+    assert _pinned({"backend": "openrouter", "provider": {"order": ["x"]}}) is None
+    assert _pinned({"backend": "python"}) is None
+    # Every registered back-end's, in the registry's order: OpenRouter's exactly as it was sent before.
+    assert no_cache_headers() == {"X-OpenRouter-Cache": "false", "X-Echo-Cache": "off"}
+    unregister("fake-echo")
+    assert no_cache_headers() == {"X-OpenRouter-Cache": "false"}
