@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from guardeval.backends.backend import DECLARED, builtin_names
+
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parent.parent
@@ -225,11 +227,21 @@ def test_the_run_folder_rule_catches_what_it_forbids():
 # -- a back-end is its own module (issue 38 §4) ---------------------------------------------------
 # Only the registry and the back-ends' own modules name a back-end; elsewhere its record is asked
 # (config.backend_entry, guardeval.backends.backend.backend_for), so adding one edits nothing else.
-BACKEND_NAMES = frozenset({"openrouter", "openai-compatible", "mlx", "python"})
-BACKEND_MODULES = ("harness/guardeval/backends/backend.py", "harness/guardeval/backends/openrouter/",
-                   "harness/guardeval/backends/openai_compatible.py", "harness/guardeval/backends/mlx_entry.py",
-                   "harness/guardeval/backends/mlx_backend.py", "harness/guardeval/backends/python_guard/",
-                   "harness/guardeval/backends/chat_http.py", "harness/guardeval/backends/sim/")
+BACKEND_NAMES = frozenset(builtin_names())
+
+
+def _declaring_home(module: str) -> str:
+    """A declaring module's home: its package when it is the package's `backend` or `entry`
+    module (backends/openrouter/), else its own file."""
+    path = "harness/" + module.replace(".", "/")
+    package, _, last = path.rpartition("/")
+    return package + "/" if last in ("backend", "entry") else path + ".py"
+
+
+# The registry, each declared back-end's home, mlx's guard beside its declaring module, and the
+# simulated provider (a stand-in for OpenRouter's servers).
+BACKEND_MODULES = ("harness/guardeval/backends/backend.py", "harness/guardeval/backends/mlx_backend.py",
+                   "harness/guardeval/backends/sim/", *sorted(_declaring_home(m) for m in DECLARED.values()))
 # The same words meaning something else (file:function -> what it is).
 OTHER_MEANINGS = {
     "harness/guardeval/study/report.py:versions": "the Python interpreter's version",
@@ -373,8 +385,7 @@ def test_the_generic_decision_step_imports_no_backends_routing():
     # OpenRouter's checks (cache hits, router stages, provider drift) are its back-end's hook
     # (Backend.quarantine); decide calls whichever back-end's it is given.
     graph = _module_graph()
-    assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter.")
-                and not m.endswith(".errors")}
+    assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter")}
 
 
 # -- a run is opened one way: `guardeval.run.Run.open` (issue 38 §2) -------------------------------
