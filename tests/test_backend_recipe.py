@@ -162,3 +162,31 @@ def test_a_wrong_key_stops_the_run_naming_the_servers_answer(tmp_path, small_coh
                         concurrency=1)
     assert not result.complete and result.fatal_message is not None
     assert "HTTP 401" in result.fatal_message and "invalid x-api-key" in result.fatal_message
+
+
+def test_an_answer_its_hook_cannot_read_is_a_malformed_attempt(declared):
+    """The record's `to_chat_shape` reads hostile text: a shape it cannot map, or a hook that
+    raises on it, is a malformed (retried) attempt, never a crash of the run."""
+    import dataclasses
+
+    from guardeval.backends.backend import register
+    from guardeval.backends.base import Reply
+    from guardeval.backends.config import GuardConfig
+    from guardeval.backends.errors import TransientError
+    from guardeval.backends.prompts import load_prompt
+
+    def judged(answer: Any) -> Any:
+        config = GuardConfig(name="g", backend=NAME, model="m", prompt="guardeval-json-v1",
+                             base_url="http://127.0.0.1:9", structured_output=False)
+        guard = backend_for(NAME).make_guard(config, load_prompt("guardeval-json-v1"), 1)
+        return guard.judge(Reply(status=200, raw=json.dumps(answer)), {}, lambda s: s)
+
+    ok = judged({"content": [{"type": "text", "text": "{}"}], "stop_reason": "max_tokens",
+                 "usage": {"input_tokens": 5, "output_tokens": "many"}})
+    assert (ok.content, ok.finish_reason, ok.usage) == ("{}", "length", {"prompt_tokens": 5})
+    with pytest.raises(TransientError, match="without choices"):
+        judged({"content": "not a list of blocks"})
+    register(dataclasses.replace(backend_for(NAME), to_chat_shape=lambda data: data["no such key"]))
+    with pytest.raises(TransientError, match="unreadable shape") as err:
+        judged({"content": []})
+    assert err.value.error_class == "malformed"

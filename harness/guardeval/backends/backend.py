@@ -175,7 +175,8 @@ def backend_for(name: str) -> Backend:
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every registered back-end's name, in registration order (the shipped ones first)."""
+    """Every registered back-end's name: the declared ones in DECLARED's order, then those
+    registered at run time in the order they came."""
     _load()
     return tuple(b.name for b in _ordered())
 

@@ -206,8 +206,12 @@ class ChatCompletionsGuard(Guard):
         if "error" in data:
             raise TransientError("error200", clean(f"HTTP 200 carrying an error: {message_of(text)}"), reply)
         if self._to_chat_shape is not None:
-            # An answer in the back-end's own shape, read as a chat-completions one (its record's).
-            data = self._to_chat_shape(data)
+            # An answer in the back-end's own shape, read as a chat-completions one (its record's);
+            # a shape the hook cannot read is a malformed answer, like any other.
+            try:
+                data = self._to_chat_shape(data)
+            except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+                raise TransientError("malformed", "HTTP 200 with an answer of an unreadable shape", reply) from None
         try:
             choice = data["choices"][0]
             msg = choice.get("message") or {}
