@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from guardeval.backends import config_fields
-from guardeval.backends.backend import Backend, backend_for, backend_names, builtin_names, register, unregister
+from guardeval.backends.backend import DECLARED, Backend, backend_for, backend_names, builtin_names, register, unregister
 from guardeval.backends.config import GuardConfig, load_guard_config, range_message
 from guardeval.backends.prompts import load_prompt
 from guardeval.backends.registry import make_guard, make_renderer
@@ -57,21 +57,38 @@ def test_a_backend_registered_in_one_place_is_parsed_and_made_into_a_guard(tmp_p
     # No renderer of its own: rendering goes through a guard.
     assert make_renderer(config, prompt)({"x": 1}) == {"fake": "m", "instance": {"x": 1}}
     # Its rules are its record's: a dialect it does not take, a back-end-only field of another.
-    with pytest.raises(InputError, match="applies to the openrouter or openai-compatible or mlx or python backend only"):
+    takers = " or ".join(n for n in builtin_names() if "json_schema" in backend_for(n).dialects)
+    with pytest.raises(InputError, match=f"applies to the {takers} backend only"):
         load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = "json_schema"\n'))
     with pytest.raises(InputError, match="callable applies only to the python backend"):
         load_guard_config(_write(tmp_path, 'backend = "fake-echo"\nstructured_output = false\ncallable = "a:b"\n'))
 
 
-def test_the_shipped_backends_are_the_literals_and_come_first(fake_backend):
-    assert backend_names() == (*builtin_names(), "fake-echo")
+def test_the_shipped_backends_are_the_declared_ones_and_come_first(fake_backend):
+    assert backend_names() == (*builtin_names(), "fake-echo") and builtin_names() == tuple(DECLARED)
     assert all(backend_for(n).name == n for n in builtin_names())
+
+
+@pytest.mark.parametrize("first", list(DECLARED.values()))
+def test_the_order_is_the_declared_one_whichever_module_is_imported_first(first):
+    """Issue 49 §2: importing mlx's declaring module first once put "mlx" last."""
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    code = (f"import {first}\nfrom guardeval.backends.backend import backend_names, DECLARED\n"
+            "print(list(backend_names()), list(DECLARED))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    names, declared = out.stdout.strip().split("] [")
+    assert names + "]" == "[" + declared, out.stdout
 
 
 def test_unknown_backend_lists_the_registered_ones(tmp_path, fake_backend):
     with pytest.raises(InputError) as err:
         load_guard_config(_write(tmp_path, 'backend = "nope"\n'))
-    assert "expected one of openrouter, openai-compatible, mlx, python, fake-echo" in str(err.value)
+    assert f"expected one of {', '.join(builtin_names())}, fake-echo" in str(err.value)
     unregister("fake-echo")
     assert "fake-echo" not in backend_names()
     with pytest.raises(InputError, match="unknown backend"):
@@ -106,11 +123,12 @@ def test_the_reference_page_lists_exactly_the_declared_fields():
     rows = [(k.replace("<wbr>", ""), t) for k, t in
             re.findall(r'^\| <code class="key">([a-z_.<>]+)</code> \| ([^|]+) \|', page, flags=re.M)]
     declared = [(f.name, " or ".join(t.__name__ for t in f.types)) for f in config_fields.FIELDS]
-    declared += [(f"provider.{f.name}", " or ".join(t.__name__ for t in f.types)) for f in config_fields.PROVIDER_FIELDS]
+    declared += [(f"provider.{f.name}", " or ".join(t.__name__ for t in f.types)) for f in config_fields.provider_fields()]
     assert [(k, t.strip()) for k, t in rows] == declared
     for f in config_fields.FIELDS:
         assert config_fields.doc(f).split(";")[0][:40] in page, f.name
-    assert "openrouter, openai-compatible, mlx or python" in page   # the backend row names the registered ones
+    names = builtin_names()
+    assert f"{', '.join(names[:-1])} or {names[-1]}" in page   # the backend row names the registered ones
 
 
 def test_the_manifest_leaves_out_late_fields_at_their_default():
@@ -158,7 +176,7 @@ def _judged(backend: str, answer: dict[str, Any]) -> Any:
 
     config = GuardConfig(name="g", backend=backend, model="m", prompt="guardeval-json-v1", base_url="http://127.0.0.1:9/v1")
     guard = backend_for(backend).make_guard(config, load_prompt("guardeval-json-v1"), 1) \
-        if backend in ("openrouter", "openai-compatible") else ChatCompletionsGuard(config, load_prompt("guardeval-json-v1"))
+        if backend_for(backend).make_renderer is not None else ChatCompletionsGuard(config, load_prompt("guardeval-json-v1"))
     return guard.judge(Reply(status=200, raw=json.dumps(answer)), {}, lambda s: s)
 
 
@@ -201,6 +219,24 @@ def test_a_guard_runs_in_process_exactly_when_its_backends_record_says_so():
     for name in builtin_names():
         holder = SimpleNamespace(config=SimpleNamespace(backend_entry=backend_for(name)))
         assert Guard.in_process.fget(holder) is backend_for(name).in_process, name   # type: ignore[attr-defined]
-    assert [backend_for(n).in_process for n in builtin_names()] == [False, False, True, True]
+    assert {n for n in builtin_names() if backend_for(n).in_process} == {"mlx", "python"}
     sim = make_guard(load_guard_config("sim"), load_prompt("guardeval-json-v1"))
     assert sim.in_process is False
+
+
+def test_surfaces_ask_the_record_for_a_backends_routing_and_cache_rules(fake_backend):
+    """Issue 49 §2: report.html's pinned provider and the exported Inspect task's headers are the
+    records' (Backend.allowed_providers, Backend.no_cache_headers), not a copy of OpenRouter's rules."""
+    from guardeval.backends.backend import no_cache_headers
+    from guardeval.view.html import _pinned
+
+    register(dataclasses.replace(fake_backend, allowed_providers=lambda c: ("echo-a", "echo-b"),
+                                 no_cache_headers={"X-Echo-Cache": "off"}))
+    assert _pinned({"backend": "fake-echo"}) == "echo-a"
+    assert _pinned({"backend": "openrouter", "provider": {"order": ["x", "y"], "allow_fallbacks": False}}) == "x"
+    assert _pinned({"backend": "openrouter", "provider": {"order": ["x"]}}) is None
+    assert _pinned({"backend": "python"}) is None
+    # Every registered back-end's, in the registry's order: OpenRouter's exactly as it was sent before.
+    assert no_cache_headers() == {"X-OpenRouter-Cache": "false", "X-Echo-Cache": "off"}
+    unregister("fake-echo")
+    assert no_cache_headers() == {"X-OpenRouter-Cache": "false"}

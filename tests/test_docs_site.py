@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from chromium import Chromium, find_chromium
-from conftest import REPO
+from conftest import REPO, cli_env
 
 _REQUIRES = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or
                                importlib.util.find_spec("mkdocstrings") is None,
@@ -29,8 +29,9 @@ pytestmark = [pytest.mark.slow, _REQUIRES]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
+    # The hooks import guardeval: this checkout's (cli_env), not whichever one is installed.
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=cli_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -68,7 +69,7 @@ def test_every_guard_config_key_is_on_its_page(site):
     # Every key has its words, written where the key is declared (one declaration per field).
     for f in config_fields.FIELDS:
         assert f.name in page and config_fields.doc(f)[:40] in page, f.name
-    for f in config_fields.PROVIDER_FIELDS:
+    for f in config_fields.provider_fields():
         assert f"provider.{f.name}" in page and f.doc, f.name
 
 

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from guardeval.backends.base import valid_cost
-from guardeval.backends.chat_http import OpenAICompatibleGuard, OpenRouterGuard, parse_retry_after
+from guardeval.backends.chat_http import OpenAICompatibleGuard, parse_retry_after
 from guardeval.backends.config import DEFAULT_MAX_RESPONSE_BYTES, GuardConfig
 from guardeval.backends.errors import AttemptError, FatalError, TransientError
+from guardeval.backends.openrouter.guard import OpenRouterGuard
 from guardeval.backends.prompts import load_prompt
 from guardeval.run.dispatch.dispatch import _Wait
 

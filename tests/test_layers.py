@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from guardeval.backends.backend import DECLARED, builtin_names
+
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parent.parent
@@ -225,11 +227,21 @@ def test_the_run_folder_rule_catches_what_it_forbids():
 # -- a back-end is its own module (issue 38 §4) ---------------------------------------------------
 # Only the registry and the back-ends' own modules name a back-end; elsewhere its record is asked
 # (config.backend_entry, guardeval.backends.backend.backend_for), so adding one edits nothing else.
-BACKEND_NAMES = frozenset({"openrouter", "openai-compatible", "mlx", "python"})
-BACKEND_MODULES = ("harness/guardeval/backends/backend.py", "harness/guardeval/backends/openrouter/",
-                   "harness/guardeval/backends/openai_compatible.py", "harness/guardeval/backends/mlx_entry.py",
-                   "harness/guardeval/backends/mlx_backend.py", "harness/guardeval/backends/python_guard/",
-                   "harness/guardeval/backends/chat_http.py", "harness/guardeval/backends/sim/")
+BACKEND_NAMES = frozenset(builtin_names())
+
+
+def _declaring_home(module: str) -> str:
+    """A declaring module's home: its package when it is the package's `backend` or `entry`
+    module (backends/openrouter/), else its own file."""
+    path = "harness/" + module.replace(".", "/")
+    package, _, last = path.rpartition("/")
+    return package + "/" if last in ("backend", "entry") else path + ".py"
+
+
+# The registry, each declared back-end's home, mlx's guard beside its declaring module, and the
+# simulated provider (a stand-in for OpenRouter's servers).
+BACKEND_MODULES = ("harness/guardeval/backends/backend.py", "harness/guardeval/backends/mlx_backend.py",
+                   "harness/guardeval/backends/sim/", *sorted(_declaring_home(m) for m in DECLARED.values()))
 # The same words meaning something else (file:function -> what it is).
 OTHER_MEANINGS = {
     "harness/guardeval/study/report.py:versions": "the Python interpreter's version",
@@ -291,12 +303,89 @@ def test_the_backend_name_rule_catches_what_it_forbids():
         [(2, "backend"), (4, "backend"), (6, "backend"), (8, "back-end")]
 
 
+# -- OpenRouter's rules are its package's (issue 49 §2) ---------------------------------------------
+# Outside backends/openrouter/ no code names OpenRouter: no import of its package, no identifier
+# or key-like string (no whitespace: a header, a raw-line key, a module) containing "openrouter",
+# and none of its routing table's keys. Words for a person (help, messages, definitions,
+# docstrings, comments) may say "OpenRouter": they name the service, they decide nothing.
+OPENROUTER_PACKAGE = "guardeval.backends.openrouter"
+OPENROUTER_HOME = ("harness/guardeval/backends/openrouter/",
+                   # the simulated provider: a stand-in for OpenRouter's servers, not a rule guardeval applies
+                   "harness/guardeval/backends/sim/")
+OPENROUTER_KEYS = frozenset({"allow_fallbacks", "require_parameters", "data_collection"})
+
+
+def _openrouter_knowledge(tree: ast.AST, declared_ok: bool = False) -> list[tuple[int, str]]:
+    """(line, what) of every import of OpenRouter's package, identifier naming it, and key-like
+    string naming it or one of its routing table's keys. `declared_ok`: the registry's DECLARED
+    (the one registration line) is not counted."""
+    skip: set[int] = set()
+    found: list[tuple[int, str]] = []
+
+    def names_it(text: str) -> bool:
+        return "openrouter" in text.lower() or text in OPENROUTER_KEYS
+
+    for node in ast.walk(tree):
+        if declared_ok and isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == "DECLARED"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            skip.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            mods = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(m == OPENROUTER_PACKAGE or m.startswith(OPENROUTER_PACKAGE + ".") for m in mods):
+                found.append((node.lineno, f"imports {node.module}"))
+        elif isinstance(node, ast.Import) and any(a.name.startswith(OPENROUTER_PACKAGE) for a in node.names):
+            found.append((node.lineno, "imports " + ", ".join(a.name for a in node.names)))
+        elif isinstance(node, ast.Name) and names_it(node.id):
+            found.append((node.lineno, f"name {node.id}"))
+        elif isinstance(node, ast.Attribute) and names_it(node.attr):
+            found.append((node.lineno, f"attribute .{node.attr}"))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and names_it(node.name):
+            found.append((node.lineno, f"definition {node.name}"))
+        elif isinstance(node, ast.arg) and names_it(node.arg):
+            found.append((node.lineno, f"argument {node.arg}"))
+        elif isinstance(node, ast.keyword) and node.arg and names_it(node.arg):
+            found.append((node.value.lineno, f"keyword {node.arg}="))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and not any(c.isspace() for c in node.value) and names_it(node.value):
+            found.append((node.lineno, f"string {node.value!r}"))
+    return sorted(found)
+
+
+def test_no_openrouter_rule_outside_its_package():
+    offenders = []
+    for rel, tree in engine_modules():
+        if rel.startswith(OPENROUTER_HOME):
+            continue
+        for line, what in _openrouter_knowledge(tree, declared_ok=rel == "harness/guardeval/backends/backend.py"):
+            offenders.append(f"{rel}:{line}: {what}")
+    assert offenders == [], ("OpenRouter's rules live in backends/openrouter/, reached through its back-end record "
+                             "(guardeval.backends.backend):\n" + "\n".join(offenders))
+
+
+def test_the_openrouter_rule_catches_what_it_forbids():
+    src = ("from guardeval.backends.openrouter.errors import REFUSED_PREFIX\n"
+           "from guardeval.backends import openrouter\n"
+           "def f(reply, rec, p):\n"
+           "    rec['openrouter_metadata'] = reply.router_metadata\n"
+           "    headers = {'X-OpenRouter-Cache': 'false'}\n"
+           "    if p.get('allow_fallbacks') is False:\n        pass\n"
+           '    """OpenRouter\'s words in a docstring are words."""\n'
+           "    raise ValueError(\"OpenRouter's generation stats\")\n"
+           "DECLARED = {'openrouter': 'guardeval.backends.openrouter.backend'}\n")
+    tree = ast.parse(src)
+    assert [line for line, _ in _openrouter_knowledge(tree)] == [1, 2, 4, 5, 6, 10, 10]
+    assert [line for line, _ in _openrouter_knowledge(tree, declared_ok=True)] == [1, 2, 4, 5, 6]
+
+
 def test_the_generic_decision_step_imports_no_backends_routing():
     # OpenRouter's checks (cache hits, router stages, provider drift) are its back-end's hook
     # (Backend.quarantine); decide calls whichever back-end's it is given.
     graph = _module_graph()
-    assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter.")
-                and not m.endswith(".errors")}
+    assert not {m for m in graph["guardeval.run.dispatch.decide"] if m.startswith("guardeval.backends.openrouter")}
 
 
 # -- a run is opened one way: `guardeval.run.Run.open` (issue 38 §2) -------------------------------

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from guardeval.backends.chat_http import OpenRouterGuard
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.errors import CallFailed, FatalError, TransientError
+from guardeval.backends.openrouter.guard import OpenRouterGuard
 from guardeval.backends.parsers import get_parser
 from guardeval.backends.prompts import load_prompt
 from guardeval.run.dispatch.budget import reported_cost

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from guardeval.backends.checks import EMPTY_INSTANCE
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.openrouter import providers
-from guardeval.backends.openrouter.preflight import EMPTY_INSTANCE, _serves_as, parameters_sent
+from guardeval.backends.openrouter.preflight import _serves_as, parameters_sent
 from guardeval.backends.prompts import load_prompt
 from guardeval.backends.registry import make_renderer
 from guardeval.run.dispatch.budget import reported_cost

@@ -192,8 +192,8 @@ def test_preflight_reports_an_availability_error():
 # ------------------------------------------------------------------------- hostile metadata
 
 async def test_oversized_router_metadata_is_kept_slim_and_still_judged(tmp_path):
-    from guardeval.backends.chat_http import OpenRouterGuard
     from guardeval.backends.config import GuardConfig
+    from guardeval.backends.openrouter.guard import OpenRouterGuard
     from guardeval.backends.parsers import get_parser
     from guardeval.backends.prompts import load_prompt
     from guardeval.run.dispatch.decide import decide

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from guardeval.backends.checks import EMPTY_INSTANCE, Workload
 from guardeval.backends.config import load_guard_config
-from guardeval.backends.openrouter.preflight import EMPTY_INSTANCE, Workload, run_preflight
+from guardeval.backends.openrouter.preflight import run_preflight
 from guardeval.backends.prompts import load_prompt
 from guardeval.backends.registry import make_renderer
 from guardeval.backends.sim import SimServerProcess

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from guardeval.backends.chat_http import OpenRouterGuard
 from guardeval.backends.config import load_guard_config
+from guardeval.backends.openrouter.guard import OpenRouterGuard
 from guardeval.backends.prompts import load_prompt
 from guardeval.backends.sim import SimServerProcess
 from guardeval.backends.sim.config import NAMED_FAULTS

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from guardeval.backends.chat_http import OpenRouterGuard
 from guardeval.backends.config import GuardConfig
+from guardeval.backends.openrouter.guard import OpenRouterGuard
 from guardeval.backends.prompts import load_prompt
 from guardeval.canon import dumps_line
 from guardeval.cohorts.model import build_row, load_cohort

@@ -48,7 +48,7 @@ def test_a_wrong_placebo_lists_the_conditions(tmp_path):
 
 
 def test_provider_text_is_cut_at_a_word_not_inside_one():
-    from guardeval.backends.openrouter.http import shown
+    from guardeval.backends.http_get import shown
 
     text = 'the server said: set structured_output = "auto" in the guard config, or pass --no-preflight'
     cut = shown(text, 60)

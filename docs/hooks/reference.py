@@ -144,7 +144,7 @@ def config_reference() -> str:
                    f"{rng} | {_cell(c.doc(f))} |")
     out += ["", "## `[provider]`", "", "The routing table of the `openrouter` back-end.", "",
             "| key | type | meaning |", "|---|---|---|"]
-    for f in c.PROVIDER_FIELDS:
+    for f in c.provider_fields():
         out.append(f"| {_key('provider.' + f.name)} | {' or '.join(t.__name__ for t in f.types)} | {_cell(c.doc(f))} |")
     return "\n".join(out)
 

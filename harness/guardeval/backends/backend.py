@@ -14,21 +14,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 from guardeval.backends.quarantine import QuarantineCheck, no_checks
 
-# The back-ends shipped with guardeval. A back-end registered at run time (a test's, a plugin's)
-# is a plain `str` name: the parser accepts whatever is registered.
-BuiltinBackend = Literal["openrouter", "openai-compatible", "mlx", "python"]
-
-# The modules that declare the shipped back-ends (each calls `register` when imported).
-DECLARED: tuple[str, ...] = (
-    "guardeval.backends.openrouter.backend",
-    "guardeval.backends.openai_compatible",
-    "guardeval.backends.mlx_entry",
-    "guardeval.backends.python_guard.entry",
-)
+# The shipped back-ends, in the order every list of them shows (whichever module is imported
+# first): name -> the module that declares it (and calls `register` when imported). A back-end
+# registered at run time (a test's, a plugin's) follows them, in the order it registered.
+DECLARED: dict[str, str] = {
+    "openrouter": "guardeval.backends.openrouter.backend",
+    "openai-compatible": "guardeval.backends.openai_compatible",
+    "mlx": "guardeval.backends.mlx_entry",
+    "python": "guardeval.backends.python_guard.entry",
+}
 
 
 def _no_providers(config: Any) -> tuple[str, ...]:
@@ -45,6 +43,14 @@ def _nothing_to_add(data: dict[str, Any]) -> None:
 
 def _no_check(data: dict[str, Any], fail: Callable[..., Exception]) -> None:
     return None
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _no_raw_fields(reply: Any) -> dict[str, Any]:
+    return {}
 
 
 def _plain_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: Any, clean: Callable[[str], str]) -> None:
@@ -68,8 +74,10 @@ class Backend:
     default_dialect: str = "json_schema"
     dialects: frozenset[str] = frozenset({"json_schema", "json_object", "none"})
     dialect_refusals: Mapping[str, str] = field(default_factory=dict)
-    # The back-end-only config fields this back-end accepts (guardeval.backends.config_fields).
+    # The back-end-only config fields this back-end accepts (guardeval.backends.config_fields), and
+    # the keys of its `provider` table when it takes one (config_fields.Field each: type, words, choices).
     fields: frozenset[str] = frozenset()
+    provider_fields: tuple[Any, ...] = ()
     # Extra checks of a config's values (after the generic ones), and defaults it fills in.
     check_config: Callable[[dict[str, Any], Callable[..., Exception]], None] = _no_check
     complete: Callable[[dict[str, Any]], None] = _nothing_to_add
@@ -83,12 +91,14 @@ class Backend:
     preflight: Callable[[Any, Any, Any], Any] | None = None
     # Who the preflight asks, in a refusal ("OpenRouter", "the server").
     server: str = "the server"
-    # The routing slugs an answer may come from (GuardConfig.allowed_providers).
+    # The routing slugs an answer may come from (GuardConfig.allowed_providers), read from the
+    # config's `provider` table alone (report.html asks it of a manifest's table).
     allowed_providers: Callable[[Any], tuple[str, ...]] = _no_providers
     # Its own quarantine checks of an answered call (routing, caches), after the generic ones.
     quarantine: QuarantineCheck = no_checks
-    # Whether `guardeval audit providers` can ask the endpoint for generation stats.
-    generation_stats: bool = False
+    # `guardeval audit providers`: audit_providers(config, key, final answers, concurrency) ->
+    # (its findings, whether every answer was confirmed); None: the endpoint keeps no such records.
+    audit_providers: Callable[[Any, str | None, list[dict[str, Any]], int], tuple[dict[str, Any], bool]] | None = None
     # Where a run's calls go, for the launch line ("at URL", "calling pkg.mod:fn").
     target: Callable[[Any], str] = _at_base_url
     # A chat-completions answer's fields beyond the OpenAI shape that this back-end reads into the
@@ -98,6 +108,20 @@ class Backend:
     # like any provider value (the finish reason of the upstream, OpenRouter's BYOK cost).
     normalise_reply: Callable[[Mapping[str, Any], Mapping[str, Any], Any, Callable[[str], str]], None] = \
         _plain_reply
+    # The HTTP chat client's wire (guardeval.backends.chat_http): the path after the base URL, the
+    # headers that carry the key (none are sent without one), headers sent on every request, and
+    # an answer's JSON in the chat-completions shape (choices[0].message.content, finish_reason,
+    # usage) for a server that answers in another (None: it answers in that shape).
+    chat_path: str = "/chat/completions"
+    auth_headers: Callable[[str], dict[str, str]] = _bearer
+    request_headers: Mapping[str, str] = field(default_factory=dict)
+    to_chat_shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Headers that turn off the endpoint's response cache, for any caller of it (an exported
+    # Inspect task sends every back-end's); the client sends them as part of `request_headers`.
+    no_cache_headers: Mapping[str, str] = field(default_factory=dict)
+    # What an attempt's raw line records of the answer beyond the generic fields (router metadata,
+    # response headers), in the order written: raw_fields(reply) -> {key: value}.
+    raw_fields: Callable[[Any], dict[str, Any]] = _no_raw_fields
 
     @property
     def takes_callable(self) -> bool:
@@ -106,12 +130,11 @@ class Backend:
 
 
 _TABLE: dict[str, Backend] = {}
-_loaded = False
 
 
 def register(entry: Backend) -> Backend:
     """Add (or replace) a back-end; returns it, so a module can write `BACKEND = register(...)`."""
-    _load()   # the shipped back-ends first, whoever registers first
+    _load()   # the declared back-ends are found first, whoever registers first
     _TABLE[entry.name] = entry
     return entry
 
@@ -122,11 +145,18 @@ def unregister(name: str) -> None:
 
 
 def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in DECLARED:
+    # Each declared back-end's module, imported once (a line added to DECLARED is found on the
+    # next lookup). A declaring module imported first is half-imported here (this runs inside its
+    # own `register`): importing it again is a no-op, and its entry lands in its declared place.
+    for name, module in DECLARED.items():
+        if name not in _TABLE:
             importlib.import_module(module)
+
+
+def _ordered() -> list[Backend]:
+    """The table in the declared order, then the back-ends registered at run time as they came."""
+    shipped = [_TABLE[name] for name in DECLARED if name in _TABLE]
+    return shipped + [b for name, b in _TABLE.items() if name not in DECLARED]
 
 
 def find_backend(name: object) -> Backend | None:
@@ -145,16 +175,24 @@ def backend_for(name: str) -> Backend:
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every registered back-end's name, in registration order (the shipped ones first)."""
+    """Every registered back-end's name: the declared ones in DECLARED's order, then those
+    registered at run time in the order they came."""
     _load()
-    return tuple(_TABLE)
+    return tuple(b.name for b in _ordered())
 
 
 def backends_with(test: Callable[[Backend], bool]) -> tuple[str, ...]:
     """The names of the back-ends for which `test` holds (for messages that list them)."""
     _load()
-    return tuple(name for name, b in _TABLE.items() if test(b))
+    return tuple(b.name for b in _ordered() if test(b))
+
+
+def no_cache_headers() -> dict[str, str]:
+    """Every registered back-end's `no_cache_headers`, merged (in the registry's order)."""
+    _load()
+    return {k: v for b in _ordered() for k, v in b.no_cache_headers.items()}
 
 
 def builtin_names() -> tuple[str, ...]:
-    return get_args(BuiltinBackend)
+    """The shipped back-ends' names, in their declared order."""
+    return tuple(DECLARED)

@@ -1,20 +1,23 @@
-"""Chat-completions back-ends over HTTP: `openrouter` and `openai-compatible`.
+"""Chat back-ends over HTTP: one client for every back-end that POSTs a JSON body and reads a
+JSON answer (the chat-completions servers, and any server whose answer its record maps onto
+that shape).
 
-One wire format, two flavours: OpenRouter adds the `provider` routing table, its own error
-shapes (judged by `guardeval.backends.openrouter.errors`), the resolved upstream provider and the
-generation id in the reply. `send` reads an answer (the transport: bounded, the key redacted);
-`judge` decides what it amounts to, through hooks the flavours override. The client itself
-reads only what every OpenAI-compatible server returns (content, `finish_reason`, token counts,
-a valid `usage.cost`); what a back-end adds to the finish reason and usage (OpenRouter's
-upstream finish reason and BYOK cost) is its record's `normalise_reply`
-(guardeval.backends.backend). The HTTP client is
-httpx over the aiohttp transport (httpx's own pool is CPU-bound at high concurrency,
-docs/design.md §11).
+`send` reads an answer (the transport: bounded, the key redacted); `judge` decides what it
+amounts to. What differs between back-ends is their record's (guardeval.backends.backend): the
+path after the base URL (`chat_path`), the headers that carry the key (`auth_headers`) and those
+sent on every request (`request_headers`), the body (`make_renderer`), an answer in another shape
+mapped onto the chat-completions one (`to_chat_shape`), what it adds to the finish reason and
+usage (`normalise_reply`) and to the raw line (`raw_fields`). A back-end with its own error
+shapes subclasses the guard and overrides the judging hooks (`_status_error`, `_check_choice`,
+`_read_extras`). The client itself reads only what every OpenAI-compatible server returns
+(content, `finish_reason`, token counts, a valid `usage.cost`). The HTTP client is httpx over
+the aiohttp transport (httpx's own pool is CPU-bound at high concurrency, docs/design.md §11).
 """
 
 from __future__ import annotations
 
 import email.utils
+import functools
 import math
 import os
 import time
@@ -31,11 +34,18 @@ from guardeval.backends.base import Guard, Reply, valid_cost
 from guardeval.backends.body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_capped
 from guardeval.backends.chat_body import chat_body
 from guardeval.backends.config import GuardConfig
-from guardeval.backends.errors import RESET, AttemptError, CallFailed, FatalError, TransientError, connection_reset
+from guardeval.backends.errors import (
+    CONTEXT_RE,
+    RESET,
+    TRANSIENT_STATUS,
+    AttemptError,
+    CallFailed,
+    FatalError,
+    TransientError,
+    connection_reset,
+    message_of,
+)
 from guardeval.backends.invalid_request import invalid_request
-from guardeval.backends.openrouter import errors as openrouter_errors
-from guardeval.backends.openrouter import routing
-from guardeval.backends.openrouter.errors import CONTEXT_RE, TRANSIENT_STATUS, message_of
 from guardeval.backends.prompts import Prompt
 from guardeval.backends.redact import Redactor
 from guardeval.lru import LRU
@@ -57,15 +67,18 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class ChatCompletionsGuard(Guard):
-    """OpenAI-style `/chat/completions`; subclasses choose the extras."""
-
-    # Sent on every request besides the standard ones (a dialect's own headers).
-    REQUEST_HEADERS: Mapping[str, str] = {}
+    """A chat back-end over HTTP, its wire read from its record; subclasses judge their own errors."""
 
     def __init__(self, config: GuardConfig, prompt: Prompt, *, max_connections: int = 256) -> None:
         super().__init__(config, prompt)
+        entry = config.backend_entry
         # Parsed once: httpx re-parses a string URL on every request.
-        self._url = httpx.URL((config.effective_base_url or "").rstrip("/") + "/chat/completions")
+        self._url = httpx.URL((config.effective_base_url or "").rstrip("/") + entry.chat_path)
+        self._auth_headers = entry.auth_headers
+        self._request_headers = dict(entry.request_headers)
+        self._to_chat_shape = entry.to_chat_shape
+        self._render = entry.make_renderer(config, prompt) if entry.make_renderer is not None \
+            else functools.partial(chat_body, config, prompt)
         # httpx Request/Response over the aiohttp transport, called directly: the client layer
         # (cookies, auth flows, redirects) costs CPU per call and does nothing for this API.
         self._transport = AiohttpTransport(limits=httpx.Limits(max_connections=max_connections,
@@ -82,7 +95,7 @@ class ChatCompletionsGuard(Guard):
 
     # -- stimulus -------------------------------------------------------------------------
     def render(self, instance: Mapping[str, Any]) -> dict[str, Any]:
-        return chat_body(self.config, self.prompt, instance)
+        return self._render(instance)
 
     # -- transport ------------------------------------------------------------------------
     def _api_key(self) -> str | None:
@@ -99,9 +112,9 @@ class ChatCompletionsGuard(Guard):
         key = self._api_key()
         redact = self._redactor(key)
         headers = {"Content-Type": "application/json", "X-Call-Id": call_id, "Accept-Encoding": ACCEPT_ENCODING,
-                   **self.REQUEST_HEADERS}
+                   **self._request_headers}
         if key:
-            headers["Authorization"] = f"Bearer {key}"
+            headers.update(self._auth_headers(key))
         payload = self._payload(body)
         too_large: BodyTooLarge | None = None
         resp: httpx.Response | None = None
@@ -192,6 +205,13 @@ class ChatCompletionsGuard(Guard):
             raise TransientError("malformed", "HTTP 200 with a JSON body that is not an object", reply)
         if "error" in data:
             raise TransientError("error200", clean(f"HTTP 200 carrying an error: {message_of(text)}"), reply)
+        if self._to_chat_shape is not None:
+            # An answer in the back-end's own shape, read as a chat-completions one (its record's);
+            # a shape the hook cannot read is a malformed answer, like any other.
+            try:
+                data = self._to_chat_shape(data)
+            except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+                raise TransientError("malformed", "HTTP 200 with an answer of an unreadable shape", reply) from None
         try:
             choice = data["choices"][0]
             msg = choice.get("message") or {}
@@ -251,36 +271,6 @@ class ChatCompletionsGuard(Guard):
 
     async def aclose(self) -> None:
         await self._transport.aclose()
-
-
-class OpenRouterGuard(ChatCompletionsGuard):
-    """OpenRouter: its error shapes (guardeval.backends.openrouter.errors), the resolved provider, the
-    generation id and BYOK cost (the body, with the routing table, is `chat_body`'s); no response
-    caching and router metadata asked for on every request (guardeval.backends.openrouter.routing)."""
-
-    REQUEST_HEADERS = routing.REQUEST_HEADERS
-
-    def _status_error(self, status: int, retry_after: float | None, text: str, reply: Reply) -> AttemptError:
-        err = openrouter_errors.error_object(text)
-        reply.previous_errors = routing.previous_errors(err)
-        data = orjson.loads(text) if err is not None else None
-        reply.router_metadata = routing.kept_metadata(data.get("openrouter_metadata") if isinstance(data, dict) else None)
-        return openrouter_errors.classify_status(status, retry_after, text, reply)
-
-    def _check_choice(self, choice: Mapping[str, Any], reply: Reply) -> None:
-        openrouter_errors.check_choice(choice, reply)
-
-    def _read_extras(self, data: Mapping[str, Any], headers: Mapping[str, str], reply: Reply,
-                     clean: Callable[[str], str]) -> None:
-        reply.response_headers = routing.kept_headers(headers, clean)
-        meta = data.get("openrouter_metadata")
-        reply.router_metadata = routing.kept_metadata(meta)
-        # The documented provider (router metadata) first, the top-level field second.
-        prov, _ = routing.served_by(reply.router_metadata, data.get("provider"))
-        reply.provider = clean(prov) if prov is not None else None
-        gen = data.get("id")
-        gen = gen if isinstance(gen, str) and gen else headers.get("x-generation-id")
-        reply.generation_id = clean(gen[:200]) if gen else None
 
 
 class OpenAICompatibleGuard(ChatCompletionsGuard):

@@ -1,9 +1,27 @@
-"""A preflight's checks (OpenRouter's and a local server's): each named, with a status and a
-detail, and the run refused when any failed."""
+"""A preflight's checks (each back-end's preflight: its record's `preflight`): each named, with a
+status and a detail, and the run refused when any failed; and what the preflight is asked about
+(`Workload`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+# An instance with every placeholder empty: renders a body with the config's parameters when no
+# cohort is at hand (`guardeval preflight --guard FILE` alone).
+EMPTY_INSTANCE: dict[str, Any] = {"user_request": "", "history": [], "current_action": {}, "tool_descriptions": []}
+
+
+@dataclass
+class Workload:
+    """What the run would send: one rendered body, and (with a cohort) its size and count."""
+
+    body: Mapping[str, Any]
+    calls: int | None = None                  # calls this launch may dispatch
+    prompt_tokens: int | None = None          # rough (chars / 4) total over those calls
+    longest_prompt_tokens: int | None = None  # rough, of the largest request body
+    max_cost: float | None = None             # --max-cost, caps the credit needed
 
 
 @dataclass

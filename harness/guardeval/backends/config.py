@@ -22,7 +22,6 @@ from guardeval.backends.config_fields import (
     BY_NAME,
     FIELDS,
     ISOLATIONS,
-    PROVIDER_BY_NAME,
     Field,
     Isolation,
     default,
@@ -460,14 +459,16 @@ def _check_provider(data: dict[str, Any], p: Path, fail: Callable[..., InputErro
     if "provider" not in backend_for(data["backend"]).fields:
         raise InputError(f"a provider table applies only to the {_takers('provider')} backend", path=p,
                          field="provider")
+    by_name = {f.name: f for f in backend_for(data["backend"]).provider_fields}
     for key, value in data["provider"].items():
         name = f"provider.{key}"
-        if key not in PROVIDER_BY_NAME:
-            raise fail("unknown field" + _did_you_mean(key, PROVIDER_BY_NAME), key, name)
-        if not isinstance(value, PROVIDER_BY_NAME[key].types):
-            raise fail(f"expected {PROVIDER_BY_NAME[key].types[0].__name__}", key, name)
+        if key not in by_name:
+            raise fail("unknown field" + _did_you_mean(key, by_name), key, name)
+        if not isinstance(value, by_name[key].types):
+            raise fail(f"expected {by_name[key].types[0].__name__}", key, name)
         if isinstance(value, list) and (len(value) > 64 or not all(
                 isinstance(v, str) and 0 < len(v) <= 128 and not _CONTROL.search(v) for v in value)):
             raise fail("expected a list of at most 64 names (strings of 1-128 characters)", key, name)
-    if data["provider"].get("data_collection", "deny") not in ("deny", "allow"):
-        raise fail("expected 'deny' or 'allow'", "data_collection", "provider.data_collection")
+    for key, value in data["provider"].items():
+        if by_name[key].choices and value not in by_name[key].choices:
+            raise fail("expected " + " or ".join(repr(c) for c in by_name[key].choices), key, f"provider.{key}")

@@ -33,6 +33,8 @@ class Field:
     backend_only: bool = False
     # Left out of the manifest at its default: runs launched before the field existed hash as before.
     omitted_at_default: bool = False
+    # The only values a string may take (none: any).
+    choices: tuple[str, ...] = ()
 
     @property
     def type_names(self) -> str:
@@ -94,17 +96,17 @@ FIELDS: tuple[Field, ...] = (
 )
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
-# The `[provider]` table's keys (openrouter): type and meaning.
-PROVIDER_FIELDS: tuple[Field, ...] = (
-    Field("only", (list,), "the providers an answer may come from (an answer from another is quarantined as "
-          "provider_drift)"),
-    Field("order", (list,), "the providers to try in order (with fallbacks off, also the allowed ones)"),
-    Field("allow_fallbacks", (bool,), "let OpenRouter route elsewhere when these fail (default false)"),
-    Field("require_parameters", (bool,), "only providers that support every parameter sent (default true)"),
-    Field("data_collection", (str,), "deny (default) or allow"),
-    Field("quantizations", (list,), "the quantizations a provider may serve"),
-)
-PROVIDER_BY_NAME: dict[str, Field] = {f.name: f for f in PROVIDER_FIELDS}
+
+def provider_fields() -> tuple[Field, ...]:
+    """The `[provider]` table's keys: those the registered back-ends declare (`Backend.provider_fields`),
+    each once, in the registry's order."""
+    from guardeval.backends.backend import backend_for, backend_names
+
+    seen: dict[str, Field] = {}
+    for name in backend_names():
+        for f in backend_for(name).provider_fields:
+            seen.setdefault(f.name, f)
+    return tuple(seen.values())
 
 
 def default(name: str) -> Any:

@@ -6,10 +6,48 @@ attempt exactly as it happened.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 if TYPE_CHECKING:
     from guardeval.backends.base import Reply
+
+# HTTP statuses worth another try, whoever answers them.
+TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
+REFUSED_PREFIX = "refused_"   # error classes of calls the provider declined (decision `refused`)
+# A prompt longer than the model's context, in the words servers use for it.
+CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds the context|context_length_exceeded",
+                        re.IGNORECASE)
+MESSAGE_LIMIT = 300
+
+
+def error_object(text: str) -> dict[str, Any] | None:
+    """The `error` object of an error body, or None."""
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    return err if isinstance(err, dict) else None
+
+
+def message_of(text: str, err: Mapping[str, Any] | None = None, limit: int = MESSAGE_LIMIT) -> str:
+    """The error's message (or the start of the body), on one line, bounded."""
+    err = err if err is not None else error_object(text)
+    msg = err.get("message") if err else None
+    if isinstance(msg, str) and msg:
+        return msg[:limit].replace("\n", " ")
+    if err is None:
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("error"), str):
+            return data["error"][:limit]
+    return text[:limit].replace("\n", " ")
 
 
 class AttemptError(Exception):

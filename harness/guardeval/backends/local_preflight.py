@@ -29,12 +29,11 @@ from typing import Any
 
 import anyio
 
-from guardeval.backends.checks import Check, CheckList
+from guardeval.backends import http_get as http
+from guardeval.backends.checks import Check, CheckList, Workload
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.errors import RESET, AttemptError, FatalError
-from guardeval.backends.openrouter import http
-from guardeval.backends.openrouter.http import shown
-from guardeval.backends.openrouter.preflight import Workload
+from guardeval.backends.http_get import shown
 from guardeval.backends.prompts import Prompt
 
 TIMEOUT_S = 20.0

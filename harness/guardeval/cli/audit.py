@@ -110,7 +110,7 @@ def cmd_import_toolsafe(args: argparse.Namespace) -> int:
 
 def cmd_audit_providers(args: argparse.Namespace) -> int:
 
-    from guardeval.backends.openrouter.http import shown
+    from guardeval.backends.http_get import shown
     from guardeval.run.provider_audit import audit_providers
     from guardeval.run.run import Run
 

@@ -38,7 +38,7 @@ def add_option(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from guardeval.backends.openrouter.preflight import EMPTY_INSTANCE, Workload
+    from guardeval.backends.checks import EMPTY_INSTANCE, Workload
     from guardeval.run.planning import load_guard_and_prompt, plan_launch, refuse_short_key
 
     if args.cohort:

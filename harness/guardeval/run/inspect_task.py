@@ -28,6 +28,7 @@ from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessag
 from inspect_ai.scorer import Score, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate
 
+from guardeval.backends.backend import no_cache_headers
 from guardeval.backends.parsers import get_parser
 from guardeval.canon import sha256_hex
 from guardeval.cohorts.export_inspect import DATASET, TASK_JSON
@@ -80,10 +81,11 @@ def guard_task(folder: str | Path) -> Task:
         solver=generate(cache=False),
         scorer=guardeval_verdict(settings["prompt"]["parser"]),
         epochs=int(settings["epochs"]),
-        # OpenRouter's response cache would replay byte-identical epochs: ask it not to (other
-        # providers ignore the header). Inspect sends it with every request of this task.
+        # A router's response cache would replay byte-identical epochs: ask every registered
+        # back-end's not to (its record's `no_cache_headers`; other providers ignore them).
+        # Inspect sends them with every request of this task.
         config=GenerateConfig(temperature=cfg["temperature"], max_tokens=cfg["max_tokens"],
-                              extra_headers={"X-OpenRouter-Cache": "false"}),
+                              extra_headers=no_cache_headers()),
         # The cohort's name is its author's text: Inspect puts the task's name in log file names.
         name="guardeval_" + re.sub(r"[^A-Za-z0-9_]+", "_", str(settings["cohort"]["name"]))[:64],
         metadata={"guardeval": {k: settings[k] for k in ("cohort", "prompt", "dataset")}},

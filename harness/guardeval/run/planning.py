@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from guardeval import __version__
+from guardeval.backends.checks import EMPTY_INSTANCE, Workload
 from guardeval.backends.config import GuardConfig, config_from_manifest, load_guard_config
-from guardeval.backends.openrouter.preflight import EMPTY_INSTANCE, Workload
 from guardeval.backends.parsers import get_parser
 from guardeval.backends.prompts import Prompt, load_prompt
 from guardeval.backends.registry import make_renderer

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
 
+from guardeval.backends.backend import find_backend
 from guardeval.canon import canonical_bytes
 from guardeval.errors import CheckFailed, GuardevalError, InputError
 from guardeval.estimators.report import sections as S
@@ -249,12 +251,11 @@ def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_est
 
 
 def _pinned(guard: Mapping[str, Any]) -> str | None:
-    p = guard.get("provider") or {}
-    if p.get("only"):
-        return str(p["only"][0])
-    if p.get("order") and p.get("allow_fallbacks") is False:
-        return str(p["order"][0])
-    return None
+    """The first provider the manifest's guard allows: its back-end's rule (Backend.allowed_providers,
+    which reads the routing table alone), on the table as recorded, whatever else the manifest holds."""
+    entry = find_backend(guard.get("backend"))
+    allowed = entry.allowed_providers(SimpleNamespace(provider=guard.get("provider"))) if entry is not None else ()
+    return allowed[0] if allowed else None
 
 
 def _header(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any]) -> str:

@@ -10,13 +10,27 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guardeval.backends.backend import Backend, register
+from guardeval.backends.config_fields import Field
+from guardeval.backends.openrouter.routing import NO_CACHE_HEADERS, REQUEST_HEADERS
 from guardeval.backends.quarantine import Verdict
 
 NAME = "openrouter"
 
 
+# The `[provider]` table's keys: type and meaning (the parser and the reference page read them).
+PROVIDER_FIELDS: tuple[Field, ...] = (
+    Field("only", (list,), "the providers an answer may come from (an answer from another is quarantined as "
+          "provider_drift)"),
+    Field("order", (list,), "the providers to try in order (with fallbacks off, also the allowed ones)"),
+    Field("allow_fallbacks", (bool,), "let OpenRouter route elsewhere when these fail (default false)"),
+    Field("require_parameters", (bool,), "only providers that support every parameter sent (default true)"),
+    Field("data_collection", (str,), "deny (default) or allow", choices=("deny", "allow")),
+    Field("quantizations", (list,), "the quantizations a provider may serve"),
+)
+
+
 def _make_guard(config: Any, prompt: Any, max_connections: int) -> Any:
-    from guardeval.backends.chat_http import OpenRouterGuard
+    from guardeval.backends.openrouter.guard import OpenRouterGuard
 
     return OpenRouterGuard(config, prompt, max_connections=max_connections)
 
@@ -48,6 +62,24 @@ def _normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: 
     normalise_reply(choice, data, reply, clean)
 
 
+def _audit(config: Any, key: str | None, answers: list[dict[str, Any]], concurrency: int) -> tuple[dict[str, Any], bool]:
+    from guardeval.backends.openrouter.audit import audit
+
+    return audit(config, key, answers, concurrency)
+
+
+def _raw_fields(reply: Any) -> dict[str, Any]:
+    """What the router did (guardeval.backends.openrouter.routing), on the raw line: read by `decide`."""
+    out: dict[str, Any] = {}
+    if reply.response_headers:
+        out["response_headers"] = reply.response_headers
+    if reply.router_metadata is not None:
+        out["openrouter_metadata"] = reply.router_metadata
+    if reply.previous_errors:
+        out["previous_errors"] = reply.previous_errors
+    return out
+
+
 def _preflight(config: Any, prompt: Any, work: Any) -> Any:
     from guardeval.backends.openrouter.preflight import run_preflight
 
@@ -68,7 +100,9 @@ def allowed_providers(config: Any) -> tuple[str, ...]:
 BACKEND = register(Backend(
     name=NAME, make_guard=_make_guard, make_renderer=_renderer,
     default_base_url="https://openrouter.ai/api/v1", default_api_key_env="OPENROUTER_API_KEY",
-    fields=frozenset({"provider"}), complete=_complete, simulated_when_local=True,
-    preflight=_preflight, server="OpenRouter", allowed_providers=allowed_providers, generation_stats=True,
+    fields=frozenset({"provider"}), provider_fields=PROVIDER_FIELDS, complete=_complete, simulated_when_local=True,
+    preflight=_preflight, server="OpenRouter", allowed_providers=allowed_providers, audit_providers=_audit,
     quarantine=_quarantine, normalise_reply=_normalise_reply,
+    # No response caching (wins over an account preset), router metadata in every answer.
+    request_headers=REQUEST_HEADERS, no_cache_headers=NO_CACHE_HEADERS, raw_fields=_raw_fields,
 ))

@@ -27,33 +27,27 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from guardeval.backends.base import Reply
-from guardeval.backends.errors import AttemptError, CallFailed, FatalError, TransientError
+from guardeval.backends.errors import (  # noqa: F401 (the generic ones, read here as before)
+    CONTEXT_RE,
+    MESSAGE_LIMIT,
+    REFUSED_PREFIX,
+    TRANSIENT_STATUS,
+    AttemptError,
+    CallFailed,
+    FatalError,
+    TransientError,
+    error_object,
+    message_of,
+)
 from guardeval.backends.openrouter import availability
 
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524, 529})
 REFUSAL_TYPES = frozenset({"content_policy_violation", "refusal"})
 CONFIG_TYPES = frozenset({"permission_denied", "authentication", "payment_required", "not_found"})
-REFUSED_PREFIX = "refused_"   # error classes of calls the provider declined (decision `refused`)
-CONTEXT_RE = re.compile(r"maximum context length|context length exceeded|exceeds the context|context_length_exceeded",
-                        re.IGNORECASE)
 # A 403 that names no type: only a message saying the input was blocked or flagged is a refusal
 # of this call; anything else (a key without permission, say) stops the run.
 _BLOCKED_RE = re.compile(r"\b(guardrail|moderation|prompt.injection|content.polic"
                          r"|(request|input|prompt|content|message)\b[^.]{0,20}\b(blocked|flagged))", re.IGNORECASE)
-MESSAGE_LIMIT = 300
-
-
-def error_object(text: str) -> dict[str, Any] | None:
-    """The `error` object of an error body, or None."""
-    try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    err = data.get("error") if isinstance(data, dict) else None
-    return err if isinstance(err, dict) else None
 
 
 def error_type(err: Mapping[str, Any] | None) -> str | None:
@@ -66,22 +60,6 @@ def error_type(err: Mapping[str, Any] | None) -> str | None:
         if isinstance(value, str) and value:
             return value.lower()
     return None
-
-
-def message_of(text: str, err: Mapping[str, Any] | None = None, limit: int = MESSAGE_LIMIT) -> str:
-    """The error's message (or the start of the body), on one line, bounded."""
-    err = err if err is not None else error_object(text)
-    msg = err.get("message") if err else None
-    if isinstance(msg, str) and msg:
-        return msg[:limit].replace("\n", " ")
-    if err is None:
-        try:
-            data = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("error"), str):
-            return data["error"][:limit]
-    return text[:limit].replace("\n", " ")
 
 
 def _moderation_detail(err: Mapping[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from guardeval.backends.openrouter import http
+from guardeval.backends import http_get as http
 from guardeval.backends.openrouter.errors import message_of
 
 ATTEMPTS = 4            # per id: 429 and 5xx are retried with a short backoff

@@ -39,11 +39,12 @@ from typing import Any
 
 import anyio
 
-from guardeval.backends.checks import Check, CheckList
+from guardeval.backends import http_get as http
+from guardeval.backends.checks import Check, CheckList, Workload
 from guardeval.backends.config import GuardConfig
-from guardeval.backends.openrouter import availability, http, providers, routing
+from guardeval.backends.http_get import shown
+from guardeval.backends.openrouter import availability, providers, routing
 from guardeval.backends.openrouter.errors import error_object, message_of
-from guardeval.backends.openrouter.http import shown
 from guardeval.backends.openrouter.request_schema import problem as request_problem
 
 TIMEOUT_S = 20.0
@@ -51,20 +52,6 @@ TIMEOUT_S = 20.0
 _PLAIN_PARAMETERS = ("temperature", "max_tokens", "seed", "top_p", "top_k", "stop", "frequency_penalty",
                      "presence_penalty", "repetition_penalty", "min_p", "top_a", "logit_bias", "logprobs",
                      "top_logprobs", "tools", "tool_choice")
-# An instance with every placeholder empty: renders a body with the config's parameters when no
-# cohort is at hand (`guardeval preflight --guard FILE` alone).
-EMPTY_INSTANCE: dict[str, Any] = {"user_request": "", "history": [], "current_action": {}, "tool_descriptions": []}
-
-
-@dataclass
-class Workload:
-    """What the run would send: one rendered body, and (with a cohort) its size and count."""
-
-    body: Mapping[str, Any]
-    calls: int | None = None                  # calls this launch may dispatch
-    prompt_tokens: int | None = None          # rough (chars / 4) total over those calls
-    longest_prompt_tokens: int | None = None  # rough, of the largest request body
-    max_cost: float | None = None             # --max-cost, caps the credit needed
 
 
 @dataclass

@@ -40,7 +40,8 @@ KEPT_HEADERS = (CACHE_STATUS, CACHE_SOURCE, "x-openrouter-cache-ttl", GENERATION
 HEADER_LIMIT = 200      # characters kept of one header value
 # Sent on every OpenRouter request: no response caching (wins over an account preset that
 # enables it), and router metadata in every answer.
-REQUEST_HEADERS = {"X-OpenRouter-Cache": "false", "X-OpenRouter-Metadata": "enabled"}
+NO_CACHE_HEADERS = {"X-OpenRouter-Cache": "false"}
+REQUEST_HEADERS = {**NO_CACHE_HEADERS, "X-OpenRouter-Metadata": "enabled"}
 # PipelineStageType of the OpenAPI spec (all of them may alter input or output, see above).
 MUTATING_STAGES = ("guardrail", "plugin", "server_tools", "response_healing", "context_compression")
 NAME_LIMIT = 80

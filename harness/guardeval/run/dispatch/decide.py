@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guardeval.backends.backend import find_backend
-from guardeval.backends.openrouter.errors import REFUSED_PREFIX
+from guardeval.backends.errors import REFUSED_PREFIX
 from guardeval.backends.parsers import Parsed
 from guardeval.backends.quarantine import (
     PROVIDER_DRIFT,

@@ -23,7 +23,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
@@ -156,6 +156,7 @@ class Dispatcher:
                  parser: Callable[[str | None, str | None], Parsed], options: DispatchOptions) -> None:
         self.guard, self.writer, self.instance_for = guard, writer, instance_for
         self.parser, self.opt = parser, options
+        self._raw_fields = guard.config.backend_entry.raw_fields
         # Each pending row carries its frozen `request_sha256` (stimuli.jsonl); it is kept here
         # only while its call is in flight (for `_finish`), so this stays as small as --concurrency.
         self.expected_sha: dict[str, str] = {}
@@ -543,13 +544,8 @@ class Dispatcher:
             "outcome": outcome, "final": final,
         }
         if reply is not None:
-            # What OpenRouter's router did (guardeval.backends.openrouter.routing): read by `decide`.
-            if reply.response_headers:
-                rec["response_headers"] = reply.response_headers
-            if reply.router_metadata is not None:
-                rec["openrouter_metadata"] = reply.router_metadata
-            if reply.previous_errors:
-                rec["previous_errors"] = reply.previous_errors
+            # What the back-end adds to the line (a router's metadata, say): its record's, read by `decide`.
+            cast(dict[str, Any], rec).update(self._raw_fields(reply))
         output = (reply.guard_output if reply is not None else None) or (exc.guard_output if exc is not None else None)
         if output:
             # What a python guard printed during the attempt, kept off the command's own output.

@@ -22,21 +22,21 @@ class Attempt(TypedDict):
     response_sha256: str | None
     content: str | None
     finish_reason: str | None
-    native_finish_reason: str | None  # the upstream's own finish reason (OpenRouter)
-    generation_id: str | None       # the answer's generation id (OpenRouter): replays across calls
+    native_finish_reason: str | None  # the upstream's own finish reason (a router's)
+    generation_id: str | None       # the answer's generation id (a router's): replays across calls
     error_class: str | None         # e.g. http_429, connection, timeout, malformed, context_overflow
     error: str | None
     latency_s: float
     usage: dict[str, Any]           # prompt_tokens, completion_tokens, total_tokens, cost (as reported)
-    provider: str | None            # the upstream that answered (OpenRouter)
+    provider: str | None            # the upstream that answered (a router's)
     answers_call_id: str | None     # X-Call-Id echoed by the server
     outcome: str                    # reply, transient, guard_error, call_failed, not_sent
     final: bool                     # the call's last attempt
     seq: NotRequired[int]           # set once written
     redacted: NotRequired[bool]     # True on a line the API key was cut out of
-    # OpenRouter only, when the answer has them (guardeval.backends.openrouter.routing):
+    # A back-end's own fields, when the answer has them, are its record's `raw_fields`
+    # (guardeval.backends.backend): a router's response headers, its metadata, earlier failed tries.
     response_headers: NotRequired[dict[str, str]]       # cache status / source id, generation id
-    openrouter_metadata: NotRequired[dict[str, Any]]    # router metadata, as received
     previous_errors: NotRequired[list[dict[str, Any]]]  # {provider, code, status} of earlier failed tries
     # python guards only, when the function printed: the first 2,048 characters of each stream
     # (stdout, stderr, redacted) and how many it wrote (stdout_chars, stderr_chars)

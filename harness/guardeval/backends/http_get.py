@@ -1,4 +1,4 @@
-"""A bounded JSON GET for OpenRouter's metadata endpoints (models, key, generation stats).
+"""A bounded JSON GET for a server's metadata endpoints (its models, its key, generation stats).
 
 Bounded on every side the provider controls: the whole exchange has a deadline, the body is
 read in chunks and refused past a size cap (counted after decompression), and the key is
