@@ -63,42 +63,45 @@ def test_subset_means_are_the_sign_flip_test_and_its_inversion():
 
 def test_a_value_within_the_datas_resolution_is_tested_as_a_tie():
     """Issue 50: with rates on a lattice (thirds), many interactions' sums are exactly 0 and the
-    flips' interval can end exactly at 0 while the population mean sits just off it (0.002). A
-    θ0 within `tie` (half the lattice step of the mean) of a subset value counts on both sides:
-    the interval is the flips' inversion widened by `tie`, p the same test, and both agree."""
+    flips' interval can end exactly at 0 while the population mean sits just off it (0.002 or
+    0.02). A subset value within half its own lattice step of θ0 (`half_step` over the subset's
+    bases) counts on both sides: the interval's ends are the values moved down and up by it, p
+    the same test, and both agree."""
     den = np.array([2.0, 1.0, 1.0, 2.0, 1.0, 2.0])
     num = np.array([0.0, 0.0, -1 / 3, 0.0, 0.0, -2 / 3])   # every sum ≤ 0: the flips' upper end is 0
     per_base = np.array([0, 0, 0, -1 / 3, 0, 0, 0, 0, -1 / 3, -1 / 3])
-    tie = sf.resolution(per_base)
-    assert tie == pytest.approx((1 / 3) / (2 * len(per_base)))
+    half = sf.half_step(per_base)
+    assert half == pytest.approx(1 / 6)
     point = float(num.sum() / den.sum())
     s, n_total, _ = sf.subsets(6, 100, 0)
     vals = sf.subset_means(s, num[:, None], den[:, None])[:, 0]
-    plain = sf.summarise(vals, n_total, point, 6, sf.ratio_se(num, den, point), 0.8, None, (-1.0, 1.0))
-    tied = sf.summarise(vals, n_total, point, 6, sf.ratio_se(num, den, point), 0.8, None, (-1.0, 1.0), tie)
-    assert plain["ci"][1] == 0.0 and not plain["ci"][0] <= 0.002 <= plain["ci"][1]
-    assert tied["ci"] == pytest.approx([plain["ci"][0] - tie, tie])
-    assert tied["ci"][0] <= 0.002 <= tied["ci"][1]
-    # the interval is exactly the θ0 whose tie-robust p (the flips' one-sided counts at θ0 ± tie) is ≥ 1 − level
+    ties = half / (s @ den)
+    se = sf.ratio_se(num, den, point)
+    plain = sf.summarise(vals, n_total, point, 6, se, 0.8, None, (-1.0, 1.0))
+    tied = sf.summarise(vals, n_total, point, 6, se, 0.8, None, (-1.0, 1.0), ties)
+    assert plain["ci"][1] == 0.0 and not plain["ci"][0] <= 0.02 <= plain["ci"][1]
+    assert tied["ci"][0] <= 0.02 <= tied["ci"][1] and tied["ci"][0] < plain["ci"][0]
+    # the interval is exactly the θ0 whose tie-robust p (each subset mean moved by its own tie) is ≥ 1 − level
     for theta in np.linspace(tied["ci"][0] - 0.2, tied["ci"][1] + 0.2, 161):
-        up = _brute_one_sided(num, den, float(theta) + tie, "greater")
-        lo = _brute_one_sided(num, den, float(theta) - tie, "less")
+        up = _brute_one_sided(num, den, float(theta), half, "greater")
+        lo = _brute_one_sided(num, den, float(theta), half, "less")
         inside = tied["ci"][0] <= theta <= tied["ci"][1]
         assert (min(up, lo) >= 0.1) == inside, theta
     assert tied["p"] >= plain["p"]
-    assert sf.resolution(np.array([0.25, 0.25])) == 0.0
+    assert sf.half_step(np.array([0.25, 0.25])) == 0.0
 
 
-def _brute_one_sided(num: np.ndarray, den: np.ndarray, theta: float, side: str) -> float:
+def _brute_one_sided(num: np.ndarray, den: np.ndarray, theta: float, half: float, side: str) -> float:
     """A one-sided flip p from its definition, the data unflipped counted: "greater" (H0 θ ≤ θ0)
-    counts the flips whose subset mean is ≤ θ0, "less" those ≥ θ0, over all 2^G."""
+    counts the flips whose subset mean, less half its lattice step (half / its bases), is ≤ θ0;
+    "less" those whose mean plus it is ≥ θ0; over all 2^G."""
     g = len(num)
     n_all = 1 << g
     count = 1
     for code in range(1, n_all):
         f = np.array([(code >> i) & 1 for i in range(g)], dtype=bool)
-        r = num[f].sum() / den[f].sum()
-        count += bool(r <= theta) if side == "greater" else bool(r >= theta)
+        r, tie = num[f].sum() / den[f].sum(), half / den[f].sum()
+        count += bool(r - tie <= theta) if side == "greater" else bool(r + tie >= theta)
     return count / n_all
 
 

@@ -163,8 +163,8 @@ class Quantities:
             if points[key] is not None and all(k in ratio_cols for k in terms) \
                     and effective_df(np.max([weights[k] for k in terms], axis=0), cluster_domain) < sf.SIGNFLIP_BELOW_DF:
                 small.add(key)
-        # the data's resolution per base-level quantity (signflip.resolution); 0 for row-level sums
-        ties = {key: sf.resolution(num_b[den_b[:, j] > 0, j]) for j, key in enumerate(self.keys)}
+        # half the per-base lattice step of each base-level quantity (signflip.half_step); 0 for row-level sums
+        ties = {key: sf.half_step(num_b[den_b[:, j] > 0, j]) for j, key in enumerate(self.keys)}
         flips = _signflip(small, ratio_cols, dict(self._combos), points, used_by, num_g, den_g, self.bounds,
                           n_boot, seed, margin, level, ties)
         out: dict[Key, dict[str, Any]] = {}
@@ -234,6 +234,8 @@ def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Map
             at = {j: i for i, j in enumerate(need)}
             nu, de = num_g[used][:, need], den_g[used][:, need]
             vals = sf.subset_means(s, nu, de)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_base = 1.0 / (s @ de)   # a subset value's lattice step is the per-base one over its bases
             for key in keys:
                 point = float(points[key])  # type: ignore[arg-type]
                 if key in combos:
@@ -246,7 +248,7 @@ def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Map
                     j = at[cols[key]]
                     v = vals[:, j]
                     se = sf.ratio_se(nu[:, j], de[:, j], point)
-                tie = (sum(abs(coef) * ties.get(t, 0.0) for t, coef in combos[key].items()) if key in combos
-                       else ties.get(key, 0.0))
+                tie = (sum((abs(coef) * ties.get(t, 0.0) * per_base[:, at[cols[t]]] for t, coef in combos[key].items()),
+                           np.zeros(len(s))) if key in combos else ties.get(key, 0.0) * per_base[:, at[cols[key]]])
                 out[key] = sf.summarise(v, n_total, point, g, se, level, margin, _bounds(key, bounds, combos), tie)
     return out

@@ -19,11 +19,11 @@ with probability ½) give the Monte-Carlo version, the unflipped data counted on
 
 Ties (issue 50). Rates of a few repetitions lie on a lattice (thirds with 3), so many
 interactions' sums are exactly 0 and the interval's end is often exactly a lattice point. A
-population mean just off it (a placebo whose mean effect is 0.002) then has centred sums with an
-atom just below 0 — not symmetric — and the flips alone missed it (0.930–0.941 at 6
-interactions). A subset mean within the data's resolution of θ0 (`resolution`: half the step
-between a mean and its nearest neighbour) therefore counts on both sides: θ0 is tested as the
-most favourable value within that step, and the interval widens by it at each end.
+population mean just off it (a placebo whose mean effect is 0.002 or 0.02) then has centred sums
+with an atom just below 0 — not symmetric — and the flips alone missed it (0.923–0.941 at 6
+interactions). So a subset mean within half its own lattice step of θ0 (`half_step`, half the
+smallest gap between two per-base values, over the subset's bases) counts on both sides: the
+interval's ends are order statistics of the subset means moved down and up by it.
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ SIGNFLIP_BELOW_DF = 28
 METHOD = "sign-flip"
 RULE = ("sign-flip randomization test over interactions (each interaction's centred sum flipped; every one of "
         "the 2^G flips when G <= 12, else --bootstrap random flips), p = 2*min(#{subset means <= θ0}, #{subset means >= θ0}) / "
-        "#flips with the unflipped data counted and a subset mean within the data's resolution of θ0 (half the smallest gap "
-        "between two per-base values, over the bases) counted on both sides; interval = the values θ0 it does not reject "
-        "(test inversion: the flips' order statistics widened by that resolution); smallest attainable p 2/2^G")
+        "#flips with the unflipped data counted and a subset mean within half its lattice step of θ0 (half the smallest "
+        "gap between two per-base values, over the subset's bases) counted on both sides; interval = the values θ0 it "
+        "does not reject (test inversion: order statistics of the subset means moved down and up by that step); "
+        "smallest attainable p 2/2^G")
 
 
 def subsets(g: int, n_random: int, seed: int) -> tuple[np.ndarray, int, bool]:
@@ -79,21 +80,25 @@ def interactions_needed(alpha: float) -> int:
 
 class _Counts:
     """The one-sided p-values of every θ0, from the sorted defined subset values; a subset value
-    within `tie` of θ0 counts on both sides (`resolution`)."""
+    within its own `tie` of θ0 counts on both sides (`half_step`)."""
 
-    def __init__(self, values: np.ndarray, n_total: int, tie: float = 0.0) -> None:
-        self.v = np.sort(values[np.isfinite(values)])
+    def __init__(self, values: np.ndarray, n_total: int, tie: np.ndarray | float = 0.0) -> None:
+        ok = np.isfinite(values)
+        t = np.broadcast_to(np.asarray(tie, dtype=np.float64), values.shape)[ok]
+        self.v = np.sort(values[ok])
+        # each subset value as low and as high as the data's resolution allows
+        self.lo = np.sort(values[ok] - t)
+        self.hi = np.sort(values[ok] + t)
         self.n_total = n_total
-        self.tie = tie
         # The unflipped data and every flip that leaves the quantity without a base count on both sides.
         self.n_both = n_total - len(self.v)
 
     def p_greater(self, t: float) -> float:
         """p of H0: θ ≤ t against θ > t (small when the data lie well above t)."""
-        return (self.n_both + int(np.searchsorted(self.v, t + self.tie, side="right"))) / self.n_total
+        return (self.n_both + int(np.searchsorted(self.lo, t, side="right"))) / self.n_total
 
     def p_less(self, t: float) -> float:
-        return (self.n_both + len(self.v) - int(np.searchsorted(self.v, t - self.tie, side="left"))) / self.n_total
+        return (self.n_both + len(self.hi) - int(np.searchsorted(self.hi, t, side="left"))) / self.n_total
 
     def _k(self, a: float) -> int:
         """The fewest subset values on one side of θ0 for that one-sided p to reach `a`
@@ -111,7 +116,7 @@ class _Counts:
         k = self._k(a)
         if k == 0 or k > len(self.v):
             return None
-        return [float(self.v[k - 1]) - self.tie, float(self.v[len(self.v) - k]) + self.tie]
+        return [float(self.lo[k - 1]), float(self.hi[len(self.hi) - k])]
 
 
 def _no_variation_interval(c: float, g: int, a2: float, bounds: tuple[float, float]) -> list[float]:
@@ -138,24 +143,25 @@ def _no_variation_p(c: float, g: int, t: float, bounds: tuple[float, float], sid
     return float(min(1.0, (1.0 - min(1.0, x)) ** g))
 
 
-def resolution(values: np.ndarray) -> float:
-    """Half the step between a mean of these per-base values and its nearest neighbour: half the
-    smallest gap between two distinct values, over the number of values (0 when they are all
-    equal). Rates of a few repetitions are a lattice (thirds with 3); a population mean just off a
-    lattice point (a placebo whose mean effect is 0.002) then meets centred sums with an atom just
-    below 0, which is not symmetric, and the flips alone undercover (issue 50)."""
+def half_step(values: np.ndarray) -> float:
+    """Half the smallest gap between two distinct per-base values (0 when they are all equal): a
+    mean over n bases lies on a lattice of step 2·half_step/n. Rates of a few repetitions make
+    one (thirds with 3), so a population mean just off a lattice point (a placebo whose mean effect
+    is 0.002 or 0.02) meets centred sums with an atom just below 0, which is not symmetric, and
+    the flips alone undercover (issue 50)."""
     u = np.unique(values[np.isfinite(values)])
     if len(u) < 2:
         return 0.0
-    return float(np.diff(u).min()) / (2.0 * len(values))
+    return float(np.diff(u).min()) / 2.0
 
 
 def summarise(values: np.ndarray, n_total: int, point: float, g: int, se: float, level: float,
-              margin: float | None, bounds: tuple[float, float], tie: float = 0.0) -> dict[str, Any]:
+              margin: float | None, bounds: tuple[float, float], tie: np.ndarray | float = 0.0) -> dict[str, Any]:
     """ci (at `level`), ci90 (at 2·level − 1), p, p_tost, se, df, p_min of one quantity from its
-    subset values. `tie` (`resolution`): θ0 is tested as the most favourable value within `tie` of
-    it — the data cannot place the mean more finely — so every interval is the flips' inversion
-    widened by `tie` at each end and p is the same test at 0. Where every subset gives the same
+    subset values. `tie`, per subset value (half its lattice step: `half_step` over the subset's
+    bases): a subset value within it of θ0 counts on both sides — the subset cannot place the
+    mean more finely — so the interval's ends are order statistics of the values moved down and
+    up by their ties, and p is the same test at 0. Where every subset gives the same
     value (no variation between interactions) the flips alone would give a zero-width interval:
     the exact binomial bound on the share of interactions that could differ (`_no_variation_interval`) gives the interval, and p is the
     larger of the two procedures' p, so the interval and p still agree."""
