@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -210,7 +210,8 @@ def fill_run(run_dir: Path, *, decided: int, retry_every: int = 97) -> dict[str,
             # What the dispatcher keeps of an OpenRouter-shaped answer (the simulator's): the
             # router metadata and the response headers that matter.
             rec["response_headers"] = {"x-generation-id": reply["id"]}
-            rec["openrouter_metadata"] = meta
+            # a back-end's own raw-line field (its record's raw_fields), outside the Attempt shape
+            cast("dict[str, Any]", rec)["openrouter_metadata"] = meta
             seq, line_sha = writer.append_raw(rec, request_json=data)
             n_raw += 1
             rec["seq"] = seq

@@ -27,7 +27,7 @@ line says what catches it and what it becomes). Listed in `INTERNAL`:
     │   └── CallFailed: this call fails, the others go on
     ├── BodyTooLarge, BodyUnreadable (guardeval.backends.body): a response body past its cap
     │       or not decodable; chat_http records it as an AttemptError
-    ├── FetchError (guardeval.backends.openrouter.http): an endpoint not reached; a preflight's
+    ├── FetchError (guardeval.backends.http_get): an endpoint not reached; a preflight's
     │       failed check, or generation stats left out
     ├── WorkerLost (guardeval.backends.python_guard.processes): a python guard's worker process
     │   │   died during a call; the back-end raises GuardError
@@ -126,7 +126,7 @@ INTERNAL: frozenset[str] = frozenset({
     "guardeval.backends.errors.CallFailed",
     "guardeval.backends.body.BodyTooLarge",
     "guardeval.backends.body.BodyUnreadable",
-    "guardeval.backends.openrouter.http.FetchError",
+    "guardeval.backends.http_get.FetchError",
     "guardeval.backends.python_guard.processes.WorkerLost",
     "guardeval.backends.python_guard.processes.ProtocolError",
     "guardeval.backends.python_guard.processes.WorkerStartFailed",
