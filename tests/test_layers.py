@@ -362,3 +362,39 @@ def test_the_one_opener_rule_catches_the_old_opened():
     assert _other_openers("x.py", ast.parse(src)) == [
         "x.py:1: imports guardeval.run.folder.folder.opened", "x.py:3: imports guardeval.study.record.run_folder",
         "x.py:5: opened(...)", "x.py:5: opened(...)"]
+
+
+# -- layers inside `run/` (issue 49 §5) -----------------------------------------------------------
+# The run folder is the lowest floor of `run/`: the dispatcher writes through it and verify reads
+# through it, so it may not import either (what both need, it holds: spend.py, workers.py, head.py).
+RUN_FLOOR = "harness/guardeval/run/folder/"
+ABOVE_THE_FLOOR = ("guardeval.run.dispatch", "guardeval.run.integrity")
+
+
+def _imports_above_the_floor(tree: ast.AST) -> list[str]:
+    """Every module of run/dispatch or run/integrity imported, at the top or inside a function
+    (a package imported whole, `from guardeval.run import dispatch`, counts too)."""
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        hits = [n for n in names if any(n == p or n.startswith(p + ".") for p in ABOVE_THE_FLOOR)]
+        if hits:
+            found.append(f"{node.lineno}: {min(hits, key=len)}")
+    return found
+
+
+def test_the_run_folder_imports_neither_dispatch_nor_integrity():
+    offenders = [f"{rel}:{hit}" for rel, tree in engine_modules() if rel.startswith(RUN_FLOOR)
+                 for hit in _imports_above_the_floor(tree)]
+    assert offenders == [], "run/folder/ is below run/dispatch/ and run/integrity/:\n" + "\n".join(offenders)
+
+
+def test_the_run_floor_rule_catches_what_it_forbids():
+    src = ("from guardeval.run.dispatch.budget import reported_cost\nfrom guardeval.run import integrity\n"
+           "def f():\n    import guardeval.run.integrity.head\n    from guardeval.run.folder import spend\n")
+    assert _imports_above_the_floor(ast.parse(src)) == [
+        "1: guardeval.run.dispatch.budget", "2: guardeval.run.integrity", "4: guardeval.run.integrity.head"]

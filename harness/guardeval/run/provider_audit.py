@@ -25,11 +25,11 @@ import orjson
 from guardeval.backends.openrouter import providers
 from guardeval.backends.openrouter.generation import fetch_generations
 from guardeval.errors import InputError
-from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, RAW
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.run.folder.manifest import read_manifest, run_config
+from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays
 
 SHOWN = 20   # calls listed per finding (the counts are complete)

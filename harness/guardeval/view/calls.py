@@ -19,11 +19,11 @@ from typing import Any
 
 from guardeval.canon import sha256_hex
 from guardeval.errors import InputError
-from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, parse_line, raw_head
 from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
+from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
 
 # The export frame (docs/how-to/export.md); `cost` is the call's spend over all its attempts,
