@@ -398,3 +398,88 @@ def test_the_run_floor_rule_catches_what_it_forbids():
            "def f():\n    import guardeval.run.integrity.head\n    from guardeval.run.folder import spend\n")
     assert _imports_above_the_floor(ast.parse(src)) == [
         "1: guardeval.run.dispatch.budget", "2: guardeval.run.integrity", "4: guardeval.run.integrity.head"]
+
+
+# -- a run is held by an owner (issue 49 §3) ------------------------------------------------------
+# `Run.open(x)` dropped on the floor (`Run.open(x).folder`) leaves the folder to the garbage
+# collector. A run opened in the package is a `with` item, entered into an ExitStack, or bound to a
+# name that a `with` then holds; the few that hand their run on say to whom.
+RUN_OPENERS = {"Run.open", "Run.using", "Run.inside", "open_run"}
+HOLDERS = {
+    "harness/guardeval/study/record.py:open_run": "returns the run to its caller's `with` (study/runs.py, status.py)",
+    "harness/guardeval/api/runs.py:plan_replicate": "the replicate's plan holds its parent run; launch_plan closes it",
+}
+
+
+def _unowned_opens(tree: ast.AST) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, opener) of every run opened without an owner."""
+    found: list[tuple[str, int, str]] = []
+
+    def opener(node: ast.AST) -> str | None:
+        if not isinstance(node, ast.Call):
+            return None
+        fn = node.func
+        name = (f"{fn.value.id}.{fn.attr}" if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name)
+                else fn.id if isinstance(fn, ast.Name) else None)
+        return name if name in RUN_OPENERS else None
+
+    class Visitor(Scoped):
+
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+            # Owned: a `with` item; an ExitStack's enter_context(...); a name bound to the run
+            # that a `with` of the same function then holds.
+            owned: set[int] = set()
+            bound: dict[int, str] = {}
+            held_names: set[str] = set()
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.With, ast.AsyncWith)):
+                    for item in sub.items:
+                        owned.add(id(item.context_expr))
+                        if isinstance(item.context_expr, ast.Name):
+                            held_names.add(item.context_expr.id)
+                elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                        and sub.func.attr == "enter_context":
+                    owned.update(id(a) for a in sub.args)
+                elif isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+                    bound[id(sub.value)] = sub.targets[0].id
+            self.stack.append(node.name)
+            for sub in ast.walk(node):
+                what = opener(sub)
+                if what and id(sub) not in owned and bound.get(id(sub)) not in held_names:
+                    found.append((self.where, sub.lineno, what))
+            self.stack.pop()
+            # Nested functions are walked above with their parent's owners: not again.
+
+        visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+        def visit_ClassDef(self, node: ast.ClassDef) -> None:
+            self.stack.append(node.name)
+            self.generic_visit(node)
+            self.stack.pop()
+
+    Visitor().visit(tree)
+    return sorted(found, key=lambda f: f[1])
+
+
+def test_every_run_opened_in_the_package_has_an_owner():
+    offenders = []
+    for rel, tree in engine_modules():
+        if rel == "harness/guardeval/run/run.py":
+            continue
+        for where, line, what in _unowned_opens(tree):
+            if f"{rel}:{where}" not in HOLDERS:
+                offenders.append(f"{rel}:{line} ({where or 'module'}): {what}(...) with no owner")
+    assert offenders == [], "hold a run with `with Run.using(...) as run:` and pass the Run down:\n" + "\n".join(offenders)
+
+
+def test_the_run_owner_rule_catches_what_it_forbids():
+    src = ("def f(p, study, stack):\n"
+           "    a = Run.open(p).folder\n"                       # dropped: flagged
+           "    with Run.using(p) as b, open_run(study, 'x') as c:\n        pass\n"
+           "    d = stack.enter_context(Run.open(p))\n"
+           "    e = Run.open(p)\n    with e:\n        pass\n"
+           "    g = Run.inside(study, 'runs/x')\n"               # bound, never held: flagged
+           "    return [Run.open(q) for q in p]\n")              # a list of runs nobody closes: flagged
+    assert [(line, what) for _, line, what in _unowned_opens(ast.parse(src))] == [
+        (2, "Run.open"), (9, "Run.inside"), (10, "Run.open")]
+

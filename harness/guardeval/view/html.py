@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,6 +35,9 @@ from guardeval.run.folder.lines import iter_jsonl
 from guardeval.view import tables as T
 from guardeval.view.calls import RunCalls, load_calls, read_attempts
 from guardeval.view.files import out_file, write_atomically
+
+if TYPE_CHECKING:
+    from guardeval.run.run import Run
 
 _SLOT = re.compile(r"@@([a-z_]+)@@")
 FULL_EMBED_MAX = 20_000     # calls; above this the report embeds a selection
@@ -223,7 +226,7 @@ def asset(name: str) -> str:
     return text
 
 
-def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False,
+def verify_summary(run: Run | Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False,
                    allow_skipped: bool = False) -> dict[str, Any]:
     """Whether the run verifies. `estimate` verifies a run before estimating it and records that
     in report.json (`source.verified`, `source.verify_skipped`): right after it, that record is
@@ -391,7 +394,7 @@ def read_report(folder: RunFolder) -> dict[str, Any]:
     return report
 
 
-def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | None = None, *,
+def write_report_html(run: Run | str | Path | RunFolder, report: Mapping[str, Any] | None = None, *,
                       out: str | Path | None = None, calls: RunCalls | None = None,
                       just_estimated: bool = False, allow_skipped: bool = False) -> Path:
     """Write report.html for a run (into the run folder, replacing never following what is
@@ -402,24 +405,25 @@ def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | N
     first (a skipped check is a failure unless `allow_skipped`) and the report.json re-checked
     against it (`recheck_report`). A run that fails either gets no report that looks like one:
     the page says why instead (no numbers of the run in it), and CheckFailed (exit 1) says the
-    same."""
+    same. A Run or RunFolder given is read as it is (left open for its owner)."""
     from guardeval.run.run import Run
 
     with Run.using(run) as r:
         folder = r.folder
         target = out_file(out, folder.file(REPORT_HTML)) if out is not None else None
         if report is None:
-            return _report_from_file(folder, target, calls, allow_skipped)
+            return _report_from_file(r, target, calls, allow_skipped)
         calls = calls or load_calls(folder)
         _same_schedule(folder, calls, report)
-        verification = verify_summary(folder, report, just_estimated=just_estimated, allow_skipped=allow_skipped)
+        verification = verify_summary(r, report, just_estimated=just_estimated, allow_skipped=allow_skipped)
         return _write(folder, target, build_html(calls, report, verification))
 
 
-def _report_from_file(folder: RunFolder, target: Path | None, calls: RunCalls | None, allow_skipped: bool) -> Path:
+def _report_from_file(run: Run, target: Path | None, calls: RunCalls | None, allow_skipped: bool) -> Path:
     from guardeval.estimators.runs import recheck_report
 
-    verification = verify_summary(folder, {}, allow_skipped=allow_skipped)
+    folder = run.folder
+    verification = verify_summary(run, {}, allow_skipped=allow_skipped)
     if not verification["ok"]:
         reasons = [f"{p.get('file')}" + (f" line {p['line']}" if p.get("line") else "") + f": {p.get('message')}"
                    for p in verification["problems"]]
@@ -437,7 +441,7 @@ def _report_from_file(folder: RunFolder, target: Path | None, calls: RunCalls | 
     try:
         # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
         # edit, so it is checked against the run before anything of it is shown.
-        recheck_report(folder, report)
+        recheck_report(run, report)
     except CheckFailed as exc:
         _write(folder, target, _refusal_page(folder, "its report.json is not the estimate of this run", [str(exc)]))
         raise
