@@ -483,3 +483,54 @@ def test_the_run_owner_rule_catches_what_it_forbids():
     assert [(line, what) for _, line, what in _unowned_opens(ast.parse(src))] == [
         (2, "Run.open"), (9, "Run.inside"), (10, "Run.open")]
 
+
+# -- the report reaches the view one way (issue 49 §3) ---------------------------------------------
+# report.html reads the presentation model (`estimators/report/presentation.py`, built once from
+# report.json); it calls none of the builders behind it. From these modules the view may import
+# types (a CamelCase name: a table's cells, a Section), never a module or a function.
+BUILDERS = ("guardeval.estimators.report.report", "guardeval.estimators.report.sections",
+            "guardeval.estimators.report.rows", "guardeval.estimators.excluded")
+
+
+def _builders_reached(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                dotted = f"{node.module}.{a.name}"
+                if dotted in BUILDERS or (node.module in BUILDERS and not a.name[:1].isupper()):
+                    found.append(f"{node.lineno}: {dotted}")
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name in BUILDERS]
+    return found
+
+
+def test_the_view_reads_the_presentation_model_not_its_builders():
+    offenders = [f"{rel}:{hit}" for rel, tree in engine_modules() if rel.startswith("harness/guardeval/view/")
+                 for hit in _builders_reached(tree)]
+    assert offenders == [], "read guardeval.estimators.report.presentation instead:\n" + "\n".join(offenders)
+
+
+def test_the_one_way_rule_catches_what_it_forbids():
+    src = ("from guardeval.estimators.report import rows, sections as S\n"
+           "from guardeval.estimators.report.report import decision_lines, dumps_json\n"
+           "from guardeval.estimators.report.rows import Est, effects_table\n"
+           "from guardeval.estimators.excluded import publishable\nimport guardeval.estimators.report.sections\n"
+           "from guardeval.estimators.report.presentation import Presentation, presentation\n")
+    assert _builders_reached(ast.parse(src)) == [
+        "1: guardeval.estimators.report.rows", "1: guardeval.estimators.report.sections",
+        "2: guardeval.estimators.report.report.decision_lines", "2: guardeval.estimators.report.report.dumps_json",
+        "3: guardeval.estimators.report.rows.effects_table", "4: guardeval.estimators.excluded.publishable",
+        "5: guardeval.estimators.report.sections"]
+
+
+def test_the_estimators_never_reach_the_view():
+    # Below the view, nothing imports it, at the top or inside a function, nor names it to importlib.
+    offenders = []
+    for rel, tree in engine_modules():
+        if not rel.startswith("harness/guardeval/estimators/"):
+            continue
+        offenders += [f"{rel}: imports {m}" for m in imported(tree) if m.startswith("guardeval.view")]
+        offenders += [f"{rel}:{n.lineno}: names {n.value!r}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("guardeval.view")]
+    assert offenders == []

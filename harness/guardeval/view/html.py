@@ -27,8 +27,8 @@ import orjson
 
 from guardeval.canon import canonical_bytes
 from guardeval.errors import CheckFailed, GuardevalError, InputError
-from guardeval.estimators.report import sections as S
-from guardeval.estimators.report.formats import level
+from guardeval.estimators.report.presentation import presentation
+from guardeval.estimators.report.sections import Section
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from guardeval.run.folder.lines import iter_jsonl
@@ -331,34 +331,36 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         f"{report.get('failure_rule')}" + ("" if report.get("complete", True) else "; INCOMPLETE run")
         + _retried_words(report)))
     accuracy, components, more = report.get("accuracy"), report.get("components"), T.more_sections(report)
+    # What the page shows of the report, built once (estimators/report/presentation.py); below,
+    # only read.
+    p = presentation(report)
     # The families report.md shows, as the same tables (harness/guardeval/estimators/report/sections.py).
-    def shown(sections: list[S.Section], *groups: str, heading: str = "") -> str:
+    def shown(sections: list[Section], *groups: str, heading: str = "") -> str:
         if not sections:    # a report.json from an earlier version lacks this family
             return ""
         return heading + "".join(map(T.section, sections)) + T.definitions(*groups)
 
     summary_tab = "".join([
-        T.in_words(report),
+        T.in_words(p),
         f"<h2>Run</h2>{_header(calls, report, verify)}",
         "<h2>Effects</h2><p class=\"lead\">The headline is the placebo-corrected effect (Δ − placebo); a row marked * "
         "has a headline that differs from 0 after Holm in its stated family (below the table). Intervals are "
-        f"unadjusted {level(report)} (1 − α).</p>", T.notes(report),
+        f"unadjusted {p.level} (1 − α).</p>", T.notes(report),
         f'<img class="plot" alt="forest plot of the effects" src="{_svg_data_uri(report, title)}">',
-        T.contrasts_table(report), T.definitions("effects", "rules"),
+        T.contrasts_table(p), T.definitions("effects", "rules"),
         "<h2>Diagnostics</h2>", T.diagnostics(report), T.definitions("diagnostics"),
-        shown(S.contrast_diagnostics(report), "contrast diagnostics"),
-        shown(S.block_rates(report) + S.stability(report), "block rates", "stability",
-              heading="<h2>Block rates and stability</h2>"),
-        "<h2>Strata</h2>", T.strata_tables(report), T.definitions("strata"), shown(S.strata_corrected(report)),
-        shown(S.order(report) + S.retried(report), "order", heading="<h2>Dispatch order</h2>"),
+        shown(p.contrast_diagnostics, "contrast diagnostics"),
+        shown(p.block_rates, "block rates", "stability", heading="<h2>Block rates and stability</h2>"),
+        "<h2>Strata</h2>", T.strata_tables(p), T.definitions("strata"), shown(p.strata_corrected),
+        shown(p.order, "order", heading="<h2>Dispatch order</h2>"),
         "<h2>Coverage</h2>", T.coverage_table(report), T.definitions("coverage"),
-        shown(S.excluded(report), "excluded", heading="<h2>Excluded calls</h2>"),
-        "<h2>Quarantine</h2>", T.quarantine_table(report), T.definitions("quarantine"),
-        "<h2>Against labels</h2>" + shown(S.labels(report) + S.accuracy(report))
+        shown(p.excluded, "excluded", heading="<h2>Excluded calls</h2>"),
+        "<h2>Quarantine</h2>", T.quarantine_table(p), T.definitions("quarantine"),
+        "<h2>Against labels</h2>" + shown(p.labels)
         + "<details><summary>every field of report.json's accuracy</summary>"
         + T.generic(accuracy, row_name="condition", fields_as_rows=True) + "</details>"
         + T.definitions("accuracy") if accuracy else "",
-        shown(S.worst_case(report), "worst case"),
+        shown(p.worst_case, "worst case"),
         "<h2>Component rates</h2>" + T.generic(components, row_name="condition") if components else "",
         "<h2>More in report.json</h2>" + more if more else "",
     ])
