@@ -18,6 +18,8 @@ from guardeval.cli.app import main
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.run import Run
 
+from conftest import write_guard
+
 pytestmark = pytest.mark.fast
 
 
@@ -113,3 +115,16 @@ def test_every_command_closes_the_runs_it_opened(command: str, copy_run: Callabl
     assert main(argv(run, other, out)) == expected, capsys.readouterr().err
     assert made.folders, f"{command} opened no run folder: the test would prove nothing"
     assert made.left_open() == [], f"{command} left run folders open for the garbage collector"
+
+
+def test_a_replicates_plan_holds_its_parent_until_it_is_launched(copy_run: Callable[[str], Path], tmp_path: Path,
+                                                                  sim, made: Made) -> None:
+    # `api.plan_replicate` returns a plan that reads the parent's schedule again when it is
+    # written: the plan holds the parent open, and `launch_plan` closes it (not the collector).
+    run = copy_run("run")
+    guard = write_guard(tmp_path / "other.toml", sim.base_url, name="other")
+    planned = api.plan_replicate(run, guard, run_dir=tmp_path / "replica")
+    assert made.left_open() == [repr(made.folders[0])]   # the parent, held by the plan
+    result = api.launch_plan(planned)
+    assert result.complete and made.left_open() == []
+    assert (tmp_path / "replica" / "schedule.jsonl").read_bytes() == (run / "schedule.jsonl").read_bytes()
