@@ -162,8 +162,10 @@ def main() -> None:
         folder = Path(tmp)
         run = Path(args.pilot) if args.pilot else sim_pilot(folder)
         from guardeval.estimators.runs import load_run
+        from guardeval.run.run import Run
 
-        sizes = pilot_sizes(load_run(run)[2])
+        with Run.using(run) as pilot:
+            sizes = pilot_sizes(load_run(pilot)[2])
         n_pilot = sum(map(sum, sizes))
         table = folder / "synthetic.jsonl"
         synthetic_table(table, sizes, 3, args.seed)

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from guardeval.backends.base import valid_cost
-from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
+from guardeval.run.dispatch.budget import Budget, Gate
+from guardeval.run.folder.spend import Prices, Unpriced
 
 pytestmark = pytest.mark.fast
 

@@ -335,11 +335,12 @@ def test_one_pass_summary_equals_the_separate_functions():
 
 
 def test_reports_carry_the_verdict_column_and_sentences(tmp_path, capsys):
+    from guardeval.estimators.report.presentation import presentation
     from guardeval.estimators.report.report import headline_sentences, markdown
     from guardeval.view.tables import contrasts_table, in_words
 
     report = estimate(synthetic(A_RATES, 1), n_boot=300)
-    md, html = markdown(report), contrasts_table(report) + in_words(report)
+    md, html = markdown(report), contrasts_table(presentation(report)) + in_words(presentation(report))
     for c in report["contrasts"]:
         eq = c["equivalence_minus_placebo"] or c["equivalence"]
         assert f"{eq['verdict']}; MDE {eq['mde']:.4f}" in md

@@ -509,3 +509,175 @@ def test_the_decision_rule_catches_what_it_forbids():
            "    a = p < alpha\n    b = r['p_holm'] is not None and r['p_holm'] <= 20 * alpha\n"
            "    c = cfg.alpha > p\n    d = p < r.get('alpha', 0.05)\n    e = p == alpha\n    return 0 < ALPHA < 0.5\n")
     assert [line for _, line, _ in _alpha_comparisons(ast.parse(src))] == [2, 3, 4, 5, 7]
+
+
+# -- layers inside `run/` (issue 49 §5) -----------------------------------------------------------
+# The run folder is the lowest floor of `run/`: the dispatcher writes through it and verify reads
+# through it, so it may not import either (what both need, it holds: spend.py, workers.py, head.py).
+RUN_FLOOR = "harness/guardeval/run/folder/"
+ABOVE_THE_FLOOR = ("guardeval.run.dispatch", "guardeval.run.integrity")
+
+
+def _imports_above_the_floor(tree: ast.AST) -> list[str]:
+    """Every module of run/dispatch or run/integrity imported, at the top or inside a function
+    (a package imported whole, `from guardeval.run import dispatch`, counts too)."""
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        hits = [n for n in names if any(n == p or n.startswith(p + ".") for p in ABOVE_THE_FLOOR)]
+        if hits:
+            found.append(f"{node.lineno}: {min(hits, key=len)}")
+    return found
+
+
+def test_the_run_folder_imports_neither_dispatch_nor_integrity():
+    offenders = [f"{rel}:{hit}" for rel, tree in engine_modules() if rel.startswith(RUN_FLOOR)
+                 for hit in _imports_above_the_floor(tree)]
+    assert offenders == [], "run/folder/ is below run/dispatch/ and run/integrity/:\n" + "\n".join(offenders)
+
+
+def test_the_run_floor_rule_catches_what_it_forbids():
+    src = ("from guardeval.run.dispatch.budget import reported_cost\nfrom guardeval.run import integrity\n"
+           "def f():\n    import guardeval.run.integrity.head\n    from guardeval.run.folder import spend\n")
+    assert _imports_above_the_floor(ast.parse(src)) == [
+        "1: guardeval.run.dispatch.budget", "2: guardeval.run.integrity", "4: guardeval.run.integrity.head"]
+
+
+# -- a run is held by an owner (issue 49 §3) ------------------------------------------------------
+# `Run.open(x)` dropped on the floor (`Run.open(x).folder`) leaves the folder to the garbage
+# collector. A run opened in the package is a `with` item, entered into an ExitStack, or bound to a
+# name that a `with` then holds; the few that hand their run on say to whom.
+RUN_OPENERS = {"Run.open", "Run.using", "Run.inside", "open_run"}
+HOLDERS = {
+    "harness/guardeval/study/record.py:open_run": "returns the run to its caller's `with` (study/runs.py, status.py)",
+    "harness/guardeval/api/runs.py:plan_replicate": "the replicate's plan holds its parent run; launch_plan closes it",
+}
+
+
+def _unowned_opens(tree: ast.AST) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, opener) of every run opened without an owner."""
+    found: list[tuple[str, int, str]] = []
+
+    def opener(node: ast.AST) -> str | None:
+        if not isinstance(node, ast.Call):
+            return None
+        fn = node.func
+        name = (f"{fn.value.id}.{fn.attr}" if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name)
+                else fn.id if isinstance(fn, ast.Name) else None)
+        return name if name in RUN_OPENERS else None
+
+    class Visitor(Scoped):
+
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+            # Owned: a `with` item; an ExitStack's enter_context(...); a name bound to the run
+            # that a `with` of the same function then holds.
+            owned: set[int] = set()
+            bound: dict[int, str] = {}
+            held_names: set[str] = set()
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.With, ast.AsyncWith)):
+                    for item in sub.items:
+                        owned.add(id(item.context_expr))
+                        if isinstance(item.context_expr, ast.Name):
+                            held_names.add(item.context_expr.id)
+                elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                        and sub.func.attr == "enter_context":
+                    owned.update(id(a) for a in sub.args)
+                elif isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+                    bound[id(sub.value)] = sub.targets[0].id
+            self.stack.append(node.name)
+            for sub in ast.walk(node):
+                what = opener(sub)
+                if what and id(sub) not in owned and bound.get(id(sub)) not in held_names:
+                    found.append((self.where, sub.lineno, what))
+            self.stack.pop()
+            # Nested functions are walked above with their parent's owners: not again.
+
+        visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+        def visit_ClassDef(self, node: ast.ClassDef) -> None:
+            self.stack.append(node.name)
+            self.generic_visit(node)
+            self.stack.pop()
+
+    Visitor().visit(tree)
+    return sorted(found, key=lambda f: f[1])
+
+
+def test_every_run_opened_in_the_package_has_an_owner():
+    offenders = []
+    for rel, tree in engine_modules():
+        if rel == "harness/guardeval/run/run.py":
+            continue
+        for where, line, what in _unowned_opens(tree):
+            if f"{rel}:{where}" not in HOLDERS:
+                offenders.append(f"{rel}:{line} ({where or 'module'}): {what}(...) with no owner")
+    assert offenders == [], "hold a run with `with Run.using(...) as run:` and pass the Run down:\n" + "\n".join(offenders)
+
+
+def test_the_run_owner_rule_catches_what_it_forbids():
+    src = ("def f(p, study, stack):\n"
+           "    a = Run.open(p).folder\n"                       # dropped: flagged
+           "    with Run.using(p) as b, open_run(study, 'x') as c:\n        pass\n"
+           "    d = stack.enter_context(Run.open(p))\n"
+           "    e = Run.open(p)\n    with e:\n        pass\n"
+           "    g = Run.inside(study, 'runs/x')\n"               # bound, never held: flagged
+           "    return [Run.open(q) for q in p]\n")              # a list of runs nobody closes: flagged
+    assert [(line, what) for _, line, what in _unowned_opens(ast.parse(src))] == [
+        (2, "Run.open"), (9, "Run.inside"), (10, "Run.open")]
+
+
+# -- the report reaches the view one way (issue 49 §3) ---------------------------------------------
+# report.html reads the presentation model (`estimators/report/presentation.py`, built once from
+# report.json); it calls none of the builders behind it. From these modules the view may import
+# types (a CamelCase name: a table's cells, a Section), never a module or a function.
+BUILDERS = ("guardeval.estimators.report.report", "guardeval.estimators.report.sections",
+            "guardeval.estimators.report.rows", "guardeval.estimators.excluded")
+
+
+def _builders_reached(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                dotted = f"{node.module}.{a.name}"
+                if dotted in BUILDERS or (node.module in BUILDERS and not a.name[:1].isupper()):
+                    found.append(f"{node.lineno}: {dotted}")
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name in BUILDERS]
+    return found
+
+
+def test_the_view_reads_the_presentation_model_not_its_builders():
+    offenders = [f"{rel}:{hit}" for rel, tree in engine_modules() if rel.startswith("harness/guardeval/view/")
+                 for hit in _builders_reached(tree)]
+    assert offenders == [], "read guardeval.estimators.report.presentation instead:\n" + "\n".join(offenders)
+
+
+def test_the_one_way_rule_catches_what_it_forbids():
+    src = ("from guardeval.estimators.report import rows, sections as S\n"
+           "from guardeval.estimators.report.report import decision_lines, dumps_json\n"
+           "from guardeval.estimators.report.rows import Est, effects_table\n"
+           "from guardeval.estimators.excluded import publishable\nimport guardeval.estimators.report.sections\n"
+           "from guardeval.estimators.report.presentation import Presentation, presentation\n")
+    assert _builders_reached(ast.parse(src)) == [
+        "1: guardeval.estimators.report.rows", "1: guardeval.estimators.report.sections",
+        "2: guardeval.estimators.report.report.decision_lines", "2: guardeval.estimators.report.report.dumps_json",
+        "3: guardeval.estimators.report.rows.effects_table", "4: guardeval.estimators.excluded.publishable",
+        "5: guardeval.estimators.report.sections"]
+
+
+def test_the_estimators_never_reach_the_view():
+    # Below the view, nothing imports it, at the top or inside a function, nor names it to importlib.
+    offenders = []
+    for rel, tree in engine_modules():
+        if not rel.startswith("harness/guardeval/estimators/"):
+            continue
+        offenders += [f"{rel}: imports {m}" for m in imported(tree) if m.startswith("guardeval.view")]
+        offenders += [f"{rel}:{n.lineno}: names {n.value!r}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("guardeval.view")]
+    assert offenders == []

@@ -19,8 +19,8 @@ from guardeval.backends.errors import CallFailed, FatalError, TransientError
 from guardeval.backends.openrouter.guard import OpenRouterGuard
 from guardeval.backends.parsers import get_parser
 from guardeval.backends.prompts import load_prompt
-from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.dispatch.decide import decide
+from guardeval.run.folder.spend import reported_cost
 
 from app_server import start
 

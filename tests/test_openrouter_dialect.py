@@ -11,7 +11,7 @@ from guardeval.backends.openrouter import providers
 from guardeval.backends.openrouter.preflight import _serves_as, parameters_sent
 from guardeval.backends.prompts import load_prompt
 from guardeval.backends.registry import make_renderer
-from guardeval.run.dispatch.budget import reported_cost
+from guardeval.run.folder.spend import reported_cost
 
 pytestmark = pytest.mark.fast
 

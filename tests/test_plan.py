@@ -214,8 +214,10 @@ def test_cli_plans_a_simulated_run_with_the_dry_run_cost(pilot_run: tuple[Path, 
     # bootstrap SE of estimate's corrected effect (its 95% interval / 3.92), and the predicted SE
     # is that, or the repetition-noise floor when the pilot's cluster variance falls below it
     from guardeval.estimators.runs import estimate_run
+    from guardeval.run.run import Run
 
-    report = estimate_run(run, write=False)
+    with Run.using(run) as opened:
+        report = estimate_run(opened, write=False)
     for c in report["contrasts"]:
         if c["ci_minus_placebo"] is None:
             continue

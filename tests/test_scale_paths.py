@@ -51,7 +51,7 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.fixture
 def workers_always(monkeypatch):
     """Switch on the worker processes that large files get."""
-    from guardeval.run.dispatch import workers
+    from guardeval.run.folder import workers
 
     monkeypatch.setattr(workers, "LOG_MIN_BYTES", 0)
     monkeypatch.setattr(workers, "RENDER_MIN_INSTANCES", 0)
@@ -103,7 +103,7 @@ def test_worker_paths_give_the_same_answers(half_run, tmp_path, workers_always):
     data[second + 300] ^= 0x01
     (run / "raw.jsonl").write_bytes(bytes(data))
     forked = Run.open(run).verify()
-    from guardeval.run.dispatch import workers
+    from guardeval.run.folder import workers
 
     workers.LOG_MIN_BYTES, workers.RENDER_MIN_INSTANCES = 1 << 60, 1 << 60
     inline = Run.open(run).verify()
@@ -128,7 +128,7 @@ def test_large_run_paths_without_sched_getaffinity(half_run, tmp_path, monkeypat
     verify, status and resume's scan still fork their workers and give the inline answers."""
     import os
 
-    from guardeval.run.dispatch import workers
+    from guardeval.run.folder import workers
     from guardeval.run.run import Run
 
     inline_verify, inline_status = Run.open(half_run).verify(), Run.open(half_run).status()   # small files: no workers

@@ -585,3 +585,31 @@ def test_a_pilot_then_resume_with_retry(cli, profiles: Profiles, small_cohort: P
     assert r.code == 0, r.err
     assert json.loads(cli("study", "status", str(study), "--json").out)["complete"]
     assert cli("study", "verify", str(study)).code == 0
+
+
+@pytest.mark.parametrize("command", ["status", "verify", "report", "resume", "edit"])
+def test_every_study_command_closes_the_runs_it_opened(cli, study: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    # Issue 49 §3: a study's runs are held by the command's ExitStack, not left to the garbage
+    # collector. Every RunFolder made is kept here, so only an explicit close shows as closed.
+    from guardeval.run.folder.folder import RunFolder
+
+    copy = _copy(study, tmp_path)
+    made: list[RunFolder] = []
+    init = RunFolder.__init__
+
+    def counted(self: RunFolder, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(RunFolder, "__init__", counted)
+    extra = {"report": ["--bootstrap", "200"], "resume": ["--no-progress"],
+             "edit": ["--margin", "0.06", "--reason", "a wider margin, agreed before the report"]}
+    r = cli("study", command, str(copy), *extra.get(command, []))
+    assert r.code in (0, 1), r.err     # report: 1 when a run is not publishable; the runs are read either way
+    try:
+        assert len(made) > len(_record(copy)["runs"]), "the study's runs were not opened: the test proves nothing"
+        assert [f for f in made if not f.closed] == [], f"study {command} left run folders open"
+    finally:
+        for f in made:
+            f.close()

@@ -22,6 +22,7 @@ from guardeval.estimators.report.formats import pval, rules_differ
 from guardeval.estimators.report.plot import forest_plot
 from guardeval.estimators.report.report import human_text
 from guardeval.estimators.report.rows import effect_rows
+from guardeval.run.run import Run
 from guardeval.view.calls import EXPORT_COLUMNS, load_calls
 from guardeval.view.html import build_html, json_for_script, select_calls, verify_summary
 
@@ -210,7 +211,8 @@ def test_report_html_shows_every_estimator_family_as_report_md_does(demo_run):
     report = json.loads((demo_run.run / "report.json").read_text())
     report["notes"] = ["placebo: format_placebo (chosen by its name)"]
     report["future_quantity"] = {"original": {"x": 1}}
-    html = build_html(load_calls(demo_run.run), report, {"ok": True, "how": "test", "problems": []})
+    with Run.using(demo_run.run) as run:
+        html = build_html(load_calls(run), report, {"ok": True, "how": "test", "problems": []})
     md = markdown(report)
     for sec in [*family_sections(report), *labels(report)]:
         assert f"## {sec.title}" in md and f">{sec.title}</h3>" in html, sec.title
@@ -240,24 +242,26 @@ def test_report_html_of_a_report_json_from_before_the_diagnostic_families(demo_r
         for key in ("row_accuracy", "row_accuracy_ci", "interaction_accuracy", "interaction_accuracy_ci", "auc",
                     "tpr_at_1pct_fpr", "n_scored"):
             del a[key]
-    html = build_html(load_calls(demo_run.run), report, {"ok": True, "how": "test", "problems": []})
+    with Run.using(demo_run.run) as run:
+        html = build_html(load_calls(run), report, {"ok": True, "how": "test", "problems": []})
     assert ">Effects</h2>" in html and "Stability</h3>" not in html and "row F1" in html
 
 
 def test_large_run_embeds_a_selection_with_every_flip(demo_run):
-    calls = load_calls(demo_run.run)
-    sel = select_calls(calls, full_max=100, sample_calls=60, detail_cap=50)
-    chosen = [calls.rows[i] for i in sel.rows]
-    flips = [r for r in calls.rows if r["flip"]]
-    assert flips and all(r in chosen for r in flips)
-    pairs = {(r["base_id"], r["repetition"]) for r in flips}
-    assert all(any(c["condition"] == calls.baseline and (c["base_id"], c["repetition"]) == p for c in chosen)
-               for p in pairs)
-    assert len(sel.details) == 50 and not sel.complete and "of 960 calls embedded" in sel.note
-    report = json.loads((demo_run.run / "report.json").read_text())
-    data = _embedded(build_html(calls, report, {"ok": True, "how": "test", "problems": []}, sel))
-    assert len(data["rows"]) == len(sel.rows) < 960 and len(data["details"]) == 50
-    assert data["note"] == sel.note and data["n_total"] == 960
+    with Run.using(demo_run.run) as run:   # the rows read the folder as they are selected
+        calls = load_calls(run)
+        sel = select_calls(calls, full_max=100, sample_calls=60, detail_cap=50)
+        chosen = [calls.rows[i] for i in sel.rows]
+        flips = [r for r in calls.rows if r["flip"]]
+        assert flips and all(r in chosen for r in flips)
+        pairs = {(r["base_id"], r["repetition"]) for r in flips}
+        assert all(any(c["condition"] == calls.baseline and (c["base_id"], c["repetition"]) == p for c in chosen)
+                   for p in pairs)
+        assert len(sel.details) == 50 and not sel.complete and "of 960 calls embedded" in sel.note
+        report = json.loads((demo_run.run / "report.json").read_text())
+        data = _embedded(build_html(calls, report, {"ok": True, "how": "test", "problems": []}, sel))
+        assert len(data["rows"]) == len(sel.rows) < 960 and len(data["details"]) == 50
+        assert data["note"] == sel.note and data["n_total"] == 960
 
 
 def test_report_needs_estimate_and_shows_a_failed_verify(hostile_run, tmp_path):

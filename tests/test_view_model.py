@@ -22,6 +22,7 @@ from guardeval.estimators.compare.rows import PairRow, pair_rows
 from guardeval.estimators.report import report as rp
 from guardeval.estimators.report import rows
 from guardeval.estimators.report.formats import md_table
+from guardeval.estimators.report.presentation import presentation
 from guardeval.view import tables
 
 pytestmark = pytest.mark.fast
@@ -62,7 +63,7 @@ class _Cells(HTMLParser):
 
 def _html_rows(report: dict) -> list[list[str]]:
     p = _Cells()
-    p.feed(tables.contrasts_table(report))
+    p.feed(tables.contrasts_table(presentation(report)))
     return [[" ".join(c.split()) for c in r] for r in p.rows]
 
 
@@ -150,7 +151,7 @@ def test_report_md_and_report_html_render_the_same_strata_tables(report: dict) -
     built = rows.strata_tables(report)
     assert [t.kind for t in built] == list(report["strata"])
     md = rp.markdown(report)
-    html = tables.strata_tables(report)
+    html = tables.strata_tables(presentation(report))
     for t in built:
         assert f"## Strata {t.title}" in md and f"<h4>{t.title}</h4>" in html
         assert md_table(t.heads, [[rp.md_cell(c) for c in r] for r in t.cells]) in md

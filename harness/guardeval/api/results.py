@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, 
         if write:
             from guardeval.view.html import write_report_html
 
-            write_report_html(r.folder, report, just_estimated=True,
+            write_report_html(r, report, just_estimated=True,
                               out=None if out_dir is None else out_dir / "report.html")
         return estimate_record(report, r.path)
 
@@ -86,38 +87,40 @@ def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = 
 
     if len(runs) < 2:
         raise InputError(f"compare needs at least two runs, got {len(runs)}")
-    folders = [Run.open(r).folder for r in runs]
-    check_distinct(folders)
-    for r in folders[1:]:
-        line = first_schedule_difference(folders[0], r, row_limits)
-        if line is not None:
-            raise InputError(f"schedule.jsonl of {folders[0].path} and {r.path} differ from line {line}: not runs of "
-                             "one schedule", path=r.file("schedule.jsonl"), line=line)
-    out_dir = compare_folder(out, [f.path for f in folders])
-    if labels is not None and len(labels) != len(folders):
-        raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
-    inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
-                                     row_limits=row_limits) for i, r in enumerate(folders)]
-    distinguish(inputs)
-    result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
-                                 failure_rule=failure_rule, missing=missing,
-                                 margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
-                                 allow_partial=allow_partial,
-                                 allow_unpublishable=allow_unpublishable)
-    result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
-    written: list[Path] = []
-    if write:
-        from guardeval.view.compare import write_compare
+    with ExitStack() as held:   # each run opened once and closed on the way out (a Run given stays open)
+        opened = [held.enter_context(Run.using(r)) for r in runs]
+        folders = [r.folder for r in opened]
+        check_distinct(folders)
+        for r in folders[1:]:
+            line = first_schedule_difference(folders[0], r, row_limits)
+            if line is not None:
+                raise InputError(f"schedule.jsonl of {folders[0].path} and {r.path} differ from line {line}: not runs of "
+                                 "one schedule", path=r.file("schedule.jsonl"), line=line)
+        out_dir = compare_folder(out, [f.path for f in folders])
+        if labels is not None and len(labels) != len(folders):
+            raise InputError(f"{len(labels)} labels for {len(folders)} runs", field="labels")
+        inputs = [compare_input_from_run(r, labels[i] if labels else None, verify=verify, allow_skipped=allow_skipped,
+                                         row_limits=row_limits) for i, r in enumerate(opened)]
+        distinguish(inputs)
+        result: Any = compare_inputs(inputs, baseline=baseline, placebo=placebo, family=family, n_boot=n_boot, seed=seed,
+                                     failure_rule=failure_rule, missing=missing,
+                                     margin=DEFAULT_MARGIN if margin is None else margin, alpha=alpha,
+                                     allow_partial=allow_partial,
+                                     allow_unpublishable=allow_unpublishable)
+        result["run_a"], result["run_b"] = inputs[0].source, inputs[1].source
+        written: list[Path] = []
+        if write:
+            from guardeval.view.compare import write_compare
 
-        make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
-        written = list(write_compare(result, out_dir))
-    rows = [difference_record(r) for r in result["conditions"]]
-    checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
-    return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
-                      failure_rule=result["failure_rule"], publishable=result["publishable"],
-                      complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
-                      written=written, checks=checks, result=result,
-                      excluded={i["label"]: i["excluded"] for i in result["inputs"] if "excluded" in i})
+            make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
+            written = list(write_compare(result, out_dir))
+        rows = [difference_record(r) for r in result["conditions"]]
+        checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
+        return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
+                          failure_rule=result["failure_rule"], publishable=result["publishable"],
+                          complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
+                          written=written, checks=checks, result=result,
+                          excluded={i["label"]: i["excluded"] for i in result["inputs"] if "excluded" in i})
 
 
 def difference_record(r: Any) -> Difference:

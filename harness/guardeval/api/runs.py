@@ -16,7 +16,7 @@ from guardeval.run.run import Run
 Guard = str | Path | GuardConfig   # a TOML file, a preset name, or a GuardConfig
 
 
-def _summary(plan: Any, run_dir: Path) -> LaunchPlan:
+def _summary(plan: Any, run_dir: Path, parent_run: Run | None = None) -> LaunchPlan:
     plan.digest()   # the schedule's hash as it would be written; writes nothing
     m, cfg = plan.manifest, plan.config
     parent = m.get("parent_run") or {}
@@ -24,7 +24,7 @@ def _summary(plan: Any, run_dir: Path) -> LaunchPlan:
                       conditions=[c.name for c in plan.cohort.conditions], reps=int(m["reps"]), order=m["order"],
                       seed=int(m["seed"]), guard=cfg.name, backend=cfg.backend, model=cfg.model,
                       prompt=plan.prompt.id, schedule_sha256=m["schedule_sha256"], parent_run=parent.get("run_id"),
-                      projection=Projection(**plan.projection()), _plan=plan)
+                      projection=Projection(**plan.projection()), _plan=plan, _parent=parent_run)
 
 
 def plan_launch(cohort: str | Path, guard: Guard, *, reps: int = 3, seed: int = 0, order: str = "rounds",
@@ -47,10 +47,17 @@ def plan_replicate(run: str | Path | Run, guard: Guard, *, run_dir: str | Path |
     from guardeval.run.planning import plan_replicate as runner_plan
     from guardeval.run.planning import resolve_run_dir
 
-    # Not closed here: the plan reads the parent's schedule again when it is written, through
-    # this folder, which closes when the plan drops it.
-    p = runner_plan(Run.open(run).folder, guard_path=guard, base_url=base_url, row_limits=row_limits)
-    return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]))
+    # Held by the plan, not closed here: it reads the parent's schedule again when it is written,
+    # through this folder; `launch_plan` closes it then (a Run given stays its caller's).
+    parent = Run.open(run)
+    owned = parent if parent is not run else None
+    try:
+        p = runner_plan(parent.folder, guard_path=guard, base_url=base_url, row_limits=row_limits)
+        return _summary(p, resolve_run_dir(run_dir, p.manifest["run_id"]), owned)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
 
 
 def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency: int | None = None,
@@ -63,12 +70,16 @@ def launch_plan(planned: LaunchPlan, *, base_url: str | None = None, concurrency
     from guardeval.run.folder.create import check_new_run_dir, discard_unstarted
     from guardeval.run.planning import materialise
 
-    check_new_run_dir(planned.run_dir)
-    # Recorded as the CLI's launch records them, so a later resume (any caller) reuses them.
-    planned._plan.manifest[launch_options.FIELD] = launch_options.record(
-        {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency or None, "rpm": rpm,
-         "max_cost": max_cost, "rate_limit_stop_s": None})
-    materialise(planned._plan, planned.run_dir)
+    try:
+        check_new_run_dir(planned.run_dir)
+        # Recorded as the CLI's launch records them, so a later resume (any caller) reuses them.
+        planned._plan.manifest[launch_options.FIELD] = launch_options.record(
+            {"concurrency": concurrency, "fixed_concurrency": fixed_concurrency or None, "rpm": rpm,
+             "max_cost": max_cost, "rate_limit_stop_s": None})
+        materialise(planned._plan, planned.run_dir)
+    finally:
+        if planned._parent is not None:
+            planned._parent.close()   # a replicate's parent: its schedule is copied
     try:
         return _execute(planned.run_dir, base_url=base_url, concurrency=concurrency, rpm=rpm, max_cost=max_cost,
                         max_calls=max_calls, fixed_concurrency=fixed_concurrency, progress=progress,

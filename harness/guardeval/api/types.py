@@ -48,6 +48,8 @@ class LaunchPlan(Record):
     parent_run: str | None
     projection: Projection
     _plan: Any = field(default=None, repr=False, compare=False)   # guardeval.run.planning.Plan
+    # A replicate's parent run, opened by `plan_replicate` and held for the plan: closed by `launch_plan`.
+    _parent: Any = field(default=None, repr=False, compare=False)   # guardeval.run.Run | None
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ def cmd_audit_providers(args: argparse.Namespace) -> int:
     from guardeval.run.provider_audit import audit_providers
     from guardeval.run.run import Run
 
-    res = audit_providers(Run.open(args.run).folder, base_url=args.base_url, concurrency=args.concurrency)
+    with Run.using(args.run) as run:
+        res = audit_providers(run.folder, base_url=args.base_url, concurrency=args.concurrency)
     lines = [f"run {res['run_id']}: {res['answers']} answered calls; allowed providers: "
              f"{', '.join(res['allowed_providers']) or '(none pinned)'}",
              f"confirmed from generation stats: {res['confirmed']}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -199,22 +200,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          field="label")
     if args.out:
         out_folder(args.out)    # an --out that cannot be a folder: refused before any run is read
-    runs = [Run.open(r).folder for r in args.runs]
-    check_distinct(runs)
-    for r in runs[1:]:
-        line = first_schedule_difference(runs[0], r, row_limits(args))
-        if line is not None:
-            raise InputError(f"schedule.jsonl of {runs[0].path} and {r.path} differ from line {line}: not runs of "
-                             "one schedule", path=r.file(SCHEDULE), line=line)
-    # Its own folder (never a run's): --out, else compare-A-B beside the first run; with fewer
-    # than two runs (tables, Inspect logs) only --out writes files.
-    out_dir = compare_folder(args.out, [r.path for r in runs]) if args.out or len(runs) >= 2 else None
-    inputs = []
-    for r in runs:
-        inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
-                                     row_limits=row_limits(args))
-        say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]}, "comparing")
-        inputs.append(inp)
+    with ExitStack() as held:   # each run opened once, and closed once its input is read
+        runs = [held.enter_context(Run.using(r)) for r in args.runs]
+        folders = [r.folder for r in runs]
+        check_distinct(folders)
+        for f in folders[1:]:
+            line = first_schedule_difference(folders[0], f, row_limits(args))
+            if line is not None:
+                raise InputError(f"schedule.jsonl of {folders[0].path} and {f.path} differ from line {line}: not runs "
+                                 "of one schedule", path=f.file(SCHEDULE), line=line)
+        # Its own folder (never a run's): --out, else compare-A-B beside the first run; with fewer
+        # than two runs (tables, Inspect logs) only --out writes files.
+        out_dir = compare_folder(args.out, [r.path for r in runs]) if args.out or len(runs) >= 2 else None
+        inputs = []
+        for r in runs:
+            inp = compare_input_from_run(r, None, verify=not args.no_verify, allow_skipped=args.allow_skipped,
+                                         row_limits=row_limits(args))
+            say_verified(r.path, {"checked": inp.source["verified"], "skipped": inp.source["verify_skipped"]},
+                         "comparing")
+            inputs.append(inp)
     inputs += [compare_input_from_table(t, None, row_limits(args)) for t in args.table]
     inputs += inspect_bridge.compare_inputs(args)
     distinguish(inputs)

@@ -7,11 +7,14 @@ import io
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardeval.cli.args import row_limit_options, row_limits, say_verified
 from guardeval.errors import InputError
 from guardeval.terminal import safe, safe_json
+
+if TYPE_CHECKING:
+    from guardeval.run.run import Run
 
 RULES = ("drop", "fail-closed", "fail-open")
 MISSING_MODES = ("exclude", "as-failure")
@@ -100,24 +103,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _plan_run(args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, Any]:
+    from guardeval.run.run import Run
+
+    with Run.using(args.run) as run:
+        return _plan_from(run, args, common)
+
+
+def _plan_from(run: Run, args: argparse.Namespace, common: Mapping[str, Any]) -> dict[str, Any]:
     from guardeval.estimators.planning.plan import plan_rows
     from guardeval.estimators.runs import load_run, verified
     from guardeval.run.folder.layout import SCHEDULE
     from guardeval.run.planning import run_prompt_tokens
-    from guardeval.run.run import Run
 
-    run = Run.open(args.run).folder
     # A pilot that does not verify is refused as `estimate` refuses it (exit 1): nothing is planned from it.
     check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped,
                      row_limits=row_limits(args), doing="plan from")
     say_verified(run.path, check, "planning")
     _, table, rows = load_run(run, row_limits(args))
-    config, tokens, n_bases = run_prompt_tokens(run, row_limits(args))
+    config, tokens, n_bases = run_prompt_tokens(run.folder, row_limits(args))
     prices = {"price_in_per_mtok": config.price_in_per_mtok, "price_out_per_mtok": config.price_out_per_mtok,
               "max_tokens": config.max_tokens}
     try:
         result = plan_rows(rows, baseline=args.baseline or table.baseline or "original", roles=table.roles,
-                           prompt_tokens=(tokens, n_bases), prices=prices, source=run.file(SCHEDULE),
+                           prompt_tokens=(tokens, n_bases), prices=prices, source=run.folder.file(SCHEDULE),
                            cohort_bases=n_bases, **common)
     except InputError as exc:
         # A pilot stopped inside its first round has later rounds scheduled but not decided:

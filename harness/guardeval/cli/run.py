@@ -392,22 +392,23 @@ def _print_json(obj: Any) -> None:
 def cmd_resume(args: argparse.Namespace) -> int:
     from guardeval.run.run import Run
 
-    run = Run.open(args.run)
-    _warn_if_plain_http(run.config.with_base_url(args.base_url).effective_base_url)
-    # Only for the message: `Run.resume` itself applies the launch's options (the same merge).
-    _, reused = run.resume_options(_given(args))
-    if reused:
-        print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
-    return _run(run, args, base_url=args.base_url, max_calls=args.max_calls)
+    with Run.using(args.run) as run:
+        _warn_if_plain_http(run.config.with_base_url(args.base_url).effective_base_url)
+        # Only for the message: `Run.resume` itself applies the launch's options (the same merge).
+        _, reused = run.resume_options(_given(args))
+        if reused:
+            print(safe(f"guardeval: as launched: {' '.join(reused)} (give the option to change it)"), file=sys.stderr)
+        return _run(run, args, base_url=args.base_url, max_calls=args.max_calls)
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
     from guardeval.run.planning import plan_replicate, resolve_run_dir
     from guardeval.run.run import Run
 
-    parent = Run.open(args.run).folder
-    plan = plan_replicate(parent, guard_path=args.guard, base_url=args.base_url, row_limits=row_limits(args))
-    return _start_new_run(plan, resolve_run_dir(args.run_dir, plan.manifest["run_id"]), args, replicate=True)
+    with Run.using(args.run) as parent:   # open until the replicate's schedule is copied from it
+        plan = plan_replicate(parent.folder, guard_path=args.guard, base_url=args.base_url,
+                              row_limits=row_limits(args))
+        return _start_new_run(plan, resolve_run_dir(args.run_dir, plan.manifest["run_id"]), args, replicate=True)
 
 
 STATE_TEXT = {
@@ -425,7 +426,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from guardeval import api
     from guardeval.run.run import Run
 
-    st = api.status(Run.open(args.run)).to_dict()
+    with Run.using(args.run) as run:
+        st = api.status(run).to_dict()
     # A damaged run is exit 1, as `verify` would say of it (state `damaged`).
     code = 1 if st["problems"] else 0
     if args.json:
@@ -508,8 +510,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from guardeval.run.run import Run
 
     expect = parse_token(args.expect) if args.expect is not None else None   # a bad token: exit 2 here
-    report = api.verify(Run.open(args.run), allow_skipped=args.allow_skipped, row_limits=row_limits(args),
-                        expect=args.expect).to_dict()
+    with Run.using(args.run) as run:
+        report = api.verify(run, allow_skipped=args.allow_skipped, row_limits=row_limits(args),
+                            expect=args.expect).to_dict()
     if args.json:
         _print_json(report)
     else:

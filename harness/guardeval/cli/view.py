@@ -45,7 +45,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from guardeval.run.run import Run
     from guardeval.view.html import write_report_html
 
-    path = write_report_html(Run.open(args.run).folder, out=args.out, allow_skipped=args.allow_skipped)
+    with Run.using(args.run) as run:
+        path = write_report_html(run, out=args.out, allow_skipped=args.allow_skipped)
     print(safe(f"wrote {path} ({path.stat().st_size:,} bytes)"), file=sys.stderr)
     print(safe(path))
     return 0
@@ -57,7 +58,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from guardeval.view.calls import find_call
     from guardeval.view.show import story_text
 
-    story = find_call(Run.open(args.run).folder, args.call_id)
+    with Run.using(args.run) as run:
+        story = find_call(run, args.call_id)
     print(safe_json(dumps_json(story)) if args.json else story_text(story))
     return 0
 
@@ -69,18 +71,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     from guardeval.view.calls import load_calls
     from guardeval.view.export import export
 
-    run = Run.open(args.run)
-    if args.out is None and not run.folder.writable():
-        from guardeval.run.folder.folder import NotWritable
+    with Run.using(args.run) as run:
+        if args.out is None and not run.folder.writable():
+            from guardeval.run.folder.folder import NotWritable
 
-        raise NotWritable(run.path, f"calls.{args.format}")   # said before the run is read, not after
-    run.manifest   # noqa: B018 -- read to check it: a manifest no reader takes is bad input (exit 2), as for every other reader
-    # The frame is the run's data as others will analyse it: a run that does not verify is not
-    # exported unless asked, as `estimate` refuses to estimate it.
-    check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
-    say_verified(args.run, check, "exporting")
-    calls = load_calls(run.folder)
-    path = export(calls, args.format, args.out)
+            raise NotWritable(run.path, f"calls.{args.format}")   # said before the run is read, not after
+        run.manifest   # noqa: B018 -- read to check it: a manifest no reader takes is bad input (exit 2), as for every other reader
+        # The frame is the run's data as others will analyse it: a run that does not verify is not
+        # exported unless asked, as `estimate` refuses to estimate it.
+        check = verified(run, verify=not args.no_verify, allow_skipped=args.allow_skipped, doing="export")
+        say_verified(args.run, check, "exporting")
+        calls = load_calls(run.folder)
+        path = export(calls, args.format, args.out)
     if path is not None:
         print(safe(f"wrote {path} ({len(calls.rows):,} calls)"), file=sys.stderr)
         print(safe(path))

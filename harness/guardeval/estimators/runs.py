@@ -1,6 +1,9 @@
 """Estimate a run folder: verify what the estimate relies on, read it through the run store's
 reader, estimate, write the report files into the run folder. Used by `guardeval estimate RUN`,
-`guardeval compare` and `demo`."""
+`guardeval compare` and `demo`.
+
+Each function takes a `Run` its caller opened (`with Run.using(...)`) and reads it; none opens a
+run, so the estimate path opens its folder once (issue 49 §3)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from guardeval.run.integrity.fingerprint import run_fingerprint
 from guardeval.run.run import Run
 
 
-def verified(path: str | Path | RunFolder | Run, *, verify: bool = True, allow_skipped: bool = False,
+def verified(run: Run, *, verify: bool = True, allow_skipped: bool = False,
              row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> dict[str, Any]:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
@@ -30,9 +33,7 @@ def verified(path: str | Path | RunFolder | Run, *, verify: bool = True, allow_s
         return {"checked": False, "skipped": []}
     from guardeval.run.integrity.verify import verify_run
 
-    folder = Run.open(path).folder
-    run = folder.path
-    result = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
+    result = verify_run(run.folder, allow_skipped=allow_skipped, row_limits=row_limits)
     if not result["ok"]:
         if result["problems"]:
             first = result["problems"][0]
@@ -46,23 +47,22 @@ def verified(path: str | Path | RunFolder | Run, *, verify: bool = True, allow_s
             what = reason if reason.startswith(first["check"]) else f"{first['check']} could not be done: {reason}"
             if "--allow-skipped" not in reason:
                 what += " (--allow-skipped accepts that)"
-        raise CheckFailed(f"{run}: the run does not verify, so guardeval does not {doing} it: {what}. "
-                          f"`guardeval verify {run}` lists every problem; --no-verify does it anyway")
+        raise CheckFailed(f"{run.path}: the run does not verify, so guardeval does not {doing} it: {what}. "
+                          f"`guardeval verify {run.path}` lists every problem; --no-verify does it anyway")
     return {"checked": True, "skipped": result["skipped"]}
 
 
-def load_run(path: str | Path | RunFolder | Run, row_limits: RowLimits = DEFAULT_ROW_LIMITS
-             ) -> tuple[RunFolder, Any, ValidatedRows]:
+def load_run(run: Run, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> tuple[RunFolder, Any, ValidatedRows]:
     """(run folder, RunTable, validated rows). A bad row names its line in schedule.jsonl."""
     from guardeval.run.runtable import load_run_table  # lead-owned run-store reader
 
-    folder = Run.open(path).folder
-    table = load_run_table(folder, row_limits)
+    folder = run.folder
+    table = load_run_table(run, row_limits)
     rows = validated(table.rows, path=folder.file(SCHEDULE), lines=range(1, len(table.rows) + 1))
     return folder, table, rows
 
 
-def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = None, placebo: str | None = None,
+def estimate_run(run: Run, *, baseline: str | None = None, placebo: str | None = None,
                  family: Sequence[str] | None = None, n_boot: int = 10000, seed: int = 0,
                  failure_rule: str = "drop", missing: str = "exclude", allow_partial: bool = False,
                  allow_unpublishable: bool = False, write: bool = True, verify: bool = True,
@@ -71,9 +71,8 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
     """The report of a run (see `estimate`), from a run that verifies (see `verified`); with
     `write`, report.json, report.md and effects.png go into the run folder (into `out`, a
     folder of their own, when given)."""
-    run = Run.open(path).folder   # one folder for the verification, the table and the reports
     verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
-    run, table, rows = load_run(run, row_limits)
+    folder, table, rows = load_run(run, row_limits)
     try:
         report = estimate(rows, baseline=baseline or table.baseline or "original", placebo=placebo, family=family,
                           n_boot=n_boot, seed=seed, failure_rule=failure_rule, missing=missing, roles=table.roles,
@@ -82,13 +81,13 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
                           families=table.families)
     except Incomplete as exc:
         # A run folder can also be finished: say how, before the way around it.
-        raise Incomplete(exc.missing, exc.scheduled, f"finish it with: guardeval resume {run}; or use "
+        raise Incomplete(exc.missing, exc.scheduled, f"finish it with: guardeval resume {folder}; or use "
                          "--allow-partial to estimate it as it is") from None
     m = table.manifest
     # What the report was made from and how: `guardeval report` checks the first against the run
     # as it is then, and makes the estimate again under the second to check the numbers.
-    report["source"] = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
-                        "manifest_sha256": m.get("sha256"), "fingerprint": run_fingerprint(run, m).token,
+    report["source"] = {"run": str(folder.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+                        "manifest_sha256": m.get("sha256"), "fingerprint": run_fingerprint(folder, m).token,
                         "options": {"baseline": baseline, "placebo": placebo,
                                     "family": list(family) if family is not None else None, "n_boot": n_boot,
                                     "seed": seed, "failure_rule": failure_rule, "missing": missing,
@@ -100,7 +99,7 @@ def estimate_run(path: str | Path | RunFolder | Run, *, baseline: str | None = N
         from guardeval.estimators.report.report import write_reports
         from guardeval.run.folder.answered import answered_by, run_title
 
-        write_reports(report, run if out is None else out, title=run_title(m, answered_by(run)))
+        write_reports(report, folder if out is None else out, title=run_title(m, answered_by(folder)))
     return report
 
 
@@ -110,7 +109,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "margin": (float,), "alpha": (float,)}
 
 
-def recheck_report(path: str | Path | RunFolder | Run, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
+def recheck_report(run: Run, report: Mapping[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> None:
     """Is `report` (a run's report.json, as read) the estimate of this run as it is now? Its
     recorded fingerprint must be the run's, and the estimate made again under its recorded
     options must give the same numbers; CheckFailed otherwise. A report.json is a file anyone
@@ -118,13 +117,13 @@ def recheck_report(path: str | Path | RunFolder | Run, report: Mapping[str, Any]
     from guardeval.estimators.report.report import dumps_json
     from guardeval.run.folder.manifest import read_manifest
 
-    run = Run.open(path).folder
-    where = run.file(REPORT_JSON)
+    folder = run.folder
+    where = folder.file(REPORT_JSON)
     src = report.get("source")
-    again = f"run `guardeval estimate {run.path}` to make it again"
+    again = f"run `guardeval estimate {folder.path}` to make it again"
     if not isinstance(src, dict) or not isinstance(src.get("options"), dict) or "fingerprint" not in src:
         raise CheckFailed(f"{where}: records no fingerprint or options (made by an older guardeval, or edited): {again}")
-    now = run_fingerprint(run, read_manifest(run)).token
+    now = run_fingerprint(folder, read_manifest(folder)).token
     if src["fingerprint"] != now:
         raise CheckFailed(f"{where}: made from another state of this run (fingerprint {src['fingerprint']!s:.40}, "
                           f"the run's is now {now}): {again}")
@@ -174,7 +173,7 @@ def check_distinct(folders: Sequence[RunFolder]) -> None:
                                  "(guardeval replicate RUN --guard ...)")
 
 
-def compare_input_from_run(path: str | Path | RunFolder | Run, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
+def compare_input_from_run(run: Run, label: str | None, *, verify: bool = True, allow_skipped: bool = False,
                            row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> Any:
     """A run as an input of `compare`: verified first (see `verified`), labelled by the guard that
     answered it (`guardeval.run.folder.answered.run_name`: the config's `label`, else the
@@ -183,15 +182,15 @@ def compare_input_from_run(path: str | Path | RunFolder | Run, label: str | None
     from guardeval.estimators.compare.compare import CompareInput
     from guardeval.run.folder.answered import answered_by, run_name
 
-    verification = verified(path, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
-    run, table, rows = load_run(path, row_limits)
+    verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
+    folder, table, rows = load_run(run, row_limits)
     m = table.manifest
     guard = m.get("guard") or {}
-    seen = answered_by(run)
-    name = label or (run_name(guard, seen) if isinstance(guard, dict) else run.path.name)
+    seen = answered_by(folder)
+    name = label or (run_name(guard, seen) if isinstance(guard, dict) else folder.path.name)
     named_by = ("given" if label else "label" if isinstance(guard, dict) and guard.get("label")
                 else "answered" if len(seen) == 1 else "name")
-    source = {"run": str(run.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+    source = {"run": str(folder.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
               "verified": verification["checked"], "verify_skipped": verification["skipped"],
               "guard": {"name": guard.get("name"), "model": guard.get("model"), "answered_by": seen,
                         "named_by": named_by}}

@@ -15,11 +15,11 @@ import orjson
 
 from guardeval.backends.backend import backend_for, backends_with
 from guardeval.errors import InputError
-from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, RAW
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.run.folder.manifest import read_manifest, run_config
+from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays
 
 

@@ -22,7 +22,6 @@ from guardeval.canon import canonical_sha256
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, Cohort, RowLimits
 from guardeval.errors import CheckFailed, InputError, RunStopped, WriteFailed
 from guardeval.run import retry as retries
-from guardeval.run.dispatch.budget import Prices, Unpriced
 from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S
@@ -32,6 +31,7 @@ from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import STIMULUS_LINE, iter_jsonl, parse_line
 from guardeval.run.folder.manifest import load_run_prompt, read_manifest, run_config
+from guardeval.run.folder.spend import Prices, Unpriced
 from guardeval.run.folder.writer import RunWriter
 from guardeval.run.integrity import callable_pin
 from guardeval.run.integrity.fingerprint import run_fingerprint

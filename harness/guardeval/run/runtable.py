@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,6 +25,9 @@ from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
+
+if TYPE_CHECKING:
+    from guardeval.run.run import Run
 
 # The fields each file's lines must carry, with their types: a damaged line is named, not a KeyError.
 _SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {"call_id": (str,), "base_id": (str,), "interaction_id": (str,), "domain": (str,),
@@ -110,7 +113,8 @@ def _retry_round(d: dict[str, Any] | None) -> int:
     return rnd if type(rnd) is int and rnd > 0 else 0
 
 
-def load_run_table(run: str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
+def load_run_table(run: Run | str | Path | RunFolder, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> RunTable:
+    """The run as estimator rows; a Run or RunFolder given is read as it is (left open)."""
     from guardeval.run.run import Run
 
     with Run.using(run) as r:

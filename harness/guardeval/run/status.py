@@ -18,16 +18,16 @@ from typing import Any
 import orjson
 
 from guardeval.backends.base import valid_cost
-from guardeval.run.dispatch.workers import halves
 from guardeval.run.folder import supersede
 from guardeval.run.folder.answered import answered_by
 from guardeval.run.folder.causes import Causes
 from guardeval.run.folder.folder import RunFolder
+from guardeval.run.folder.head import head_problems
 from guardeval.run.folder.layout import DECISIONS, EVENTS, RAW
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, iter_raw_fields
 from guardeval.run.folder.manifest import read_manifest, run_config
+from guardeval.run.folder.workers import halves
 from guardeval.run.integrity.fingerprint import last_line, run_fingerprint
-from guardeval.run.integrity.head import head_problems
 
 MAX_PROBLEMS = 50   # listed by status (verify lists them all, up to its own bound)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
+from guardeval.run.dispatch.budget import Budget, Gate
+from guardeval.run.folder.spend import Prices, Unpriced
 
 
 class SharedBudget:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from guardeval.run.folder.folder import write_into
 from guardeval.run.folder.layout import RAW, REPORT_HTML, utcnow
 from guardeval.run.folder.manifest import read_manifest
 from guardeval.run.integrity.fingerprint import run_fingerprint
+from guardeval.run.run import Run
 from guardeval.run.status import run_status
 from guardeval.study.answer import answer
 from guardeval.study.record import (
@@ -106,12 +108,12 @@ def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, m
                  allow_partial: bool = False, allow_unpublishable: bool = False, write: bool = True,
                  argv: Sequence[str] | None = None, row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
     """The study's report (see the module's doc); with `write`, its files and the record updated."""
-    with open_study(study_dir, "estimate") as study, StudyLock(study):
+    with open_study(study_dir, "estimate") as study, StudyLock(study), ExitStack() as held:
         record = read_record(study)
         if len(record["runs"]) < 2:
             raise InputError(f"a study report compares two runs or more; this study has {len(record['runs'])} "
                              "(add one with `guardeval study add`)")
-        folders = open_runs(study, record)
+        folders = open_runs(study, record, held)
         _refuse_inconsistent(study, record, folders)
         statuses = {label: run_status(folder) for label, folder in folders.items()}
         short = {label: st for label, st in statuses.items() if not st["complete"]}
@@ -126,14 +128,15 @@ def study_report(study_dir: str | Path, *, n_boot: int = 10000, seed: int = 0, m
         reports: dict[str, dict[str, Any]] = {}
         inputs = []
         for label, folder in folders.items():
-            # The run's own report, under the study's question (it verifies the run first).
-            rep = estimate_run(folder, allow_unpublishable=True, write=write, row_limits=row_limits, **options)
-            if write:
-                from guardeval.view.html import write_report_html
+            with Run.using(folder) as run:   # the folder `held` opened, read as a Run
+                # The run's own report, under the study's question (it verifies the run first).
+                rep = estimate_run(run, allow_unpublishable=True, write=write, row_limits=row_limits, **options)
+                if write:
+                    from guardeval.view.html import write_report_html
 
-                write_report_html(folder, rep, just_estimated=True)
-            reports[label] = dict(rep)
-            inp = compare_input_from_run(folder, label, verify=False, row_limits=row_limits)
+                    write_report_html(run, rep, just_estimated=True)
+                reports[label] = dict(rep)
+                inp = compare_input_from_run(run, label, verify=False, row_limits=row_limits)
             inp.source.update(verified=rep["source"]["verified"], verify_skipped=rep["source"]["verify_skipped"])
             inputs.append(inp)
         result: Any = compare_inputs(inputs, baseline=q["baseline"], placebo=q["placebo"], family=q["family"],

@@ -8,6 +8,7 @@ appends itself to the record's `commands`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,17 +48,17 @@ class StudyOutcome:
     interrupted: str | None = None
 
 
-def open_runs(study: RunFolder, record: Mapping[str, Any], labels: Sequence[str] | None = None
+def open_runs(study: RunFolder, record: Mapping[str, Any], held: ExitStack, labels: Sequence[str] | None = None
               ) -> dict[str, RunFolder]:
     """The recorded runs (or those of `labels`), each checked to be the run the record names
-    (its run id and manifest): CheckFailed for a run replaced or removed."""
+    (its run id and manifest): CheckFailed for a run replaced or removed. Each is closed by
+    `held`, the caller's `with ExitStack()`."""
     wanted = [r for r in record["runs"] if labels is None or r["label"] in labels]
     out: dict[str, RunFolder] = {}
     for entry in wanted:
         label = entry["label"]
         try:
-            run = open_run(study, label)
-            folder = run.folder
+            folder = held.enter_context(open_run(study, label)).folder
             manifest = read_manifest(folder)
         except InputError as exc:
             raise CheckFailed(f"{study.file(RUNS_DIR)}/{label}: the study's run {label!r} cannot be opened ({exc}); "
@@ -101,8 +102,8 @@ def launch(plan: StudyPlan, study_dir: Path, *, argv: Sequence[str] | None = Non
            handle_signals: bool = True) -> StudyOutcome:
     """Write the study folder and dispatch every guard's calls together."""
     record = create_study(plan, study_dir, argv=argv)
-    with open_study(study_dir) as study, StudyLock(study):
-        folders = open_runs(study, record)
+    with open_study(study_dir) as study, StudyLock(study), ExitStack() as held:
+        folders = open_runs(study, record, held)
         options = {g.label: RunOptions(**{**vars(g.options), "max_cost": plan.per_guard.get(g.label)})
                    for g in plan.guards}
         return _dispatch(study, record, folders, options, {}, max_cost=plan.max_cost, progress=progress,
@@ -118,9 +119,9 @@ def resume(study_dir: str | Path, *, given: Mapping[str, Any] | None = None,
     failed calls get new attempts), together. Each run uses the dispatch options its launch
     recorded unless `given` (every run) or `per_run` (label -> options) says otherwise; the
     study's budget is the record's unless `max_cost` is given."""
-    with open_study(study_dir, "resume") as study, StudyLock(study):
+    with open_study(study_dir, "resume") as study, StudyLock(study), ExitStack() as held:
         record = read_record(study)
-        folders = open_runs(study, record)
+        folders = open_runs(study, record, held)
         unknown = sorted(set(per_run or {}) - set(folders))
         if unknown:
             raise InputError(f"no run of the study is labelled {unknown[0]!r} (labels: {', '.join(folders)})",
@@ -158,10 +159,10 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
     """A new guard on the study's schedule, byte for byte (its first run's, as `replicate` copies
     it), recorded and dispatched. Refused (InputError, nothing written): a label the study has,
     another prompt or output schema, a first run whose cohort or schedule is not the study's."""
-    with open_study(study_dir, "replicate") as study, StudyLock(study):
+    with open_study(study_dir, "replicate") as study, StudyLock(study), ExitStack() as held:
         record = read_record(study)
         require_intact(study, record)
-        folders = open_runs(study, record)
+        folders = open_runs(study, record, held)
         first_label = record["runs"][0]["label"]
         parent = folders[first_label]
         pm = read_manifest(parent)
@@ -203,7 +204,7 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
         record = write_record(study, {**record, "runs": [*record["runs"], run_entry(name, plan.manifest)],
                                       "budget": {**record["budget"], "per_guard": per_guard},
                                       "commands": [*record["commands"], command(argv)]})
-        new = open_runs(study, record, [name])
+        new = open_runs(study, record, held, [name])
         budget = record["budget"]["max_cost"] if max_cost is None else max_cost
         o = RunOptions(**{**vars(o), "max_cost": guard_max_cost})
         return _dispatch(study, record, new, {name: o}, folders, max_cost=budget, progress=progress,
@@ -213,10 +214,10 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
 def edit(study_dir: str | Path, changes: Mapping[str, Any], reason: str, *, argv: Sequence[str] | None = None
          ) -> dict[str, Any]:
     """Change the study's question (a recorded edit, with its reason); the record as written."""
-    with open_study(study_dir) as study, StudyLock(study):
+    with open_study(study_dir) as study, StudyLock(study), ExitStack() as held:
         record = read_record(study)
         require_intact(study, record)
-        first = open_runs(study, record, [record["runs"][0]["label"]])
+        first = open_runs(study, record, held, [record["runs"][0]["label"]])
         manifest = read_manifest(next(iter(first.values())))
         from guardeval.run.planning import load_run_cohort
 

@@ -15,16 +15,19 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardeval.canon import sha256_hex
 from guardeval.errors import InputError
-from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, parse_line, raw_head
 from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
+from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
+
+if TYPE_CHECKING:
+    from guardeval.run.run import Run
 
 # The export frame (docs/how-to/export.md); `cost` is the call's spend over all its attempts,
 # `latency_s`, `provider` and `finish_reason` are those of its final attempt; `retry_round` is 0,
@@ -113,11 +116,10 @@ def _decisions(folder: RunFolder) -> dict[str, dict[str, Any]]:
     return out
 
 
-def load_calls(run: str | Path | RunFolder) -> RunCalls:
-    """The call rows of a run (a path is opened here, and stays open with the rows)."""
-    from guardeval.run.run import Run
-
-    folder = run if isinstance(run, RunFolder) else Run.open(run).folder
+def load_calls(run: RunFolder | Run) -> RunCalls:
+    """The call rows of a run its caller opened (`with Run.using(...)`): the rows read the
+    folder as they are used, so it stays open for as long as they are."""
+    folder = run if isinstance(run, RunFolder) else run.folder
     if not folder.has(SCHEDULE):
         raise InputError("not a run folder (no schedule.jsonl)", path=folder.path)
     manifest = read_manifest(folder)
@@ -249,7 +251,7 @@ def resolve_call_id(folder: RunFolder, text: str, shown: int = 5) -> str:
     return found[0]
 
 
-def find_call(run: str | Path | RunFolder, call_id: str) -> dict[str, Any]:
+def find_call(run: Run | str | Path | RunFolder, call_id: str) -> dict[str, Any]:
     """One call's whole story, read straight from the files (no full scan of a large run):
     its schedule row, cohort row, every attempt, its decisions. `call_id` may be a unique prefix."""
     from guardeval.run.run import Run

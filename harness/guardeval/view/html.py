@@ -22,21 +22,24 @@ from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from guardeval.backends.backend import find_backend
 from guardeval.canon import canonical_bytes
 from guardeval.errors import CheckFailed, GuardevalError, InputError
-from guardeval.estimators.report import sections as S
-from guardeval.estimators.report.formats import level
+from guardeval.estimators.report.presentation import presentation
+from guardeval.estimators.report.sections import Section
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.view import tables as T
 from guardeval.view.calls import RunCalls, load_calls, read_attempts
 from guardeval.view.files import out_file, write_atomically
+
+if TYPE_CHECKING:
+    from guardeval.run.run import Run
 
 _SLOT = re.compile(r"@@([a-z_]+)@@")
 FULL_EMBED_MAX = 20_000     # calls; above this the report embeds a selection
@@ -225,7 +228,7 @@ def asset(name: str) -> str:
     return text
 
 
-def verify_summary(run: Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False,
+def verify_summary(run: Run | Path | RunFolder, report: Mapping[str, Any], *, just_estimated: bool = False,
                    allow_skipped: bool = False) -> dict[str, Any]:
     """Whether the run verifies. `estimate` verifies a run before estimating it and records that
     in report.json (`source.verified`, `source.verify_skipped`): right after it, that record is
@@ -329,34 +332,36 @@ def build_html(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, 
         f"{report.get('failure_rule')}" + ("" if report.get("complete", True) else "; INCOMPLETE run")
         + _retried_words(report)))
     accuracy, components, more = report.get("accuracy"), report.get("components"), T.more_sections(report)
+    # What the page shows of the report, built once (estimators/report/presentation.py); below,
+    # only read.
+    p = presentation(report)
     # The families report.md shows, as the same tables (harness/guardeval/estimators/report/sections.py).
-    def shown(sections: list[S.Section], *groups: str, heading: str = "") -> str:
+    def shown(sections: list[Section], *groups: str, heading: str = "") -> str:
         if not sections:    # a report.json from an earlier version lacks this family
             return ""
         return heading + "".join(map(T.section, sections)) + T.definitions(*groups)
 
     summary_tab = "".join([
-        T.in_words(report),
+        T.in_words(p),
         f"<h2>Run</h2>{_header(calls, report, verify)}",
         "<h2>Effects</h2><p class=\"lead\">The headline is the placebo-corrected effect (Δ − placebo); a row marked * "
         "has a headline that differs from 0 after Holm in its stated family (below the table). Intervals are "
-        f"unadjusted {level(report)} (1 − α).</p>", T.notes(report),
+        f"unadjusted {p.level} (1 − α).</p>", T.notes(report),
         f'<img class="plot" alt="forest plot of the effects" src="{_svg_data_uri(report, title)}">',
-        T.contrasts_table(report), T.definitions("effects", "rules"),
+        T.contrasts_table(p), T.definitions("effects", "rules"),
         "<h2>Diagnostics</h2>", T.diagnostics(report), T.definitions("diagnostics"),
-        shown(S.contrast_diagnostics(report), "contrast diagnostics"),
-        shown(S.block_rates(report) + S.stability(report), "block rates", "stability",
-              heading="<h2>Block rates and stability</h2>"),
-        "<h2>Strata</h2>", T.strata_tables(report), T.definitions("strata"), shown(S.strata_corrected(report)),
-        shown(S.order(report) + S.retried(report), "order", heading="<h2>Dispatch order</h2>"),
+        shown(p.contrast_diagnostics, "contrast diagnostics"),
+        shown(p.block_rates, "block rates", "stability", heading="<h2>Block rates and stability</h2>"),
+        "<h2>Strata</h2>", T.strata_tables(p), T.definitions("strata"), shown(p.strata_corrected),
+        shown(p.order, "order", heading="<h2>Dispatch order</h2>"),
         "<h2>Coverage</h2>", T.coverage_table(report), T.definitions("coverage"),
-        shown(S.excluded(report), "excluded", heading="<h2>Excluded calls</h2>"),
-        "<h2>Quarantine</h2>", T.quarantine_table(report), T.definitions("quarantine"),
-        "<h2>Against labels</h2>" + shown(S.labels(report) + S.accuracy(report))
+        shown(p.excluded, "excluded", heading="<h2>Excluded calls</h2>"),
+        "<h2>Quarantine</h2>", T.quarantine_table(p), T.definitions("quarantine"),
+        "<h2>Against labels</h2>" + shown(p.labels)
         + "<details><summary>every field of report.json's accuracy</summary>"
         + T.generic(accuracy, row_name="condition", fields_as_rows=True) + "</details>"
         + T.definitions("accuracy") if accuracy else "",
-        shown(S.worst_case(report), "worst case"),
+        shown(p.worst_case, "worst case"),
         "<h2>Component rates</h2>" + T.generic(components, row_name="condition") if components else "",
         "<h2>More in report.json</h2>" + more if more else "",
     ])
@@ -392,7 +397,7 @@ def read_report(folder: RunFolder) -> dict[str, Any]:
     return report
 
 
-def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | None = None, *,
+def write_report_html(run: Run | str | Path | RunFolder, report: Mapping[str, Any] | None = None, *,
                       out: str | Path | None = None, calls: RunCalls | None = None,
                       just_estimated: bool = False, allow_skipped: bool = False) -> Path:
     """Write report.html for a run (into the run folder, replacing never following what is
@@ -403,24 +408,25 @@ def write_report_html(run: str | Path | RunFolder, report: Mapping[str, Any] | N
     first (a skipped check is a failure unless `allow_skipped`) and the report.json re-checked
     against it (`recheck_report`). A run that fails either gets no report that looks like one:
     the page says why instead (no numbers of the run in it), and CheckFailed (exit 1) says the
-    same."""
+    same. A Run or RunFolder given is read as it is (left open for its owner)."""
     from guardeval.run.run import Run
 
     with Run.using(run) as r:
         folder = r.folder
         target = out_file(out, folder.file(REPORT_HTML)) if out is not None else None
         if report is None:
-            return _report_from_file(folder, target, calls, allow_skipped)
+            return _report_from_file(r, target, calls, allow_skipped)
         calls = calls or load_calls(folder)
         _same_schedule(folder, calls, report)
-        verification = verify_summary(folder, report, just_estimated=just_estimated, allow_skipped=allow_skipped)
+        verification = verify_summary(r, report, just_estimated=just_estimated, allow_skipped=allow_skipped)
         return _write(folder, target, build_html(calls, report, verification))
 
 
-def _report_from_file(folder: RunFolder, target: Path | None, calls: RunCalls | None, allow_skipped: bool) -> Path:
+def _report_from_file(run: Run, target: Path | None, calls: RunCalls | None, allow_skipped: bool) -> Path:
     from guardeval.estimators.runs import recheck_report
 
-    verification = verify_summary(folder, {}, allow_skipped=allow_skipped)
+    folder = run.folder
+    verification = verify_summary(run, {}, allow_skipped=allow_skipped)
     if not verification["ok"]:
         reasons = [f"{p.get('file')}" + (f" line {p['line']}" if p.get("line") else "") + f": {p.get('message')}"
                    for p in verification["problems"]]
@@ -438,7 +444,7 @@ def _report_from_file(folder: RunFolder, target: Path | None, calls: RunCalls | 
     try:
         # "verify passed" must vouch for the numbers too: a report.json is a file anyone can
         # edit, so it is checked against the run before anything of it is shown.
-        recheck_report(folder, report)
+        recheck_report(run, report)
     except CheckFailed as exc:
         _write(folder, target, _refusal_page(folder, "its report.json is not the estimate of this run", [str(exc)]))
         raise

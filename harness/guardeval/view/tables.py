@@ -13,11 +13,10 @@ from typing import Any
 
 import orjson
 
-from guardeval.estimators.excluded import publishable
-from guardeval.estimators.report import rows
 from guardeval.estimators.report.definitions import DEFINITIONS
 from guardeval.estimators.report.formats import num
-from guardeval.estimators.report.report import decision_lines, headline_sentences, rules_note
+from guardeval.estimators.report.presentation import Presentation
+from guardeval.estimators.report.rows import Cell, EffectRow, Est, Name, P, Rate, Signed
 from guardeval.estimators.report.sections import Section
 from guardeval.estimators.verdicts.record import short
 
@@ -185,21 +184,21 @@ CONTRAST_KEYS = {"condition", "role", "in_family", "delta", "ci", "p", "p_holm",
                  "bounds"}   # the "Bounds over the failed calls" section
 
 
-def effect_cell(cell: rows.Cell) -> Any:
+def effect_cell(cell: Cell) -> Any:
     """A cell of the effects table (`estimators.report.rows`) as report.html shows it."""
-    if isinstance(cell, rows.Name):
+    if isinstance(cell, Name):
         return Raw(breakable(cell.condition) + (' <span class="tag">placebo</span>' if cell.placebo else "")
                    + (' <span class="sig" title="its headline differs from 0 after Holm in its family">*</span>'
                       if cell.starred else "")
                    + (' <span class="bad" title="at one end of its range over the failed calls the verdict changes">'
                       '(not robust to failed calls)</span>' if cell.fragile else ""))
-    if isinstance(cell, rows.Est):
+    if isinstance(cell, Est):
         return est_ci_cell(cell.value, cell.ci)
-    if isinstance(cell, rows.P):
+    if isinstance(cell, P):
         return cell.absent if cell.p is None else pv_cell(cell.p)
-    if isinstance(cell, rows.Signed):
+    if isinstance(cell, Signed):
         return signed(cell.value)
-    if isinstance(cell, rows.Rate):
+    if isinstance(cell, Rate):
         return num(cell.value, sign=False)
     return cell
 
@@ -210,18 +209,17 @@ def breakable(name: str) -> str:
     return re.sub(r"([_.-])", r"\1<wbr>", esc(name))
 
 
-def _verdicts_cell(r: rows.EffectRow) -> Raw:
+def _verdicts_cell(r: EffectRow) -> Raw:
     """The last column's two verdicts, each named: Δ's, then Δ − placebo's (the row's own
     quantities; a placebo has no corrected effect)."""
     return Raw(f'<div><span class="vq">Δ:</span> {esc(short(r.verdict))}</div> <div><span class="vq">Δ − placebo:</span> '
                f"{esc(short(r.verdict_minus_placebo))}</div>")
 
 
-def contrasts_table(report: Mapping[str, Any]) -> str:
+def contrasts_table(p: Presentation) -> str:
     """The effects table (`estimators.report.rows`: the rows and columns report.md and the
     terminal show), then how its verdicts were decided."""
-    effects = rows.effects_table(report)
-    rules = [c for c in effects.columns if c.key == "rule"]
+    report, effects = p.report, p.effects
     head = effects.heads("html")
     shown = effects.shown("html")
     # The verdicts column names which verdict is Δ's and which Δ − placebo's in each cell.
@@ -229,13 +227,13 @@ def contrasts_table(report: Mapping[str, Any]) -> str:
              for r, cs in zip(effects.rows, effects.cells("html"))]
     attrs = [' class="significant"' if r.starred else "" for r in effects.rows]
     out = table(head, cells, num_from=1, cls="contrasts", row_attrs=attrs)
-    out += "".join(f'<p class="note">{esc(line)}</p>' for line in decision_lines(report))
+    out += "".join(f'<p class="note">{esc(line)}</p>' for line in p.decision_lines)
     if report.get("inference"):
         out += f'<p class="note">Method: {esc(report["inference"]["switch"])}.</p>'
     if "power" in report:
         out += definitions("equivalence")
-    if not rules:
-        out += f'<p class="note">{esc(rules_note(report))}</p>'
+    if p.rules_note is not None:   # no column per failure rule: said once that they agree
+        out += f'<p class="note">{esc(p.rules_note)}</p>'
     extra = sorted({k for c in report["contrasts"] for k in c} - CONTRAST_KEYS)
     if extra:
         out += "<h4>More per-contrast quantities</h4>" + table(
@@ -249,15 +247,15 @@ def _short(v: Any) -> bool:
     return len(fmt(v)) <= 60
 
 
-def strata_tables(report: Mapping[str, Any]) -> str:
+def strata_tables(p: Presentation) -> str:
     """The strata tables report.md shows too (`estimators.report.rows.strata_tables`), then each
     kind's block rates."""
     out = []
-    for st in rows.strata_tables(report):
+    for st in p.strata:
         # Wraps at spaces, each word whole: an interval breaks between its numbers, never inside one.
         out.append(f"<h4>{esc(st.title)}</h4>"
                    + table(st.heads, whole_words([[effect_cell(c) for c in r] for r in st.cells]), cls="wraps"))
-        strata = report["strata"][st.kind]
+        strata = p.report["strata"][st.kind]
         rates = {name: s["block_rate"] for name, s in strata.items() if isinstance(s.get("block_rate"), Mapping)}
         if rates:
             out.append(f"<details><summary>block rates {esc(st.title)}</summary>"
@@ -271,9 +269,10 @@ def coverage_table(report: Mapping[str, Any]) -> str:
     return generic(rows, row_name="condition")
 
 
-def quarantine_table(report: Mapping[str, Any]) -> str:
+def quarantine_table(p: Presentation) -> str:
+    report = p.report
     q = report["quarantine"]
-    ok = publishable(report)
+    ok = p.publishable
     verdict = ("publishable" if ok else "NOT PUBLISHABLE")
     pct = lambda x: f"{x:.2%}" if isinstance(x, (int, float)) else fmt(x)  # noqa: E731
     head = (f'<p class="{"ok" if ok else "bad"}">{esc(q.get("count"))} of '
@@ -327,9 +326,9 @@ def more_sections(report: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def in_words(report: Mapping[str, Any]) -> str:
+def in_words(p: Presentation) -> str:
     """The report's opening: one sentence a reader can quote per headline."""
-    lines = headline_sentences(report)
+    lines = p.in_words
     if not lines:
         return ""
     return "<h2>In words</h2><ul class=\"words\">" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"

@@ -1,7 +1,7 @@
 """Spend and the `--max-cost` gate (docs/design.md §7).
 
 Spend is what the provider reported, as `usage.cost` (plus `upstream_inference_cost` for a BYOK
-call: `reported_cost`), summed over attempts; a cost that is negative, not finite or not a
+call: `guardeval.run.folder.spend.reported_cost`), summed over attempts; a cost that is negative, not finite or not a
 number is unknown, never a refund, so spend never decreases.
 Some providers price nothing (a local server, a free model: cost 0 or absent). Then:
 
@@ -15,11 +15,10 @@ Some providers price nothing (a local server, a free model: cost 0 or absent). T
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from guardeval.backends.base import valid_cost
+from guardeval.run.folder.spend import Prices, Unpriced, reported_cost
 
 
 def projected_cost(prompt_tokens: int, output_tokens: int, price_in_per_mtok: float,
@@ -27,70 +26,6 @@ def projected_cost(prompt_tokens: int, output_tokens: int, price_in_per_mtok: fl
     """USD for that many tokens at the config's prices: what `launch --dry-run` projects (with
     every call's max_tokens as its output, an upper estimate) and `guardeval plan` quotes."""
     return prompt_tokens / 1e6 * price_in_per_mtok + output_tokens / 1e6 * price_out_per_mtok
-
-
-@dataclass(frozen=True)
-class Prices:
-    """USD per million tokens from the guard config, and its upper estimate for one call."""
-
-    in_per_mtok: float
-    out_per_mtok: float
-    per_call: float
-
-    def of(self, usage: dict[str, Any]) -> float:
-        tin, tout = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if type(tin) is int and type(tout) is int and tin >= 0 and tout >= 0:
-            return tin / 1e6 * self.in_per_mtok + tout / 1e6 * self.out_per_mtok
-        return self.per_call
-
-
-@dataclass
-class Unpriced:
-    """Answers the provider did not price, as the raw log tells them (for `resume`)."""
-
-    n: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    untokened: int = 0          # answers without both token counts
-
-    def add(self, usage: dict[str, Any]) -> None:
-        self.n += 1
-        tin, tout = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if type(tin) is int and type(tout) is int and tin >= 0 and tout >= 0:
-            self.tokens_in += tin
-            self.tokens_out += tout
-        else:
-            self.untokened += 1
-
-    def merge(self, other: Unpriced) -> None:
-        self.n += other.n
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.untokened += other.untokened
-
-    def priced(self, prices: Prices) -> float:
-        return (self.tokens_in / 1e6 * prices.in_per_mtok + self.tokens_out / 1e6 * prices.out_per_mtok
-                + self.untokened * prices.per_call)
-
-
-def reported_cost(usage: Any) -> float | None:
-    """What the provider says one attempt cost, from its `usage` record: `cost`, plus the
-    upstream's own charge (`upstream_inference_cost`) when the call ran on the caller's own
-    provider key (`is_byok`: OpenRouter's `cost` is then only its part). None when unknown
-    (absent, or not a finite number >= 0)."""
-    if not isinstance(usage, dict):
-        return None
-    parts = [usage.get("cost")]
-    if usage.get("is_byok") is True:
-        parts.append(usage.get("upstream_inference_cost"))
-    valid = [float(c) for c in parts if valid_cost(c)]
-    return sum(valid) if valid else None
-
-
-def priced_cost(usage: dict[str, Any]) -> float | None:
-    """The positive cost the provider reported for an attempt, or None (absent, 0 or invalid)."""
-    cost = reported_cost(usage)
-    return cost if cost is not None and cost > 0 else None
 
 
 class Gate(Enum):

@@ -35,7 +35,7 @@ from guardeval.canon import canonical_bytes, sha256_hex
 from guardeval.errors import WriteFailed
 from guardeval.lru import LRU
 from guardeval.run.dispatch.adaptive import RateController, WireGate
-from guardeval.run.dispatch.budget import Budget, Gate, Prices, Unpriced
+from guardeval.run.dispatch.budget import Budget, Gate
 from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.progress import RunProgress
 from guardeval.run.dispatch.room import Room
@@ -43,6 +43,7 @@ from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S, GuardErrors
 from guardeval.run.folder import supersede
 from guardeval.run.folder.layout import utcnow
 from guardeval.run.folder.records import Attempt
+from guardeval.run.folder.spend import Prices, Unpriced
 from guardeval.run.folder.writer import RunWriter
 
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)

@@ -11,9 +11,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from guardeval.errors import CheckFailed
-from guardeval.run.dispatch.budget import reported_cost
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import RAW
+from guardeval.run.folder.spend import reported_cost
 
 
 def iter_jsonl(folder: RunFolder, name: str) -> Iterator[tuple[int, bytes, dict[str, Any]]]:

@@ -20,14 +20,14 @@ from typing import Any
 from guardeval.backends.base import valid_cost
 from guardeval.canon import dumps_line, sha256_hex
 from guardeval.errors import CheckFailed, WriteFailed
-from guardeval.run.dispatch.budget import Unpriced, priced_cost
-from guardeval.run.dispatch.workers import halves
 from guardeval.run.folder.answered import identity
 from guardeval.run.folder.folder import RunFolder
+from guardeval.run.folder.head import head_problems
 from guardeval.run.folder.layout import DECISIONS, EVENTS, GENESIS, RAW, RESUME_HINT, utcnow
 from guardeval.run.folder.lines import damaged, decision_call_id, iter_lines, iter_raw_fields, parse_line, parsed_decision_fields
 from guardeval.run.folder.records import Attempt, Decision
-from guardeval.run.integrity.head import head_problems
+from guardeval.run.folder.spend import Unpriced, priced_cost
+from guardeval.run.folder.workers import halves
 
 
 @dataclass

@@ -26,9 +26,9 @@ import orjson
 
 from guardeval.canon import canonical_sha256, dumps_line, sha256_hex
 from guardeval.run.dispatch.decide import decide
-from guardeval.run.dispatch.workers import Worker, log_pays
 from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import RAW
+from guardeval.run.folder.workers import Worker, log_pays
 from guardeval.run.integrity.verify_render import Pin
 
 MISSING: Any = ...              # a field the line does not have (never a JSON value)

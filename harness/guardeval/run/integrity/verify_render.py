@@ -10,7 +10,7 @@ from typing import Any
 
 from guardeval.canon import canonical_bytes
 from guardeval.cohorts.model import Cohort
-from guardeval.run.dispatch.workers import Worker, render_pays
+from guardeval.run.folder.workers import Worker, render_pays
 
 
 def render_cells(cohort: Cohort, render: Callable[[Any], dict[str, Any]]) -> tuple[bytes, bytearray]:

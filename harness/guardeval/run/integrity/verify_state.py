@@ -14,10 +14,10 @@ import orjson
 from guardeval.canon import dumps_line
 from guardeval.errors import CheckFailed, InputError
 from guardeval.run.folder.folder import LineTooLong, RunFolder
+from guardeval.run.folder.head import head_problems
 from guardeval.run.folder.layout import EVENTS, RAW
 from guardeval.run.integrity import verify_raw
 from guardeval.run.integrity.fingerprint import is_legacy, run_fingerprint
-from guardeval.run.integrity.head import head_problems
 from guardeval.run.integrity.verify_raw import MISSING
 
 MAX_PROBLEMS = 50
