@@ -13,6 +13,7 @@ import numpy as np
 
 from guardeval.errors import InputError
 from guardeval.estimators.table import FAILURE_STATUSES, MISSING, OK
+from guardeval.estimators.types import LeaveOneOut
 
 RULES = ("drop", "fail-closed", "fail-open")
 MISSING_MODES = ("exclude", "as-failure")
@@ -163,7 +164,7 @@ def direction_counts(s: np.ndarray, n: np.ndarray, c: int, b: int, paired: np.nd
 
 
 def leave_one_out_range(values: np.ndarray, mask: np.ndarray, group: np.ndarray,
-                        n_groups: int) -> dict[str, Any] | None:
+                        n_groups: int) -> LeaveOneOut | None:
     """The base-equal mean of `values` over `mask`, recomputed with each group's bases left out
     in turn (group -1: never left out): {min, max, n_tools} over the groups present, min and max
     None when no left-out mean is defined; None when no selected base has a group."""

@@ -16,7 +16,7 @@ p_closed(i,baseline); Δ − placebo likewise with the placebo in place of the b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -24,12 +24,13 @@ from guardeval.estimators import effects as fx
 from guardeval.estimators.frame import Frame
 from guardeval.estimators.quantities import Quantities
 from guardeval.estimators.quarantine import LIMIT
+from guardeval.estimators.types import Contrast, End, EndPair, Interval
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts import robust as rb
 from guardeval.estimators.verdicts.equivalence import equivalence
 
 CLOSED, OPEN = "fail-closed", "fail-open"
-ENDS = ("lo", "hi")
+ENDS: tuple[Literal["lo"], Literal["hi"]] = ("lo", "hi")
 
 Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 
@@ -84,20 +85,22 @@ def add_failure_rates(qs: Quantities, f: Frame) -> None:
         qs.add(("failure_share", c), share[:, ci] - share[:, f.b], f.paired(ci, CLOSED))
 
 
-def _end(q: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _end(q: Mapping[str, Any] | None) -> End | None:
     if q is None or q.get("estimate") is None:
         return None
     return {"estimate": q["estimate"], "ci": q["ci"], "p": q["p"], "method": q.get("method")}
 
 
-def _own(x: Mapping[str, Any], quantity: str) -> dict[str, Any] | None:
+def _own(x: Contrast, quantity: str) -> End | None:
     """The headline's own record as both ends of its range (no call failed)."""
-    suffix = "" if quantity == "delta" else "_minus_placebo"
-    est = x["delta" if quantity == "delta" else "delta_minus_placebo"]
+    if quantity == "delta":
+        est, ci, p, eq = x["delta"], x["ci"], x["p"], x["equivalence"]
+    else:
+        est, ci, p, eq = x["delta_minus_placebo"], x["ci_minus_placebo"], x["p_minus_placebo"], \
+            x["equivalence_minus_placebo"]
     if est is None:
         return None
-    eq = x["equivalence" + suffix] or {}
-    return {"estimate": est, "ci": x["ci" + suffix], "p": x["p" + suffix], "method": eq.get("method")}
+    return {"estimate": est, "ci": ci, "p": p, "method": None if eq is None else eq.get("method")}
 
 
 def decided_groups(families: Mapping[str, Any]) -> list[tuple[list[str], list[str]]]:
@@ -112,7 +115,7 @@ def decided_groups(families: Mapping[str, Any]) -> list[tuple[list[str], list[st
     return [(g.get("delta", []), g.get("delta_minus_placebo", [])) for g in groups.values()]
 
 
-def bounds(f: Frame, est: Estimates, contrasts: Sequence[Any],
+def bounds(f: Frame, est: Estimates, contrasts: Sequence[Contrast],
            groups: Sequence[tuple[Sequence[str], Sequence[str]]], alpha: float) -> None:
     """`bounds` on every contrast entry, in place: {delta: [lo, hi], corrected: [lo, hi] | None,
     robust, robust_delta, robust_corrected, ends: {delta: {lo, hi}, corrected: {lo, hi}}}, each end
@@ -120,31 +123,36 @@ def bounds(f: Frame, est: Estimates, contrasts: Sequence[Any],
     one (Δ family, Δ − placebo family) pair per condition family (one pair without families)."""
     failed = has_failures(f)
     by_name = {x["condition"]: x for x in contrasts}
-    ends: dict[str, dict[str, dict[str, dict[str, Any] | None]]] = {"delta": {}, "corrected": {}}
+    ends: dict[str, dict[str, EndPair]] = {"delta": {}, "corrected": {}}
     for fam, corr_fam in groups:
         for quantity, members in (("delta", fam), ("corrected", corr_fam)):
             for side in ENDS:
                 raw = [_end(est.get(("bound", quantity, side, c))) if failed
                        else _own(by_name[c], quantity) for c in members]
                 for c, e in zip(members, rb.decide_ends(raw, alpha)):
-                    ends[quantity].setdefault(c, {})[side] = e
+                    ends[quantity].setdefault(c, {"lo": None, "hi": None})[side] = e
     for x in contrasts:
         c = x["condition"]
-        out: dict[str, Any] = {}
-        for quantity in ("delta", "corrected"):
-            if c in ends[quantity]:
-                pair = ends[quantity][c]
-            else:   # outside its family: shown, not decided
-                pair = {}
-                for s in ENDS:
-                    e = _end(est.get(("bound", quantity, s, c))) if failed else _own(x, quantity)
-                    pair[s] = None if e is None else {**e, "p_holm": None, "verdict": "not tested"}
-            lo, hi = pair.get("lo"), pair.get("hi")
-            out[quantity] = None if lo is None or hi is None else [lo["estimate"], hi["estimate"]]
-            out[f"robust_{quantity}"] = rb.robust(lo, hi)
-            out.setdefault("ends", {})[quantity] = {"lo": lo, "hi": hi}
-        out["robust"] = out["robust_corrected"] if x["headline"] == "delta_minus_placebo" else out["robust_delta"]
-        x["bounds"] = out
+        pairs = {q: ends[q][c] if c in ends[q] else _untested(f, est, x, q, failed) for q in ("delta", "corrected")}
+        d, corr = pairs["delta"], pairs["corrected"]
+        robust_delta, robust_corr = rb.robust(d["lo"], d["hi"]), rb.robust(corr["lo"], corr["hi"])
+        x["bounds"] = {"delta": _range(d), "robust_delta": robust_delta, "ends": pairs,
+                       "corrected": _range(corr), "robust_corrected": robust_corr,
+                       "robust": robust_corr if x["headline"] == "delta_minus_placebo" else robust_delta}
+
+
+def _untested(f: Frame, est: Estimates, x: Contrast, quantity: str, failed: bool) -> EndPair:
+    """The ends of a member outside its family: shown, not decided."""
+    pair: EndPair = {"lo": None, "hi": None}
+    for s in ENDS:
+        e = _end(est.get(("bound", quantity, s, x["condition"]))) if failed else _own(x, quantity)
+        pair[s] = None if e is None else {**e, "p_holm": None, "verdict": "not tested"}
+    return pair
+
+
+def _range(pair: EndPair) -> Interval | None:
+    lo, hi = pair["lo"], pair["hi"]
+    return None if lo is None or hi is None else [lo["estimate"], hi["estimate"]]
 
 
 def depends_on_condition(f: Frame, est: Estimates, margin: float, alpha: float) -> dict[str, Any]:

@@ -24,6 +24,39 @@ class LeaveOneOut(TypedDict):
     n_tools: int
 
 
+class End(TypedDict):
+    """One end of a worst-case range (estimators/excluded.py): its estimate, interval and p."""
+
+    estimate: float
+    ci: Interval | None
+    p: float | None
+    method: NotRequired[str | None]   # absent on a compare pair's own difference (no failed call)
+
+
+class DecidedEnd(End):
+    """An end decided as its headline is (verdicts/robust.decide_ends)."""
+
+    p_holm: float | None
+    verdict: str      # verdicts/robust.EndVerdict
+
+
+class EndPair(TypedDict):
+    lo: DecidedEnd | None
+    hi: DecidedEnd | None
+
+
+class ContrastBounds(TypedDict):
+    """A contrast's worst-case range over its failed calls, for Δ and for Δ − placebo, and whether
+    each verdict holds at both ends (`robust`: the headline's)."""
+
+    delta: Interval | None
+    robust_delta: bool | None
+    ends: dict[str, EndPair]        # {"delta": …, "corrected": …}
+    corrected: Interval | None
+    robust_corrected: bool | None
+    robust: bool | None
+
+
 class Contrast(TypedDict):
     """One condition against the baseline (an entry of `contrasts`)."""
 
@@ -69,7 +102,7 @@ class Contrast(TypedDict):
     accuracy_delta_ci_minus_placebo: Interval | None
     leave_one_tool_out: LeaveOneOut | None
     leave_one_tool_out_minus_placebo: LeaveOneOut | None
-    bounds: NotRequired[dict[str, Any]]   # worst-case range over the failed calls (estimators/excluded.py)
+    bounds: NotRequired[ContrastBounds]   # worst-case range over the failed calls (estimators/excluded.py)
 
 
 class StratumContrast(TypedDict):

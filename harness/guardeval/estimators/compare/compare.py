@@ -31,6 +31,7 @@ from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve
 from guardeval.estimators.quantities import RATE, Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import MISSING
+from guardeval.estimators.types import End
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts import robust as rb
 from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
@@ -359,7 +360,7 @@ def _pair_bounds(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pairs:
 
 
 def _bound_end(est: Mapping[Any, dict[str, Any]], key: tuple[Any, ...] | None, r: Mapping[str, Any], quantity: str,
-               own: str) -> dict[str, Any] | None:
+               own: str) -> End | None:
     """One end of a pair row's range: the bootstrap's estimate at `key`, or (no failed call, `key`
     None) the difference itself."""
     if key is not None:
