@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The estimators' own records, not copies: a condition's effect is the effects table's row
 # (estimators/report/rows.py), a pair's difference the comparison's row (estimators/compare/rows.py),
@@ -15,6 +15,9 @@ from guardeval.estimators.report.rows import EffectRow as Effect
 from guardeval.estimators.report.rows import Interval as Interval
 from guardeval.estimators.verdicts.record import Decision as Decision
 from guardeval.records import Record
+
+if TYPE_CHECKING:   # run/folder loads numpy; `status` and `verify` import these types and must not
+    from guardeval.run.folder.causes import FailureCause
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class RunResult(Record):
     fatal_message: str | None
     fingerprint: str | None                 # the run's fingerprint when the session ended (`verify --expect`)
     # Why the whole run's failed calls failed: [{status, cause, calls, example}], most first.
-    failure_causes: list[dict[str, Any]] = field(default_factory=list)
+    failure_causes: list[FailureCause] = field(default_factory=list)
     _outcome: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -111,7 +114,7 @@ class RunStatus(Record):
     running: bool
     state: str                              # running, damaged, complete, stopped, interrupted, not_started
     statuses: dict[str, int]
-    failure_causes: list[dict[str, Any]]    # why the failed calls failed: {status, cause, calls, example}
+    failure_causes: list[FailureCause]    # why the failed calls failed: {status, cause, calls, example}
     quarantined: int
     quarantine_by_reason: dict[str, int]
     generation_replays: int
@@ -266,7 +269,7 @@ class StudyRun(Record):
     fingerprint: str | None
     error: str | None                       # why it could not start, or broke (the others went on)
     # Why its failed calls failed: [{status, cause, calls, example}] (as RunStatus's).
-    failure_causes: list[dict[str, Any]] = field(default_factory=list)
+    failure_causes: list[FailureCause] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -4,23 +4,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from guardeval.estimators import effects as fx
 from guardeval.estimators import rounds as rd
 from guardeval.estimators import stability as st
+from guardeval.estimators.bootstrap import Estimate
 from guardeval.estimators.exact import clopper_pearson, cluster_signs, sign_test
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import RATE, Quantities
+from guardeval.estimators.quantities import RATE, Estimates, Quantities
 from guardeval.estimators.types import Contrast, SignTest, Stability, Stratum, StratumContrast
 from guardeval.estimators.verdicts.equivalence import equivalence
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 
-
-def _value(q: dict[str, Any] | None, field: str = "estimate") -> Any:
+def _value(q: Estimate | None, field: Literal["estimate", "ci", "p", "n_bases"] = "estimate") -> Any:
     return None if q is None else q[field]
 
 

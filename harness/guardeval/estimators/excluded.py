@@ -21,10 +21,11 @@ from typing import Any, Literal
 import numpy as np
 
 from guardeval.estimators import effects as fx
+from guardeval.estimators.bootstrap import Estimate
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.quantities import Estimates, Quantities
 from guardeval.estimators.quarantine import LIMIT
-from guardeval.estimators.types import Contrast, End, EndPair, Interval
+from guardeval.estimators.types import Contrast, Depends, DependsMember, End, EndPair, Excluded, Family, Interval
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts import robust as rb
 from guardeval.estimators.verdicts.equivalence import equivalence
@@ -32,7 +33,6 @@ from guardeval.estimators.verdicts.equivalence import equivalence
 CLOSED, OPEN = "fail-closed", "fail-open"
 ENDS: tuple[Literal["lo"], Literal["hi"]] = ("lo", "hi")
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 
 
 def failed_rows(d: fx.Design) -> np.ndarray:
@@ -103,7 +103,7 @@ def _own(x: Contrast, quantity: str) -> End | None:
     return {"estimate": est, "ci": ci, "p": p, "method": None if eq is None else eq.get("method")}
 
 
-def decided_groups(families: Mapping[str, Any]) -> list[tuple[list[str], list[str]]]:
+def decided_groups(families: Mapping[str, Family]) -> list[tuple[list[str], list[str]]]:
     """(Δ family, Δ − placebo family) pairs, read from the family records the headlines were
     decided in ('delta' and 'delta_minus_placebo', or 'delta:<family>' and
     'delta_minus_placebo:<family>' with condition families), so the ends are decided in the same
@@ -155,31 +155,33 @@ def _range(pair: EndPair) -> Interval | None:
     return None if lo is None or hi is None else [lo["estimate"], hi["estimate"]]
 
 
-def depends_on_condition(f: Frame, est: Estimates, margin: float, alpha: float) -> dict[str, Any]:
+def depends_on_condition(f: Frame, est: Estimates, margin: float, alpha: float) -> Depends:
     """Do failed calls depend on the condition? See `decide_depends`."""
     return decide_depends({c: est.get(("failure_share", c)) for c in f.contrasts}, has_failures(f), margin, alpha)
 
 
-def decide_depends(estimates: Mapping[str, Mapping[str, Any] | None], failed: bool, margin: float,
-                   alpha: float) -> dict[str, Any]:
+def decide_depends(estimates: Mapping[str, Estimate | None], failed: bool, margin: float,
+                   alpha: float) -> Depends:
     """One decision per non-baseline condition (its share of failed calls minus the baseline's,
     paired by base, as `Quantities.run` estimated it), Holm over them in a family of its own."""
     conds = list(estimates)
     name = dc.family_name(conds, "failure-rate difference")
-    record: dict[str, Any] = {"quantity": "share of failed calls minus the baseline's, paired by base",
-                              "family": name, "alpha": alpha, "rule": rb.DEPENDS_RULE, "members": {}}
+    quantity = "share of failed calls minus the baseline's, paired by base"
+    members: dict[str, DependsMember] = {}
     if not failed:
-        return {**record, "differs": False, "verdict": "no failed calls"}
+        return {"quantity": quantity, "family": name, "alpha": alpha, "rule": rb.DEPENDS_RULE, "members": members,
+                "differs": False, "verdict": "no failed calls"}
     eqs = [equivalence(estimates[c], margin, len(conds), alpha) for c in conds]
     dc.decide_family(eqs, name, alpha)
     for c, eq in zip(conds, eqs):
-        q = estimates[c] or {}
-        record["members"][c] = {"difference": q.get("estimate"), "ci": q.get("ci"), "p": q.get("p"),
-                                "p_holm": None if eq is None else eq["p_adjusted"],
-                                "method": q.get("method"), "differs": bool(eq and eq["differs"]),
-                                "equivalence": eq}
-    differs = any(m["differs"] for m in record["members"].values())
-    return {**record, "differs": differs, "verdict": "differs" if differs else "no evidence it differs"}
+        q = estimates[c]
+        members[c] = {"difference": None if q is None else q["estimate"], "ci": None if q is None else q["ci"],
+                      "p": None if q is None else q["p"], "p_holm": None if eq is None else eq["p_adjusted"],
+                      "method": None if q is None else q["method"], "differs": bool(eq and eq["differs"]),
+                      "equivalence": eq}
+    differs = any(m["differs"] for m in members.values())
+    return {"quantity": quantity, "family": name, "alpha": alpha, "rule": rb.DEPENDS_RULE, "members": members,
+            "differs": differs, "verdict": "differs" if differs else "no evidence it differs"}
 
 
 def by_condition(d: fx.Design) -> dict[str, dict[str, int]]:
@@ -188,13 +190,13 @@ def by_condition(d: fx.Design) -> dict[str, dict[str, int]]:
             for ci, c in enumerate(d.conditions)}
 
 
-def excluded_record(d: fx.Design, quarantined: int, n_scheduled: int, depends: Mapping[str, Any],
-                    limit: float = LIMIT) -> dict[str, Any]:
+def excluded_record(d: fx.Design, quarantined: int, n_scheduled: int, depends: Depends,
+                    limit: float = LIMIT) -> Excluded:
     """{failed, quarantined, share, limit, publishable, by_condition, depends_on_condition}."""
     failed = int(failed_rows(d).sum())
     share = (failed + quarantined) / n_scheduled if n_scheduled else 0.0
     return {"failed": failed, "quarantined": quarantined, "share": share, "limit": limit,
-            "publishable": share <= limit, "by_condition": by_condition(d), "depends_on_condition": dict(depends)}
+            "publishable": share <= limit, "by_condition": by_condition(d), "depends_on_condition": depends.copy()}
 
 
 def publishable(report: Mapping[str, Any]) -> bool:

@@ -5,7 +5,6 @@ representations (seed 004): allowed under at least one condition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -15,10 +14,9 @@ from guardeval.estimators import effects as fx
 from guardeval.estimators import rounds as rd
 from guardeval.estimators import scores as sc
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.quantities import Estimates, Quantities
 from guardeval.estimators.types import WorstCase
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 WEIGHTINGS = ("row", "interaction")
 
 

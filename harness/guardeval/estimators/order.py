@@ -22,7 +22,7 @@ import numpy as np
 
 from guardeval.estimators.effects import Design, base_counts_where, base_rates
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.quantities import Estimates, Quantities
 from guardeval.estimators.types import Drift, Order, Retried
 
 N_PARTS = 3
@@ -66,7 +66,7 @@ def _drift(q: Mapping[str, Any]) -> Drift:
     return {"slope": q["estimate"], "ci": q["ci"], "p": q["p"]}
 
 
-def order(f: Frame, est: Mapping[tuple[Any, ...], dict[str, Any]], part: np.ndarray) -> Order:
+def order(f: Frame, est: Estimates, part: np.ndarray) -> Order:
     d = f.design
     thirds = range(N_PARTS)
     return {

@@ -24,6 +24,97 @@ class LeaveOneOut(TypedDict):
     n_tools: int
 
 
+class Decidability(TypedDict):
+    """Whether a family can reach a decision at all (verdicts/decidable.family_decidability)."""
+
+    decidable: bool | None
+    p_min: float | None
+    threshold: float
+    n_interactions: int | None
+    interactions_needed: int | None
+
+
+class Family(TypedDict):
+    """One decision family (verdicts/decisions.family_record), with its decidability once decided."""
+
+    quantity: str
+    members: list[str]
+    size: int
+    name: str
+    adjustment: str
+    condition_family: NotRequired[str]   # with condition families: the family it is decided in
+    decidable: NotRequired[bool | None]
+    p_min: NotRequired[float | None]
+    threshold: NotRequired[float]
+    n_interactions: NotRequired[int | None]
+    interactions_needed: NotRequired[int | None]
+
+
+class AllWithin(TypedDict):
+    """'Every member within ±M' over one family (verdicts/decisions.all_within)."""
+
+    claim: str
+    members: list[str]
+    margin: float
+    alpha: float
+    holds: bool
+    max_p_tost: float | None
+    underpowered: list[str]
+    rule: str
+
+
+class Power(TypedDict):
+    """The report's `power` key (verdicts/decisions.power_record)."""
+
+    power: float
+    alpha: float
+    rule: str
+
+
+class Quarantine(TypedDict):
+    """Quarantined calls over the scheduled ones (estimators/quarantine.quarantine_summary)."""
+
+    count: int
+    fraction: float
+    publishable: bool
+    threshold: float
+    by_reason: dict[str, int]
+
+
+class DependsMember(TypedDict):
+    difference: float | None        # the condition's share of failed calls minus the baseline's
+    ci: Interval | None
+    p: float | None
+    p_holm: float | None
+    method: str | None
+    differs: bool
+    equivalence: Equivalence | None
+
+
+class Depends(TypedDict):
+    """Do failed calls depend on the condition? (estimators/excluded.decide_depends)"""
+
+    quantity: str
+    family: str
+    alpha: float
+    rule: str
+    members: dict[str, DependsMember]
+    differs: bool
+    verdict: str
+
+
+class Excluded(TypedDict):
+    """Failed and quarantined calls against one limit (estimators/excluded.excluded_record)."""
+
+    failed: int
+    quarantined: int
+    share: float
+    limit: float
+    publishable: bool
+    by_condition: dict[str, dict[str, int]]   # {condition: {failed, calls}}
+    depends_on_condition: Depends
+
+
 class End(TypedDict):
     """One end of a worst-case range (estimators/excluded.py): its estimate, interval and p."""
 
@@ -195,10 +286,10 @@ class Report(TypedDict):
     missing: str
     family: list[str]
     alpha: float
-    families: dict[str, Any]            # {"delta": {...}, "delta_minus_placebo": {...}}: decisions.family_record
+    families: dict[str, Family]         # "delta", "delta_minus_placebo" (or "delta:<family>", …)
     margin: float
-    power: dict[str, Any]
-    equivalence_family: dict[str, Any]  # the family-wide "every member within ±M" claims (decisions.all_within)
+    power: Power
+    equivalence_family: dict[str, AllWithin]  # the family-wide "every member within ±M" claims (decisions.all_within)
     complete: bool
     publishable: bool
     allow_partial: bool
@@ -217,8 +308,8 @@ class Report(TypedDict):
     stability: dict[str, Stability]
     flip_rate: dict[str, Any]
     coverage: dict[str, dict[str, Any]]
-    quarantine: dict[str, Any]
-    excluded: dict[str, Any]                 # failed + quarantined calls against one limit (estimators/excluded.py)
+    quarantine: Quarantine
+    excluded: Excluded                       # failed + quarantined calls against one limit (estimators/excluded.py)
     contrasts: list[Contrast]
     strata: dict[str, dict[str, Stratum]]
     components: dict[str, dict[str, dict[str, float | int]]]

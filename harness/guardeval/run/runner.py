@@ -27,7 +27,7 @@ from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from guardeval.run.folder import supersede
-from guardeval.run.folder.causes import Causes
+from guardeval.run.folder.causes import Causes, FailureCause
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import STIMULUS_LINE, iter_jsonl, parse_line
@@ -53,7 +53,7 @@ class RunOutcome:
     fingerprint: str | None = None   # guardeval.run.integrity.fingerprint, taken when the session ended
     retry: retries.RetrySession = field(default_factory=retries.RetrySession)
     simulated: bool = False     # sent to the simulated provider (for the hint when it is not there)
-    failure_causes: list[dict[str, Any]] = field(default_factory=list)   # guardeval.run.folder.causes
+    failure_causes: list[FailureCause] = field(default_factory=list)   # guardeval.run.folder.causes
 
     @property
     def complete(self) -> bool:

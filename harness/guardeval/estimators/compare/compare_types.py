@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from guardeval.estimators.types import Excluded, Family, Power, Quarantine
 from guardeval.estimators.verdicts.equivalence import Equivalence
 
 Interval = list[float]
@@ -94,8 +95,8 @@ class InputRecord(TypedDict):
     label: str
     source: dict[str, Any]
     complete: bool
-    quarantine: dict[str, Any]
-    excluded: dict[str, Any]      # failed + quarantined calls against one limit (estimators/excluded.py)
+    quarantine: Quarantine
+    excluded: Excluded            # failed + quarantined calls against one limit (estimators/excluded.py)
 
 
 class CompareResult(TypedDict):
@@ -106,9 +107,9 @@ class CompareResult(TypedDict):
     family: list[str]
     family_minus_placebo: list[str]
     alpha: float
-    families: dict[str, Any]        # the decision families (compare._decide)
+    families: dict[str, Family]     # the decision families (compare._decide)
     margin: float
-    power: dict[str, Any]
+    power: Power
     n_bases: int
     n_interactions: int
     difference: str

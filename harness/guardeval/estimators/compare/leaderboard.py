@@ -4,9 +4,9 @@ rate, Δ, placebo-corrected effect and, with labels, accuracy and F1, with ranks
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
+from guardeval.estimators.quantities import Estimates
 
 
 def ranks(values: Sequence[float | None], key: Callable[[float], float]) -> list[int | None]:
@@ -15,7 +15,7 @@ def ranks(values: Sequence[float | None], key: Callable[[float], float]) -> list
     return [None if kv is None else 1 + sum(1 for o in keyed if o is not None and o < kv) for kv in keyed]
 
 
-def _q(est: Estimates, key: tuple[Any, ...], field: str = "estimate") -> Any:
+def _q(est: Estimates, key: tuple[Any, ...], field: Literal["estimate", "ci"] = "estimate") -> Any:
     q = est.get(key)
     return None if q is None else q[field]
 
