@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardeval.api.types import CallRecord, Comparison, Difference, Estimate
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.run import Run
+
+if TYPE_CHECKING:
+    from guardeval.estimators.types import Report
 
 
 def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, placebo: str | None = None,
@@ -47,7 +50,7 @@ def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, 
         return estimate_record(report, r.path)
 
 
-def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
+def estimate_record(report: Report, run_dir: Path | None = None) -> Estimate:
     """The typed record of an estimate report (report.json's shape); its effects are the effects
     table's rows (`estimators.report.rows`), which every format of the table renders."""
     from guardeval.estimators.report.rows import effect_rows
@@ -59,7 +62,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                     complete=report["complete"], publishable=report["publishable"],
                     verified=bool(source.get("verified")), quarantined=int(report["quarantine"]["count"]),
                     block_rate=dict(report["block_rate"]), effects=effects, notes=list(report["notes"]),
-                    report=dict(report), excluded=report.get("excluded"))
+                    report=report.copy(), excluded=report.get("excluded"))
 
 
 def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = None, baseline: str | None = None,

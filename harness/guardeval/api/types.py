@@ -16,7 +16,9 @@ from guardeval.estimators.report.rows import Interval as Interval
 from guardeval.estimators.verdicts.record import Decision as Decision
 from guardeval.records import Record
 
-if TYPE_CHECKING:   # run/folder loads numpy; `status` and `verify` import these types and must not
+if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types and must not
+    from guardeval.estimators.compare.compare_types import CompareResult
+    from guardeval.estimators.types import Excluded, Report
     from guardeval.run.folder.causes import FailureCause
 
 
@@ -197,10 +199,10 @@ class Estimate(Record):
     block_rate: dict[str, float | None]
     effects: list[Effect]
     notes: list[str]
-    report: dict[str, Any] = field(repr=False)
+    report: Report = field(repr=False)
     # Failed and quarantined calls against one limit, by condition, with whether failures depend
     # on the condition (report.json's `excluded`); `publishable` is its verdict.
-    excluded: dict[str, Any] | None = None
+    excluded: Excluded | None = None
 
     def effect(self, condition: str) -> Effect:
         """The effect of one condition (KeyError if it has none)."""
@@ -225,8 +227,8 @@ class Comparison(Record):
     conditions: list[Difference]
     written: list[Path]
     checks: list[dict[str, Any]]            # per run: {"checked": verified first?, "skipped": [...]}
-    result: dict[str, Any] = field(repr=False)
-    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)   # label -> that input's `excluded`
+    result: CompareResult = field(repr=False)
+    excluded: dict[str, Excluded] = field(default_factory=dict)   # label -> that input's `excluded`
 
 
 @dataclass(frozen=True)
@@ -336,4 +338,4 @@ class StudyReport(Record):
     publishable: bool
     written: list[Path]
     report: dict[str, Any] = field(repr=False)
-    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)   # guard label -> its run's `excluded`
+    excluded: dict[str, Excluded] = field(default_factory=dict)   # guard label -> its run's `excluded`

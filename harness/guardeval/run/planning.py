@@ -39,7 +39,7 @@ from guardeval.run.folder.manifest import (
     run_row_limits,
 )
 from guardeval.run.integrity import callable_pin
-from guardeval.run.schedule import ALGORITHM, iter_schedule
+from guardeval.run.schedule import ALGORITHM, ScheduleRow, iter_schedule
 
 DEFAULT_RUNS_ROOT = Path(RUNS_ROOT)
 
@@ -59,7 +59,7 @@ class Plan:
     prompt: Prompt
     manifest: dict[str, Any]            # schedule/stimuli hashes filled in by `digest` or `materialise`
     n_calls: int
-    lines: Callable[[], Iterator[tuple[bytes, dict[str, Any]]]]   # schedule lines, as bytes and parsed
+    lines: Callable[[], Iterator[tuple[bytes, ScheduleRow]]]   # schedule lines, as bytes and parsed
     requests: dict[str, tuple[str, int]] = field(default_factory=dict)  # instance_sha256 -> (request sha, tokens)
     prompt_tokens_est: int = 0          # rough (chars / 4), summed over calls
     parent_schedule_sha256: str | None = None   # replicate: the parent's schedule must still hash to this
@@ -143,7 +143,7 @@ class Plan:
             raise InputError(f"the schedule has {n} calls, the plan {self.n_calls}")
         return {"schedule_sha256": hashes[SCHEDULE].hexdigest(), "stimuli_sha256": hashes[STIMULI].hexdigest()}
 
-    def _request_sha(self, row: dict[str, Any]) -> str:
+    def _request_sha(self, row: ScheduleRow) -> str:
         key = row["instance_sha256"]
         hit = self.requests.get(key)
         if hit is None:
@@ -236,7 +236,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig,
         raise InputError(f"{cohort.n_instances} instances x {reps} repetitions = {n_calls} calls: more than the "
                          f"{MAX_CALLS} a run may have; use fewer --reps", field="reps")
 
-    def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
+    def lines() -> Iterator[tuple[bytes, ScheduleRow]]:
         for row in iter_schedule(cohort, reps=reps, seed=seed, order=order):
             yield dumps_line(row), row
 
@@ -261,8 +261,9 @@ def plan_replicate(folder: RunFolder, *, guard_path: str | Path | GuardConfig, b
     if sha != parent["schedule_sha256"]:
         raise InputError("schedule.jsonl does not match its manifest (run `guardeval verify`)", path=sched_path)
 
-    def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
-        # The parent's bytes, verbatim: a replicate carries the schedule byte-identical.
+    def lines() -> Iterator[tuple[bytes, ScheduleRow]]:
+        # The parent's bytes, verbatim (its hash checked against the manifest above): a replicate carries the
+        # schedule byte-identical.
         for _, line in folder.lines(SCHEDULE):
             yield line, orjson.loads(line)
 
