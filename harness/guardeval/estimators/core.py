@@ -19,7 +19,7 @@ from guardeval.estimators.frame import make_frame
 from guardeval.estimators.quantities import Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import FAILURE_STATUSES, MISSING, ValidatedRows, validate_rows
-from guardeval.estimators.types import AllWithin, Contrast, Family, Report
+from guardeval.estimators.types import AllWithin, Contrast, Coverage, Family, Report
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin
@@ -93,8 +93,8 @@ def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, fami
     return baseline, placebo, contrasts, fam
 
 
-def _coverage(design: fx.Design) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _coverage(design: fx.Design) -> dict[str, Coverage]:
+    out: dict[str, Coverage] = {}
     for ci, c in enumerate(design.conditions):
         sel = design.row_cond == ci
         kind = design.row_kind[sel]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from guardeval.errors import InputError
-from guardeval.estimators.table import FAILURE_STATUSES, MISSING, OK
+from guardeval.estimators.table import FAILURE_STATUSES, MISSING, OK, Components, TableRow
 from guardeval.estimators.types import LeaveOneOut
 
 RULES = ("drop", "fail-closed", "fail-open")
@@ -38,7 +38,7 @@ class Design:
     row_dec: np.ndarray           # 1.0 / 0.0 / nan
     row_kind: np.ndarray          # KIND_*
     row_status: np.ndarray        # status strings (object array)
-    row_components: list[dict[str, Any] | None]
+    row_components: list[Components | None]
     base_tool: np.ndarray         # (n_bases,) index into tools, -1 where the base has no tool
     tools: list[str]
     row_score: np.ndarray         # the guard's score, nan where none
@@ -58,7 +58,7 @@ class Design:
         return self.conditions.index(name)
 
 
-def build_design(rows: Sequence[dict[str, Any]], condition_order: Sequence[str] = (),
+def build_design(rows: Sequence[TableRow], condition_order: Sequence[str] = (),
                  missing: str = "exclude") -> Design:
     """Index validated rows. Conditions follow `condition_order` (e.g. the cohort's), then sorted.
     `missing`: "exclude" (a missing call counts nowhere) or "as-failure" (it counts as a failed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from guardeval.estimators.accuracy import Units
 from guardeval.estimators.verdicts.equivalence import Equivalence
 
 Interval = list[float]          # [low, high]
@@ -246,10 +247,65 @@ class Drift(TypedDict):
     p: float | None
 
 
+class Third(TypedDict):
+    """One third of the run by dispatch time (estimators/order.part_summary)."""
+
+    n_calls: int
+    first_started: str | None       # ISO 8601, UTC
+    last_started: str | None
+
+
+class RetryRound(TypedDict):
+    """The calls decided at one retry round (estimators/order.retried)."""
+
+    round: int
+    n_calls: int
+    first_started: str | None
+    last_started: str | None
+
+
+class Coverage(TypedDict):
+    """One condition's calls: scheduled, answered, counted, failed (by status), missing, quarantined."""
+
+    expected: int
+    received: int
+    valid: int
+    failed: int
+    missing: int
+    quarantined: int
+    failures_by_status: dict[str, int]
+
+
+class FlipRate(TypedDict):
+    label: str
+    by_condition: dict[str, float | None]
+
+
+class Roc(TypedDict):
+    """A score-based metric of one condition, weighted per row and per interaction."""
+
+    row: float | None
+    row_ci: Interval | None
+    interaction: float | None
+    interaction_ci: Interval | None
+
+
+class Accuracy(Units):
+    """One condition's accuracy against the labels (estimators/labelled.accuracy)."""
+
+    row_accuracy: float | None
+    row_accuracy_ci: Interval | None
+    interaction_accuracy: float | None
+    interaction_accuracy_ci: Interval | None
+    auc: Roc | None                 # None: the guard gave no scores
+    tpr_at_1pct_fpr: Roc | None
+    n_scored: int
+
+
 class Order(TypedDict):
     clock: str
     n_calls: int
-    thirds: list[dict[str, Any]]
+    thirds: list[Third]
     by_dispatch_third: dict[str, list[float | None]]
     by_dispatch_third_ci: dict[str, list[Interval | None]]
     drift: dict[str, Drift]
@@ -260,7 +316,7 @@ class Order(TypedDict):
 
 class Retried(TypedDict):
     n_calls: int
-    rounds: list[dict[str, Any]]
+    rounds: list[RetryRound]
 
 
 class Bootstrap(TypedDict):
@@ -306,8 +362,8 @@ class Report(TypedDict):
     repeat_disagreement: float | None
     repeat_disagreement_n_bases: int
     stability: dict[str, Stability]
-    flip_rate: dict[str, Any]
-    coverage: dict[str, dict[str, Any]]
+    flip_rate: FlipRate
+    coverage: dict[str, Coverage]
     quarantine: Quarantine
     excluded: Excluded                       # failed + quarantined calls against one limit (estimators/excluded.py)
     contrasts: list[Contrast]
@@ -317,7 +373,7 @@ class Report(TypedDict):
     order: Order | None
     retried: Retried
     bootstrap: Bootstrap
-    accuracy: NotRequired[dict[str, dict[str, Any]]]
+    accuracy: NotRequired[dict[str, Accuracy]]
     source: NotRequired[dict[str, Any]]
     # Only when the cohort's record names condition families (estimators/families.py):
     condition_families: NotRequired[dict[str, list[str]]]       # {family: its conditions}
