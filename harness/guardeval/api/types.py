@@ -20,6 +20,7 @@ if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types
     from guardeval.estimators.compare.compare_types import CompareResult
     from guardeval.estimators.types import Excluded, Report
     from guardeval.run.folder.causes import FailureCause
+    from guardeval.run.integrity.fingerprint import FingerprintRecord
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class VerifyReport(Record):
     n_raw: int | None = None
     n_decisions: int | None = None
     undecided_answers: int | None = None    # final answers without a decision (not OK)
-    fingerprint: dict[str, Any] | None = None   # {"token": ..., ...}: the run's fingerprint, checked against `expect`
+    fingerprint: FingerprintRecord | None = None   # the run's fingerprint, checked against `expect`
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -35,7 +35,7 @@ def verified(path: str | Path | RunFolder | Run, *, verify: bool = True, allow_s
     result = verify_run(folder, allow_skipped=allow_skipped, row_limits=row_limits)
     if not result["ok"]:
         if result["problems"]:
-            first = result["problems"][0]
+            first: Mapping[str, Any] = result["problems"][0]
             where = first["file"] + (f":{first['line']}" if first.get("line") else "")
             more = len(result["problems"]) - 1
             what = f"{where}: {first['message']}" + (f" (and {more} more)" if more else "")

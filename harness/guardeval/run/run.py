@@ -31,6 +31,7 @@ from guardeval.run.integrity.fingerprint import Fingerprint, run_fingerprint
 
 if TYPE_CHECKING:
     # Only for the types: the dispatcher (HTTP client, numpy) loads when a run is resumed.
+    from guardeval.run.integrity.verify_state import Verification
     from guardeval.run.runner import RunOutcome
 
 RunLike = str | Path | RunFolder
@@ -184,7 +185,7 @@ class Run:
         return run_status(self._folder)
 
     def verify(self, *, allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
-               expect: str | None = None) -> dict[str, Any]:
+               expect: str | None = None) -> Verification:
         """`guardeval verify`: every hash, the chain, every decision (`expect`: a parsed token)."""
         from guardeval.run.integrity.verify import verify_run
 

@@ -182,7 +182,7 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                 folder = run.folder
                 rep = run.verify(allow_skipped=allow_skipped, row_limits=row_limits)
                 runs[label] = {"ok": rep["ok"], "checked": rep["checked"], "problems": len(rep["problems"]),
-                               "fingerprint": (rep.get("fingerprint") or {}).get("token")}
+                               "fingerprint": got["token"] if (got := rep.get("fingerprint")) else None}
                 problems.extend({**p, "run": label} for p in rep["problems"])
                 skipped.extend({**s, "run": label} for s in rep["skipped"])
                 try:
