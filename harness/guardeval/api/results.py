@@ -14,6 +14,7 @@ from guardeval.run.run import Run
 
 if TYPE_CHECKING:
     from guardeval.estimators.types import Report
+    from guardeval.view.calls import CallRow
 
 
 def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, placebo: str | None = None,
@@ -132,10 +133,20 @@ def difference_record(r: Any) -> Difference:
 def calls(run: str | Path | RunFolder | Run) -> list[CallRecord]:
     """One record per scheduled call, in schedule order, joined across the run folder (the
     columns of `guardeval export`)."""
-    from guardeval.view.calls import EXPORT_COLUMNS, load_calls
+    from guardeval.view.calls import load_calls
 
     with Run.using(run) as opened:
-        return [CallRecord(**{c: r[c] for c in EXPORT_COLUMNS}) for r in load_calls(opened.folder).rows]
+        return [_call_record(r) for r in load_calls(opened.folder).rows]
+
+
+def _call_record(r: CallRow) -> CallRecord:
+    """The export's columns of a call row (`view.calls.EXPORT_COLUMNS`), field by field."""
+    return CallRecord(call_id=r["call_id"], base_id=r["base_id"], interaction_id=r["interaction_id"],
+                      domain=r["domain"], condition=r["condition"], repetition=r["repetition"], label=r["label"],
+                      tool=r["tool"], decision=r["decision"], score=r["score"], status=r["status"],
+                      quarantine_reason=r["quarantine_reason"], attempts=r["attempts"], latency_s=r["latency_s"],
+                      cost=r["cost"], provider=r["provider"], finish_reason=r["finish_reason"],
+                      retry_round=r["retry_round"])
 
 
 FRAME_LIBRARIES = ("pandas", "polars")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types
     from guardeval.estimators.types import Excluded, Report
     from guardeval.run.folder.causes import FailureCause
     from guardeval.run.integrity.fingerprint import FingerprintRecord
+    from guardeval.run.status import LastStop, RetriedCalls
 
 
 @dataclass(frozen=True)
@@ -125,16 +127,17 @@ class RunStatus(Record):
     retries: int
     spend_usd: float
     spend_simulated: bool
-    last_stop: dict[str, Any] | None
+    last_stop: LastStop | None
     undecided_answers: int                  # final answers without a decision line (`resume` re-derives them)
     problems: list[Any]                     # what is wrong: a cut raw log, a broken retry chain, ...
     fingerprint: str                        # the run's fingerprint now
-    retried: dict[str, Any] | None = None   # calls given new attempts by `resume --retry-failed`, by round
+    retried: RetriedCalls | None = None   # calls given new attempts by `resume --retry-failed`, by round
     answered_by: dict[str, int] = field(default_factory=dict)   # who answered (sim profile, reported model, callable)
     extra: dict[str, Any] = field(default_factory=dict)   # fields of `status --json` newer than this record
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunStatus:
+    def from_dict(cls, data: Mapping[str, Any]) -> RunStatus:
+        """From `status --json` (a record from a newer guardeval keeps its extra fields in `extra`)."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in data.items() if k in names},
                    extra={k: v for k, v in data.items() if k not in names})

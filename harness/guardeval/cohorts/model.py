@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 import jsonschema
 import orjson
@@ -33,7 +33,44 @@ from guardeval.cohorts.limits import DEFAULT_ROW_LIMITS, DUPLICATE_KEY, RowLimit
 from guardeval.errors import InputError, WriteFailed
 from guardeval.lru import LRU
 
-CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
+ContentField = Literal["user_request", "history", "current_action", "tool_descriptions"]
+CONTENT_FIELDS: tuple[ContentField, ...] = ("user_request", "history", "current_action", "tool_descriptions")
+
+
+class Render(TypedDict, total=False):
+    """A condition's rendering options (cohorts/transforms/base.py): what `_row_error` allows."""
+
+    indent: int | None
+
+
+class Instance(TypedDict):
+    """One row of instances.jsonl as validated on load (`_row_error`): a base under a condition.
+    The content fields hold the agent's messages and tools as the source gave them (JSON)."""
+
+    base_id: str
+    interaction_id: str
+    domain: str
+    label: int | None
+    label_score: float | None
+    tool: str
+    condition: str
+    role: str
+    user_request: str
+    # The agent's messages, its action and its tools as JSON, or as text a source pre-rendered.
+    history: list[dict[str, Any]] | str
+    current_action: dict[str, Any] | str
+    tool_descriptions: list[dict[str, Any]] | str
+    render: NotRequired[Render]
+    instance_sha256: str
+
+
+class _Index(TypedDict):
+    """Where each row of instances.jsonl lies (`_index_rows`): what `Cohort` reads rows by."""
+
+    bases: dict[str, tuple[str, str]]
+    shas: list[str]
+    offsets: array
+    lengths: array
 ROLES = ("baseline", "placebo", "intervention")
 # Condition families (docs/cohorts.md): the estimate runs Holm over each family's interventions,
 # corrected by the family's own placebo (else the cohort's placebo without a family).
@@ -144,7 +181,7 @@ class Cohort:
         self._base_pos = {b: i for i, b in enumerate(bases)}
         self._cond_pos = {c.name: i for i, c in enumerate(conditions)}
         self._shas, self._offsets, self._lengths = shas, offsets, lengths
-        self._rows: LRU[int, dict[str, Any]] = LRU(ROW_CACHE)
+        self._rows: LRU[int, Instance] = LRU(ROW_CACHE)
 
     @property
     def name(self) -> str:
@@ -189,14 +226,14 @@ class Cohort:
         interaction_id, domain = self._bases[base_id]
         return InstanceKey(interaction_id, domain, self._shas[self.cell(base_id, condition)])
 
-    def instance(self, base_id: str, condition: str) -> dict[str, Any]:
+    def instance(self, base_id: str, condition: str) -> Instance:
         cell = self.cell(base_id, condition)
         row = self._rows.get(cell)
         if row is None:
             row = self._rows.put(cell, self._read(cell))
         return row
 
-    def _read(self, cell: int) -> dict[str, Any]:
+    def _read(self, cell: int) -> Instance:
         st = os.fstat(self._fd)
         if (st.st_size, st.st_mtime_ns) != self._stamp:
             raise InputError("the file changed after it was loaded and validated", path=self._inst_path)
@@ -215,13 +252,13 @@ class Cohort:
         if (os.fstat(self._fd).st_size, os.fstat(self._fd).st_mtime_ns) != self._stamp:
             raise InputError("the file changed after it was loaded and validated", path=self._inst_path)
 
-    def iter_instances(self) -> Iterator[dict[str, Any]]:
+    def iter_instances(self) -> Iterator[Instance]:
         """Every row, in file order, read in one sequential pass."""
         for cell in sorted(range(len(self._offsets)), key=self._offsets.__getitem__):
             yield self._read(cell)
 
     @functools.cached_property
-    def instances(self) -> list[dict[str, Any]]:
+    def instances(self) -> list[Instance]:
         """Every row as a dict, in file order (loads the whole cohort: small cohorts only)."""
         return list(self.iter_instances())
 
@@ -397,7 +434,7 @@ def _fd_size_sha256(fd: int) -> tuple[int, str]:
 
 
 def _index_rows(fd: int, inst_path: Path, meta: Mapping[str, Any], conditions: list[Condition], *,
-                trusted: bool, limits: RowLimits) -> dict[str, Any]:
+                trusted: bool, limits: RowLimits) -> _Index:
     """One streaming pass: validate each row (unless trusted) and index it by offset."""
     roles = {c.name: c.role for c in conditions}
     n_cond = len(conditions)

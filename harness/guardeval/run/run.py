@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     # Only for the types: the dispatcher (HTTP client, numpy) loads when a run is resumed.
     from guardeval.run.integrity.verify_state import Verification
     from guardeval.run.runner import RunOutcome
+    from guardeval.run.status import RunStatusRecord
 
 RunLike = str | Path | RunFolder
 
@@ -177,7 +178,7 @@ class Run:
         return run_fingerprint(self._folder, self.manifest.raw)
 
     # -- what users do to a run --------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RunStatusRecord:
         """`guardeval status`: decided and pending calls, spend, state."""
         from guardeval.run.status import run_status
 

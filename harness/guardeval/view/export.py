@@ -31,7 +31,8 @@ def export_rows(calls: RunCalls) -> list[dict[str, Any]]:
 
 
 def write_csv(rows: Iterable[dict[str, Any]], fh: IO[str]) -> None:
-    w = csv.DictWriter(fh, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+    names: list[str] = list(EXPORT_COLUMNS)
+    w = csv.DictWriter(fh, fieldnames=names, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: ("" if v is None else v) for k, v in r.items()})

@@ -33,7 +33,7 @@ from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.view import tables as T
-from guardeval.view.calls import RunCalls, load_calls, read_attempts
+from guardeval.view.calls import CallRow, RunCalls, load_calls, read_attempts
 from guardeval.view.files import out_file, write_atomically
 
 _SLOT = re.compile(r"@@([a-z_]+)@@")
@@ -140,7 +140,7 @@ def _message_text(content: Any) -> str:
     return orjson.dumps(content).decode()
 
 
-def _encode_columns(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], dict[str, list[Any]]]:
+def _encode_columns(rows: list[CallRow]) -> tuple[list[list[Any]], dict[str, list[Any]]]:
     """Rows as arrays; a string column with few distinct values as indexes into its own list."""
     enums: dict[str, list[Any]] = {}
     for col in ROW_COLUMNS:

@@ -32,6 +32,7 @@ from guardeval.backends.base import Guard, Reply, Usage
 from guardeval.backends.errors import AttemptError, CallFailed, FatalError, GuardError, TransientError
 from guardeval.backends.parsers import Parsed
 from guardeval.canon import canonical_bytes, sha256_hex
+from guardeval.cohorts.model import Instance
 from guardeval.errors import WriteFailed
 from guardeval.lru import LRU
 from guardeval.run.dispatch.adaptive import RateController, WireGate
@@ -153,7 +154,7 @@ class _Ended(Exception):
 
 
 class Dispatcher:
-    def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[ScheduleRow], dict[str, Any]],
+    def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[ScheduleRow], Instance],
                  parser: Callable[[str | None, str | None], Parsed], options: DispatchOptions) -> None:
         self.guard, self.writer, self.instance_for = guard, writer, instance_for
         self.parser, self.opt = parser, options
