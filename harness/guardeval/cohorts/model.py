@@ -18,7 +18,7 @@ import re
 import shutil
 import weakref
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,6 +35,22 @@ from guardeval.lru import LRU
 
 ContentField = Literal["user_request", "history", "current_action", "tool_descriptions"]
 CONTENT_FIELDS: tuple[ContentField, ...] = ("user_request", "history", "current_action", "tool_descriptions")
+
+
+class Base(TypedDict):
+    """One judged step as a builder reads it from its source, before any condition: the cohort's
+    identity fields and the content a condition transforms (`build_row` makes it an `Instance`)."""
+
+    base_id: str
+    interaction_id: str
+    domain: str
+    label: int | None
+    label_score: float | None
+    tool: str
+    user_request: str
+    history: list[dict[str, Any]]
+    current_action: dict[str, Any]
+    tool_descriptions: list[dict[str, Any]]
 
 
 class Render(TypedDict, total=False):
@@ -537,7 +553,7 @@ def check_out_dir(out: str | Path) -> Path:
 
 def write_cohort(out: str | Path, *, name: str, version: str, description: str,
                  conditions: list[Condition], rows: Iterable[dict[str, Any]],
-                 sources: list[dict[str, Any]] | None = None, builder: dict[str, Any] | None = None) -> Path:
+                 sources: Sequence[Mapping[str, object]] | None = None, builder: dict[str, Any] | None = None) -> Path:
     """Write `instances.jsonl` then `cohort.json` pinning it. Deterministic bytes.
 
     `rows` may be any iterable (a generator for a large cohort): it is written as it comes,
