@@ -23,6 +23,8 @@ if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types
     from guardeval.run.folder.causes import FailureCause
     from guardeval.run.integrity.fingerprint import FingerprintRecord
     from guardeval.run.status import LastStop, RetriedCalls
+    from guardeval.study.record import StudyFingerprintRecord
+    from guardeval.study.status import RunCheck
 
 
 @dataclass(frozen=True)
@@ -321,9 +323,9 @@ class StudyVerifyReport(Record):
     problems: list[Problem]
     skipped: list[Skipped]
     notes: list[str]
-    runs: dict[str, Any]                    # label -> {"ok", "checked", "problems", "fingerprint"}
+    runs: dict[str, RunCheck]               # label -> its run's verification
     checked: str
-    fingerprint: dict[str, Any] | None      # {"token", "digest", "runs": {label: run fingerprint}}
+    fingerprint: StudyFingerprintRecord | None   # {"token", "digest", "runs": {label: run fingerprint}}
 
 
 @dataclass(frozen=True)
