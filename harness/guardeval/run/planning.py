@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 import orjson
 
@@ -44,6 +44,22 @@ from guardeval.run.schedule import ALGORITHM, ScheduleRow, iter_schedule
 DEFAULT_RUNS_ROOT = Path(RUNS_ROOT)
 
 
+
+class ProjectionRecord(TypedDict):
+    """What a launch would cost, projected before anything is sent (the API's `Projection`)."""
+
+    calls: int
+    prompt_tokens_est: int          # prompt characters / 4
+    max_output_tokens: int          # every call's full max_tokens
+    cost_usd_upper_est: float | None
+
+
+class FileHashes(TypedDict):
+    """The SHA-256 of schedule.jsonl and stimuli.jsonl, for the manifest."""
+
+    schedule_sha256: str
+    stimuli_sha256: str
+
 @dataclass
 class Plan:
     """A launch or replicate, fully prepared but not yet written.
@@ -64,7 +80,7 @@ class Plan:
     prompt_tokens_est: int = 0          # rough (chars / 4), summed over calls
     parent_schedule_sha256: str | None = None   # replicate: the parent's schedule must still hash to this
 
-    def projection(self, max_calls: int | None = None) -> dict[str, Any]:
+    def projection(self, max_calls: int | None = None) -> ProjectionRecord:
         """Tokens and cost of the run, or of its first `max_calls` calls in schedule order (a pilot)."""
         cfg = self.config
         calls, tin = self.n_calls, self.prompt_tokens_est
@@ -118,7 +134,7 @@ class Plan:
         self.manifest.update(self.write(None))
         return self.manifest
 
-    def write(self, folder: RunFolder | None) -> dict[str, Any]:
+    def write(self, folder: RunFolder | None) -> FileHashes:
         """Stream schedule.jsonl and stimuli.jsonl into the partial `folder` (new files, never
         through a link: `RunFolder.create_new`), or only hash them; return their SHA-256 for the
         manifest. Lines are gathered in blocks: one write and one hash update per block, not per
@@ -157,7 +173,8 @@ class Plan:
         return make_renderer(self.config, self.prompt)
 
 
-def _emit(hashes: dict[str, Any], out: Mapping[str, BinaryIO], sched: list[bytes], stim: list[bytes]) -> None:
+def _emit(hashes: Mapping[str, hashlib._Hash], out: Mapping[str, BinaryIO], sched: list[bytes],
+          stim: list[bytes]) -> None:
     for name, block in ((SCHEDULE, sched), (STIMULI, stim)):
         data = b"".join(block)
         hashes[name].update(data)
