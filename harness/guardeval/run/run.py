@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.prompts import Prompt
@@ -38,6 +38,23 @@ if TYPE_CHECKING:
 RunLike = str | Path | RunFolder
 
 
+class CohortPin(TypedDict):
+    """The manifest's `cohort`: the cohort a run was launched on (name and sha256 checked on read)."""
+
+    name: str
+    sha256: str
+    instances_sha256: NotRequired[str]
+
+
+class PromptPin(TypedDict):
+    """The manifest's `prompt` (id, sha256 and parser checked on read)."""
+
+    id: str
+    sha256: str
+    parser: str
+    copy: NotRequired[str]          # the run folder's copy of the prompt's files
+
+
 @dataclass(frozen=True)
 class Manifest:
     """manifest.json with the fields every reader relies on checked and typed; `raw` is the whole
@@ -50,11 +67,11 @@ class Manifest:
     order: str
     schedule_sha256: str
     stimuli_sha256: str
-    guard: dict[str, Any]
-    cohort: dict[str, Any]
-    prompt: dict[str, Any]
+    guard: dict[str, Any]           # the guard config as recorded (backends/config_fields.py declares its fields)
+    cohort: CohortPin
+    prompt: PromptPin
     sha256: str
-    parent_run: dict[str, Any] | None
+    parent_run: Mapping[str, object] | None   # a replicate's parent, as recorded (read, not relied on)
     raw: dict[str, Any]
 
     @classmethod
