@@ -53,6 +53,30 @@ class Base(TypedDict):
     tool_descriptions: list[dict[str, Any]]
 
 
+class ConditionRecord(TypedDict):
+    """One condition as cohort.json declares it (`Condition` is what the code holds)."""
+
+    name: str
+    role: str
+    description: str
+    acts_on: NotRequired[list[str]]      # default ["content"]
+    keeps: NotRequired[list[str]]
+    family: NotRequired[str]
+
+
+class CohortMeta(TypedDict):
+    """cohort.json, as cohort.schema.json checks it on load."""
+
+    name: str
+    version: str
+    description: NotRequired[str]
+    sources: list[dict[str, object]]     # what the cohort was built from (pins, log identities)
+    conditions: list[ConditionRecord]
+    instances_sha256: str
+    instances_bytes: int
+    builder: NotRequired[dict[str, Any]]   # how the builder was run (its options, tokenizer)
+
+
 class Render(TypedDict, total=False):
     """A condition's rendering options (cohorts/transforms/base.py): what `_row_error` allows."""
 
@@ -181,7 +205,7 @@ class Cohort:
     audits, inspect, estimators).
     """
 
-    def __init__(self, path: Path, meta: dict[str, Any], conditions: list[Condition], sha256: str,
+    def __init__(self, path: Path, meta: CohortMeta, conditions: list[Condition], sha256: str,
                  *, inst_path: Path, fd: int, bases: dict[str, tuple[str, str]], shas: list[str],
                  offsets: array, lengths: array, meta_bytes: bytes = b"") -> None:
         self.path, self.meta, self.conditions, self.sha256 = path, meta, conditions, sha256
@@ -505,7 +529,7 @@ def _index_rows(fd: int, inst_path: Path, meta: Mapping[str, Any], conditions: l
 
 
 def _parse_row(raw: bytes, inst_path: Path, lineno: int, roles: Mapping[str, str], *,
-               trusted: bool) -> dict[str, Any]:
+               trusted: bool) -> Instance:
     if not raw.strip():
         raise InputError("empty line", path=inst_path, line=lineno)
     try:
