@@ -14,6 +14,7 @@ from guardeval.run.run import Run
 
 if TYPE_CHECKING:
     from guardeval.estimators.types import Report
+    from guardeval.run.integrity.verify_state import Verified
     from guardeval.view.calls import CallRow
 
 
@@ -116,7 +117,7 @@ def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = 
         make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
         written = list(write_compare(result, out_dir))
     rows = [difference_record(r) for r in result["conditions"]]
-    checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
+    checks: list[Verified] = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
     return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
                       failure_rule=result["failure_rule"], publishable=result["publishable"],
                       complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types
     from guardeval.estimators.types import Excluded, Report
     from guardeval.run.folder.causes import FailureCause
     from guardeval.run.integrity.fingerprint import FingerprintRecord
+    from guardeval.run.integrity.verify_state import Verified
     from guardeval.run.status import LastStop, RetriedCalls
     from guardeval.study.record import StudyFingerprintRecord
     from guardeval.study.status import RunCheck
@@ -232,7 +233,7 @@ class Comparison(Record):
     ranking_changed: bool
     conditions: list[Difference]
     written: list[Path]
-    checks: list[dict[str, Any]]            # per run: {"checked": verified first?, "skipped": [...]}
+    checks: list[Verified]                  # per run: verified first?, and the checks skipped
     result: CompareResult = field(repr=False)
     excluded: dict[str, Excluded] = field(default_factory=dict)   # label -> that input's `excluded`
 

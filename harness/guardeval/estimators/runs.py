@@ -17,11 +17,12 @@ from guardeval.estimators.types import Report
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import REPORT_JSON, SCHEDULE
 from guardeval.run.integrity.fingerprint import run_fingerprint
+from guardeval.run.integrity.verify_state import Verified
 from guardeval.run.run import Run
 
 
 def verified(path: str | Path | RunFolder | Run, *, verify: bool = True, allow_skipped: bool = False,
-             row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> dict[str, Any]:
+             row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> Verified:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
     first file and line that fails, or the check that could not be done; with `verify=False`,

@@ -47,6 +47,14 @@ class Verification(TypedDict):
     fingerprint: NotRequired[FingerprintRecord | None]
 
 
+class Verified(TypedDict):
+    """What a report records of the verification its run passed first (`estimators/runs.verified`):
+    whether it was checked, and the checks skipped (allowed)."""
+
+    checked: bool
+    skipped: list[dict[str, str]]
+
+
 class Report:
     """Problems of one section (a file's pass), capped: the whole report shows the first 50."""
 
