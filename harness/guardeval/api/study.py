@@ -163,14 +163,15 @@ def study_add(study: str | Path, guard: Guard, *, label: str | None = None, conc
 
 def study_edit(study: str | Path, *, reason: str, baseline: str | None = None, placebo: str | None = None,
                family: Sequence[str] | None = None, margin: float | None = None, failure_rule: str | None = None,
-               command: Sequence[str] | None = None) -> dict[str, Any]:
+               command: Sequence[str] | None = None) -> Question:
     """Change the study's question, recorded with `reason` (`guardeval study edit`); the question now."""
     from guardeval.study import runs
 
     record = runs.edit(study, {"baseline": baseline, "placebo": placebo,
                                "family": list(family) if family is not None else None, "margin": margin,
                                "failure_rule": failure_rule}, reason, argv=command or ["guardeval.api.study_edit"])
-    return dict(record["question"])
+    question: Question = record["question"]
+    return question.copy()
 
 
 def study_status(study: str | Path) -> dict[str, Any]:
