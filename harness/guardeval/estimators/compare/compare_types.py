@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from guardeval.estimators.compare.leaderboard import Entry
 from guardeval.estimators.types import Excluded, Family, Power, Quarantine
 from guardeval.estimators.verdicts.equivalence import Equivalence
 
@@ -124,7 +125,7 @@ class CompareResult(TypedDict):
     reversed_pairs: list[Reversal]
     ranking_rule: str
     ranking_family: dict[str, Any]
-    leaderboard: dict[str, list[dict[str, Any]]]
+    leaderboard: dict[str, list[Entry]]
     ranking_stability: RankingStability
     missing: str
     complete: bool
