@@ -25,7 +25,7 @@ from guardeval.estimators import effects as fx
 from guardeval.estimators import excluded as ex
 from guardeval.estimators.bootstrap import cluster_sums
 from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability, Reversal
-from guardeval.estimators.compare.leaderboard import leaderboard
+from guardeval.estimators.compare.leaderboard import F1, leaderboard
 from guardeval.estimators.compare.ranking import kendall_tau_b, ranking, reversed_pairs
 from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve_conditions, validated
 from guardeval.estimators.quantities import RATE, Estimates, Quantities
@@ -94,7 +94,7 @@ def _check_named(designs: Sequence[fx.Design], labels: Sequence[str], name: str,
                              f"{', '.join(d.conditions)})", field=what)
 
 
-def _f1(d: fx.Design, rule: str, c: int) -> dict[str, Any]:
+def _f1(d: fx.Design, rule: str, c: int) -> F1:
     v, counted = fx.row_values(d, rule)
     label = d.base_label[d.row_base]
     sel = counted & (d.row_cond == c) & ~np.isnan(label)

@@ -20,6 +20,13 @@ def _q(est: Estimates, key: tuple[Any, ...], field: Literal["estimate", "ci"] = 
     return None if q is None else q[field]
 
 
+class F1(TypedDict):
+    """A guard's point F1 under one condition, per row and per interaction."""
+
+    row_f1: float | None
+    interaction_f1: float | None
+
+
 class Ranks(TypedDict):
     block_rate: int | None
     effect: int | None              # None for the baseline (no effect of its own)
@@ -45,7 +52,7 @@ class Entry(TypedDict):
 
 
 def leaderboard(labels: Sequence[str], conditions: Sequence[str], baseline: str,
-                est: Estimates, f1: Mapping[tuple[int, str], Mapping[str, Any]] | None) -> dict[str, list[Entry]]:
+                est: Estimates, f1: Mapping[tuple[int, str], F1] | None) -> dict[str, list[Entry]]:
     """{condition: [entry per guard, in input order]}. `est` holds ("rate", k, c), ("delta", k, c),
     ("corr", k, c) and, with labels, ("accuracy", k, c); `f1[(k, c)]` the point F1s.
 
