@@ -66,11 +66,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "harness"))
 from guardeval.estimators import effects as fx  # noqa: E402
 from guardeval.estimators import estimate  # noqa: E402
 from guardeval.estimators import synthetic as sy  # noqa: E402
+from guardeval.estimators.bootstrap import Estimate  # noqa: E402
 from guardeval.estimators.bootstrap import effective_df as bootstrap_effective_df  # noqa: E402
 from guardeval.estimators.compare.compare import CompareInput, compare_inputs  # noqa: E402
 from guardeval.estimators.compare.compare_text import text as compare_text  # noqa: E402
 from guardeval.estimators.planning.plan import plan_rows  # noqa: E402
-from guardeval.estimators.quantities import Quantities  # noqa: E402
+from guardeval.estimators.quantities import Key, Quantities  # noqa: E402
 from guardeval.estimators.report.report import markdown  # noqa: E402
 from guardeval.estimators.verdicts.decisions import significant  # noqa: E402
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN  # noqa: E402
@@ -379,7 +380,7 @@ def add_difference(qs: Quantities, pa: np.ndarray, na: np.ndarray, pb: np.ndarra
 
 
 def varying_data_set(d: sy.Design, generator: str, rng: np.random.Generator, n_boot: int,
-                     seed: int) -> dict[Any, dict[str, Any]]:
+                     seed: int) -> dict[Key, Estimate]:
     """One data set: a guard, its identical twin (each its own calls) and a null guard on a
     population of its own; every interval and p in one `Quantities.run` (as `estimate` and
     `compare` run it with this seed: a quantity's result depends only on its own columns)."""
@@ -442,7 +443,8 @@ def varying_cells(sims: int, n_boot: int, rng: np.random.Generator, progress: Ca
                     x = _agrees(r["ci"], r["p"])
                     if x is not None:
                         agree.add(x)
-                    methods.add(r["method"])
+                    if r["method"] is not None:
+                        methods.add(r["method"])
                 progress(f"{generator} {name} {s + 1}/{sims}")
             out[generator][name] = {"interactions": d.n_interactions, "bases": d.n_bases,
                                     "effective_df": round(effective_df(d), 1), "coverage": cov, "null": null,

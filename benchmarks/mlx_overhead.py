@@ -88,8 +88,11 @@ async def measure(model: Path, calls: int, max_tokens: int) -> dict:
             w = time.perf_counter() - s
             wall.append(w)
             overhead.append(w - reply.usage["generation_s"])
-            gen_tps.append(reply.usage["generation_tps"])
-            prompt_tps.append(reply.usage["prompt_tps"])
+            # the back-end's own timings (None where it could not measure them)
+            if (g_tps := reply.usage.get("generation_tps")) is not None:
+                gen_tps.append(g_tps)
+            if (p_tps := reply.usage.get("prompt_tps")) is not None:
+                prompt_tps.append(p_tps)
             prompt_tokens.append(reply.usage["prompt_tokens"])
         t_end = time.perf_counter()
         tg.cancel_scope.cancel()

@@ -35,7 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +82,7 @@ def sim_pilot(folder: Path) -> Path:
     return run
 
 
-def pilot_sizes(rows: list[dict]) -> list[list[int]]:
+def pilot_sizes(rows: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     """Bases per interaction, per domain, in sorted order (as the estimators index them)."""
     inter: dict[str, tuple[str, set[str]]] = {}
     for r in rows:

@@ -31,6 +31,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "harness"))
 
+from guardeval.backends.base import Usage  # noqa: E402
 from guardeval.backends.config import GuardConfig  # noqa: E402
 from guardeval.backends.parsers import get_parser  # noqa: E402
 from guardeval.backends.registry import make_guard  # noqa: E402
@@ -133,7 +134,7 @@ class SimAnswers:
 
 
 def _attempt_record(call_id: str, attempt: int, request_sha: str, *, status: int, response: str,
-                    content: str | None, usage: dict[str, Any], provider: str | None, outcome: str,
+                    content: str | None, usage: Usage, provider: str | None, outcome: str,
                     final: bool, error_class: str | None = None, error: str | None = None,
                     generation_id: str | None = None) -> Attempt:
     """The fields `Dispatcher._record` writes for one attempt (append_raw adds seq, chain, request)."""
@@ -204,8 +205,9 @@ def fill_run(run_dir: Path, *, decided: int, retry_every: int = 97) -> dict[str,
             usage = reply["usage"]
             rec = _attempt_record(cid, attempt, request_sha, status=200, response=orjson.dumps(reply).decode(),
                                   content=reply["choices"][0]["message"]["content"],
-                                  usage={k: usage[k] for k in ("prompt_tokens", "completion_tokens",
-                                                               "total_tokens", "cost")},
+                                  usage={"prompt_tokens": usage["prompt_tokens"],
+                                         "completion_tokens": usage["completion_tokens"],
+                                         "total_tokens": usage["total_tokens"], "cost": usage["cost"]},
                                   provider="Sim", outcome="reply", final=True, generation_id=reply["id"])
             # What the dispatcher keeps of an OpenRouter-shaped answer (the simulator's): the
             # router metadata and the response headers that matter.

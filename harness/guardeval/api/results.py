@@ -5,13 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardeval.api.types import CallRecord, Comparison, Difference, Estimate
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.run import Run
+
+if TYPE_CHECKING:
+    from guardeval.estimators.types import Report
+    from guardeval.run.integrity.verify_state import Verified
+    from guardeval.view.calls import CallRow
 
 
 def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, placebo: str | None = None,
@@ -48,7 +53,7 @@ def estimate(run: str | Path | RunFolder | Run, *, baseline: str | None = None, 
         return estimate_record(report, r.path)
 
 
-def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
+def estimate_record(report: Report, run_dir: Path | None = None) -> Estimate:
     """The typed record of an estimate report (report.json's shape); its effects are the effects
     table's rows (`estimators.report.rows`), which every format of the table renders."""
     from guardeval.estimators.report.rows import effect_rows
@@ -60,7 +65,7 @@ def estimate_record(report: Any, run_dir: Path | None = None) -> Estimate:
                     complete=report["complete"], publishable=report["publishable"],
                     verified=bool(source.get("verified")), quarantined=int(report["quarantine"]["count"]),
                     block_rate=dict(report["block_rate"]), effects=effects, notes=list(report["notes"]),
-                    report=dict(report), excluded=report.get("excluded"))
+                    report=report.copy(), excluded=report.get("excluded"))
 
 
 def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = None, baseline: str | None = None,
@@ -115,7 +120,7 @@ def compare(*runs: str | Path | RunFolder | Run, labels: Sequence[str] | None = 
             make_folder(out_dir)    # made once the comparison holds (`--out DIR` as the CLI)
             written = list(write_compare(result, out_dir))
         rows = [difference_record(r) for r in result["conditions"]]
-        checks = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
+        checks: list[Verified] = [{"checked": i.source["verified"], "skipped": i.source["verify_skipped"]} for i in inputs]
         return Comparison(runs=[f.path for f in folders], labels=[i.label for i in inputs], baseline=result["baseline"],
                           failure_rule=result["failure_rule"], publishable=result["publishable"],
                           complete=result["complete"], ranking_changed=bool(result["ranking_changed"]), conditions=rows,
@@ -132,10 +137,20 @@ def difference_record(r: Any) -> Difference:
 def calls(run: str | Path | RunFolder | Run) -> list[CallRecord]:
     """One record per scheduled call, in schedule order, joined across the run folder (the
     columns of `guardeval export`)."""
-    from guardeval.view.calls import EXPORT_COLUMNS, load_calls
+    from guardeval.view.calls import load_calls
 
     with Run.using(run) as opened:
-        return [CallRecord(**{c: r[c] for c in EXPORT_COLUMNS}) for r in load_calls(opened.folder).rows]
+        return [_call_record(r) for r in load_calls(opened.folder).rows]
+
+
+def _call_record(r: CallRow) -> CallRecord:
+    """The export's columns of a call row (`view.calls.EXPORT_COLUMNS`), field by field."""
+    return CallRecord(call_id=r["call_id"], base_id=r["base_id"], interaction_id=r["interaction_id"],
+                      domain=r["domain"], condition=r["condition"], repetition=r["repetition"], label=r["label"],
+                      tool=r["tool"], decision=r["decision"], score=r["score"], status=r["status"],
+                      quarantine_reason=r["quarantine_reason"], attempts=r["attempts"], latency_s=r["latency_s"],
+                      cost=r["cost"], provider=r["provider"], finish_reason=r["finish_reason"],
+                      retry_round=r["retry_round"])
 
 
 FRAME_LIBRARIES = ("pandas", "polars")

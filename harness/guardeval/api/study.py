@@ -24,6 +24,7 @@ from guardeval.api.types import Problem, Skipped, StudyReport, StudyResult, Stud
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
 from guardeval.records import Record
+from guardeval.study.record import Question
 
 
 @dataclass
@@ -35,7 +36,7 @@ class StudyPlanned(Record):
     labels: list[str]
     n_calls: int                            # per guard: every guard gets the whole schedule
     schedule_sha256: str
-    question: dict[str, Any]
+    question: Question
     guards: list[dict[str, Any]]            # per guard: label, name, backend, model, base_url, projection
     _plan: Any = field(default=None, repr=False, compare=False)   # guardeval.study.launch.StudyPlan
 
@@ -62,7 +63,7 @@ def study_plan(cohort: str | Path, guards: Sequence[Guard], *, labels: Sequence[
                      guard_max_cost=guard_max_cost)
     return StudyPlanned(study_id=plan.study_id, study_dir=resolve_study_dir(study_dir, plan.study_id),
                         labels=plan.labels, n_calls=plan.n_calls, schedule_sha256=plan.schedule_sha256,
-                        question=dict(plan.question),
+                        question=plan.question.copy(),
                         guards=[{"label": g.label, "name": g.plan.config.name, "backend": g.plan.config.backend,
                                  "model": g.plan.config.model, "base_url": g.plan.config.effective_base_url,
                                  "projection": g.plan.projection(max_calls)} for g in plan.guards],
@@ -162,14 +163,15 @@ def study_add(study: str | Path, guard: Guard, *, label: str | None = None, conc
 
 def study_edit(study: str | Path, *, reason: str, baseline: str | None = None, placebo: str | None = None,
                family: Sequence[str] | None = None, margin: float | None = None, failure_rule: str | None = None,
-               command: Sequence[str] | None = None) -> dict[str, Any]:
+               command: Sequence[str] | None = None) -> Question:
     """Change the study's question, recorded with `reason` (`guardeval study edit`); the question now."""
     from guardeval.study import runs
 
     record = runs.edit(study, {"baseline": baseline, "placebo": placebo,
                                "family": list(family) if family is not None else None, "margin": margin,
                                "failure_rule": failure_rule}, reason, argv=command or ["guardeval.api.study_edit"])
-    return dict(record["question"])
+    question: Question = record["question"]
+    return question.copy()
 
 
 def study_status(study: str | Path) -> dict[str, Any]:

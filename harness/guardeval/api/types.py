@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The estimators' own records, not copies: a condition's effect is the effects table's row
 # (estimators/report/rows.py), a pair's difference the comparison's row (estimators/compare/rows.py),
@@ -15,6 +16,16 @@ from guardeval.estimators.report.rows import EffectRow as Effect
 from guardeval.estimators.report.rows import Interval as Interval
 from guardeval.estimators.verdicts.record import Decision as Decision
 from guardeval.records import Record
+
+if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types and must not
+    from guardeval.estimators.compare.compare_types import CompareResult
+    from guardeval.estimators.types import Excluded, Report
+    from guardeval.run.folder.causes import FailureCause
+    from guardeval.run.integrity.fingerprint import FingerprintRecord
+    from guardeval.run.integrity.verify_state import Verified
+    from guardeval.run.status import LastStop, RetriedCalls
+    from guardeval.study.record import StudyFingerprintRecord
+    from guardeval.study.status import RunCheck
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,7 @@ class RunResult(Record):
     fatal_message: str | None
     fingerprint: str | None                 # the run's fingerprint when the session ended (`verify --expect`)
     # Why the whole run's failed calls failed: [{status, cause, calls, example}], most first.
-    failure_causes: list[dict[str, Any]] = field(default_factory=list)
+    failure_causes: list[FailureCause] = field(default_factory=list)
     _outcome: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -113,7 +124,7 @@ class RunStatus(Record):
     running: bool
     state: str                              # running, damaged, complete, stopped, interrupted, not_started
     statuses: dict[str, int]
-    failure_causes: list[dict[str, Any]]    # why the failed calls failed: {status, cause, calls, example}
+    failure_causes: list[FailureCause]    # why the failed calls failed: {status, cause, calls, example}
     quarantined: int
     quarantine_by_reason: dict[str, int]
     generation_replays: int
@@ -121,16 +132,17 @@ class RunStatus(Record):
     retries: int
     spend_usd: float
     spend_simulated: bool
-    last_stop: dict[str, Any] | None
+    last_stop: LastStop | None
     undecided_answers: int                  # final answers without a decision line (`resume` re-derives them)
     problems: list[Any]                     # what is wrong: a cut raw log, a broken retry chain, ...
     fingerprint: str                        # the run's fingerprint now
-    retried: dict[str, Any] | None = None   # calls given new attempts by `resume --retry-failed`, by round
+    retried: RetriedCalls | None = None   # calls given new attempts by `resume --retry-failed`, by round
     answered_by: dict[str, int] = field(default_factory=dict)   # who answered (sim profile, reported model, callable)
     extra: dict[str, Any] = field(default_factory=dict)   # fields of `status --json` newer than this record
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunStatus:
+    def from_dict(cls, data: Mapping[str, Any]) -> RunStatus:
+        """From `status --json` (a record from a newer guardeval keeps its extra fields in `extra`)."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in data.items() if k in names},
                    extra={k: v for k, v in data.items() if k not in names})
@@ -172,7 +184,7 @@ class VerifyReport(Record):
     n_raw: int | None = None
     n_decisions: int | None = None
     undecided_answers: int | None = None    # final answers without a decision (not OK)
-    fingerprint: dict[str, Any] | None = None   # {"token": ..., ...}: the run's fingerprint, checked against `expect`
+    fingerprint: FingerprintRecord | None = None   # the run's fingerprint, checked against `expect`
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -196,10 +208,10 @@ class Estimate(Record):
     block_rate: dict[str, float | None]
     effects: list[Effect]
     notes: list[str]
-    report: dict[str, Any] = field(repr=False)
+    report: Report = field(repr=False)
     # Failed and quarantined calls against one limit, by condition, with whether failures depend
     # on the condition (report.json's `excluded`); `publishable` is its verdict.
-    excluded: dict[str, Any] | None = None
+    excluded: Excluded | None = None
 
     def effect(self, condition: str) -> Effect:
         """The effect of one condition (KeyError if it has none)."""
@@ -223,9 +235,9 @@ class Comparison(Record):
     ranking_changed: bool
     conditions: list[Difference]
     written: list[Path]
-    checks: list[dict[str, Any]]            # per run: {"checked": verified first?, "skipped": [...]}
-    result: dict[str, Any] = field(repr=False)
-    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)   # label -> that input's `excluded`
+    checks: list[Verified]                  # per run: verified first?, and the checks skipped
+    result: CompareResult = field(repr=False)
+    excluded: dict[str, Excluded] = field(default_factory=dict)   # label -> that input's `excluded`
 
 
 @dataclass(frozen=True)
@@ -268,7 +280,7 @@ class StudyRun(Record):
     fingerprint: str | None
     error: str | None                       # why it could not start, or broke (the others went on)
     # Why its failed calls failed: [{status, cause, calls, example}] (as RunStatus's).
-    failure_causes: list[dict[str, Any]] = field(default_factory=list)
+    failure_causes: list[FailureCause] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -314,9 +326,9 @@ class StudyVerifyReport(Record):
     problems: list[Problem]
     skipped: list[Skipped]
     notes: list[str]
-    runs: dict[str, Any]                    # label -> {"ok", "checked", "problems", "fingerprint"}
+    runs: dict[str, RunCheck]               # label -> its run's verification
     checked: str
-    fingerprint: dict[str, Any] | None      # {"token", "digest", "runs": {label: run fingerprint}}
+    fingerprint: StudyFingerprintRecord | None   # {"token", "digest", "runs": {label: run fingerprint}}
 
 
 @dataclass(frozen=True)
@@ -335,4 +347,4 @@ class StudyReport(Record):
     publishable: bool
     written: list[Path]
     report: dict[str, Any] = field(repr=False)
-    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)   # guard label -> its run's `excluded`
+    excluded: dict[str, Excluded] = field(default_factory=dict)   # guard label -> its run's `excluded`

@@ -11,10 +11,28 @@ import abc
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.prompts import Prompt
+
+
+class Usage(TypedDict, total=False):
+    """What an attempt used, as far as it can be trusted: token counts that are non-negative ints,
+    a cost that is a finite non-negative number (else `cost_invalid`); no provider text."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cost: float
+    cost_invalid: bool              # the provider's cost was not a finite non-negative number
+    is_byok: bool                   # OpenRouter: bring-your-own-key, billed upstream
+    upstream_inference_cost: float  # OpenRouter BYOK: what the upstream charged
+    max_tokens: int                 # a local back-end's refusal: the sizes that did not fit
+    context_tokens: int
+    generation_s: float             # a local back-end's own timing of the generation
+    prompt_tps: float | None
+    generation_tps: float | None
 
 
 @dataclass
@@ -26,7 +44,7 @@ class Reply:
     content: str | None = None   # the model's message text, extracted from `raw`
     finish_reason: str | None = None
     native_finish_reason: str | None = None  # the upstream's own finish reason, when reported
-    usage: dict[str, Any] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost (+ BYOK cost)
+    usage: Usage = field(default_factory=lambda: Usage())  # prompt_tokens, completion_tokens, cost (+ BYOK cost)
     provider: str | None = None  # resolved upstream provider, when the back-end reports one
     answers_call_id: str | None = None  # call id echoed by the server, when it echoes one
     generation_id: str | None = None  # the provider's id of this generation (OpenRouter: `id`)

@@ -30,7 +30,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from guardeval.backends.base import Guard, Reply, valid_cost
+from guardeval.backends.base import Guard, Reply, Usage, valid_cost
 from guardeval.backends.body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_capped
 from guardeval.backends.chat_body import chat_body
 from guardeval.backends.config import GuardConfig
@@ -309,15 +309,17 @@ def _loads(text: str) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def _usage(usage: Any) -> dict[str, Any]:
+def _usage(usage: Any) -> Usage:
     """The provider's usage numbers that can be trusted: token counts that are non-negative
     integers, a cost that is a finite non-negative number. A cost that is not is recorded as
     `cost_invalid` and counts as unknown (docs/design.md §7); nothing else is kept, so no text
     from the provider travels in this field."""
     if not isinstance(usage, dict):
         return {}
-    out: dict[str, Any] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-                           if type(usage.get(k)) is int and usage[k] >= 0}
+    out: Usage = {}
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if type(usage.get(k)) is int and usage[k] >= 0:
+            out[k] = usage[k]
     if "cost" in usage:
         if valid_cost(usage["cost"]):
             out["cost"] = usage["cost"]

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from guardeval.backends.base import Guard, Reply
+from guardeval.backends.base import Guard, Reply, Usage
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.constrained import AnswerTrie, TrieLogitsProcessor, answer_set, build_trie
 from guardeval.backends.errors import CallFailed, FatalError
@@ -312,7 +312,7 @@ class MlxGuard(Guard):
             except Exception as exc:  # e.g. a template that rejects this message sequence
                 raise CallFailed("chat_template_error", f"{type(exc).__name__}: {exc}") from None
             if len(ids) + max_tokens > self.context_tokens:
-                usage: dict[str, Any] = {"prompt_tokens": len(ids), "completion_tokens": 0, "cost": 0.0,
+                usage: Usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "cost": 0.0,
                          "max_tokens": max_tokens, "context_tokens": self.context_tokens}
                 raise CallFailed(
                     "context_overflow",

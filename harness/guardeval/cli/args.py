@@ -10,6 +10,7 @@ from guardeval.terminal import safe
 
 if TYPE_CHECKING:
     from guardeval.cohorts.limits import RowLimits
+    from guardeval.run.integrity.verify_state import Verified
 
 
 def positive_int(text: str) -> int:
@@ -137,7 +138,7 @@ def row_limits(args: argparse.Namespace) -> RowLimits:
     return RowLimits(max_bytes=args.max_row_bytes, max_depth=args.max_row_depth)
 
 
-def say_verified(run: object, verification: dict[str, Any], doing: str = "estimating") -> None:
+def say_verified(run: object, verification: Verified, doing: str = "estimating") -> None:
     """One line on stderr: the run was verified before `doing` it (and which checks were
     skipped, allowed), or was not (--no-verify)."""
     if verification["checked"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from guardeval.cli.args import positive_int, row_limit_options, row_limits
@@ -59,7 +60,7 @@ def register(sub: Any) -> None:
     a.set_defaults(func=cmd_audit_providers)
 
 
-def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+def _emit(obj: Mapping[str, object], as_json: bool, text: str) -> None:
     """The result on stdout: domains, tools and provider names are the input's text, shown escaped."""
     from guardeval.estimators.report.report import dumps_json
     from guardeval.terminal import safe, safe_json

@@ -130,7 +130,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
         report = api.estimate(args.run, baseline=args.baseline, write=True, verify=not args.no_verify,
                               allow_skipped=args.allow_skipped, row_limits=row_limits(args), out=args.out,
-                              **common).report  # type: ignore[assignment]
+                              **common).report
         say_verified(args.run, {"checked": report["source"]["verified"],
                                  "skipped": report["source"]["verify_skipped"]})
         print(safe(f"wrote report.json, report.md, effects.png, report.html in {args.out or args.run}"), file=sys.stderr)

@@ -24,6 +24,9 @@ from guardeval.errors import GuardevalError, InputError
 from guardeval.terminal import safe, safe_json
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from guardeval.run.folder.causes import FailureCause
     from guardeval.run.folder.folder import RunFolder
     from guardeval.run.run import Run
 
@@ -362,7 +365,7 @@ def _session(run: Run, args: argparse.Namespace, *, base_url: str | None, max_ca
     return 0
 
 
-def say_causes(causes: list[dict[str, Any]], indent: str = "") -> None:
+def say_causes(causes: Sequence[FailureCause], indent: str = "") -> None:
     """Why the failed calls failed, a line per cause with one example (guardeval.run.folder.causes)."""
     from guardeval.run.folder.causes import cause_lines
 

@@ -18,11 +18,11 @@ import re
 import shutil
 import weakref
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 import jsonschema
 import orjson
@@ -33,7 +33,84 @@ from guardeval.cohorts.limits import DEFAULT_ROW_LIMITS, DUPLICATE_KEY, RowLimit
 from guardeval.errors import InputError, WriteFailed
 from guardeval.lru import LRU
 
-CONTENT_FIELDS = ("user_request", "history", "current_action", "tool_descriptions")
+ContentField = Literal["user_request", "history", "current_action", "tool_descriptions"]
+CONTENT_FIELDS: tuple[ContentField, ...] = ("user_request", "history", "current_action", "tool_descriptions")
+
+
+class Base(TypedDict):
+    """One judged step as a builder reads it from its source, before any condition: the cohort's
+    identity fields and the content a condition transforms (`build_row` makes it an `Instance`)."""
+
+    base_id: str
+    interaction_id: str
+    domain: str
+    label: int | None
+    label_score: float | None
+    tool: str
+    user_request: str
+    history: list[dict[str, Any]]
+    current_action: dict[str, Any]
+    tool_descriptions: list[dict[str, Any]]
+
+
+class ConditionRecord(TypedDict):
+    """One condition as cohort.json declares it (`Condition` is what the code holds)."""
+
+    name: str
+    role: str
+    description: str
+    acts_on: NotRequired[list[str]]      # default ["content"]
+    keeps: NotRequired[list[str]]
+    family: NotRequired[str]
+
+
+class CohortMeta(TypedDict):
+    """cohort.json, as cohort.schema.json checks it on load."""
+
+    name: str
+    version: str
+    description: NotRequired[str]
+    sources: list[dict[str, object]]     # what the cohort was built from (pins, log identities)
+    conditions: list[ConditionRecord]
+    instances_sha256: str
+    instances_bytes: int
+    builder: NotRequired[dict[str, Any]]   # how the builder was run (its options, tokenizer)
+
+
+class Render(TypedDict, total=False):
+    """A condition's rendering options (cohorts/transforms/base.py): what `_row_error` allows."""
+
+    indent: int | None
+
+
+class Instance(TypedDict):
+    """One row of instances.jsonl as validated on load (`_row_error`): a base under a condition.
+    The content fields hold the agent's messages and tools as the source gave them (JSON)."""
+
+    base_id: str
+    interaction_id: str
+    domain: str
+    label: int | None
+    label_score: float | None
+    tool: str
+    condition: str
+    role: str
+    user_request: str
+    # The agent's messages, its action and its tools as JSON, or as text a source pre-rendered.
+    history: list[dict[str, Any]] | str
+    current_action: dict[str, Any] | str
+    tool_descriptions: list[dict[str, Any]] | str
+    render: NotRequired[Render]
+    instance_sha256: str
+
+
+class _Index(TypedDict):
+    """Where each row of instances.jsonl lies (`_index_rows`): what `Cohort` reads rows by."""
+
+    bases: dict[str, tuple[str, str]]
+    shas: list[str]
+    offsets: array
+    lengths: array
 ROLES = ("baseline", "placebo", "intervention")
 # Condition families (docs/cohorts.md): the estimate runs Holm over each family's interventions,
 # corrected by the family's own placebo (else the cohort's placebo without a family).
@@ -128,7 +205,7 @@ class Cohort:
     audits, inspect, estimators).
     """
 
-    def __init__(self, path: Path, meta: dict[str, Any], conditions: list[Condition], sha256: str,
+    def __init__(self, path: Path, meta: CohortMeta, conditions: list[Condition], sha256: str,
                  *, inst_path: Path, fd: int, bases: dict[str, tuple[str, str]], shas: list[str],
                  offsets: array, lengths: array, meta_bytes: bytes = b"") -> None:
         self.path, self.meta, self.conditions, self.sha256 = path, meta, conditions, sha256
@@ -144,7 +221,7 @@ class Cohort:
         self._base_pos = {b: i for i, b in enumerate(bases)}
         self._cond_pos = {c.name: i for i, c in enumerate(conditions)}
         self._shas, self._offsets, self._lengths = shas, offsets, lengths
-        self._rows: LRU[int, dict[str, Any]] = LRU(ROW_CACHE)
+        self._rows: LRU[int, Instance] = LRU(ROW_CACHE)
 
     @property
     def name(self) -> str:
@@ -189,14 +266,14 @@ class Cohort:
         interaction_id, domain = self._bases[base_id]
         return InstanceKey(interaction_id, domain, self._shas[self.cell(base_id, condition)])
 
-    def instance(self, base_id: str, condition: str) -> dict[str, Any]:
+    def instance(self, base_id: str, condition: str) -> Instance:
         cell = self.cell(base_id, condition)
         row = self._rows.get(cell)
         if row is None:
             row = self._rows.put(cell, self._read(cell))
         return row
 
-    def _read(self, cell: int) -> dict[str, Any]:
+    def _read(self, cell: int) -> Instance:
         st = os.fstat(self._fd)
         if (st.st_size, st.st_mtime_ns) != self._stamp:
             raise InputError("the file changed after it was loaded and validated", path=self._inst_path)
@@ -215,13 +292,13 @@ class Cohort:
         if (os.fstat(self._fd).st_size, os.fstat(self._fd).st_mtime_ns) != self._stamp:
             raise InputError("the file changed after it was loaded and validated", path=self._inst_path)
 
-    def iter_instances(self) -> Iterator[dict[str, Any]]:
+    def iter_instances(self) -> Iterator[Instance]:
         """Every row, in file order, read in one sequential pass."""
         for cell in sorted(range(len(self._offsets)), key=self._offsets.__getitem__):
             yield self._read(cell)
 
     @functools.cached_property
-    def instances(self) -> list[dict[str, Any]]:
+    def instances(self) -> list[Instance]:
         """Every row as a dict, in file order (loads the whole cohort: small cohorts only)."""
         return list(self.iter_instances())
 
@@ -397,7 +474,7 @@ def _fd_size_sha256(fd: int) -> tuple[int, str]:
 
 
 def _index_rows(fd: int, inst_path: Path, meta: Mapping[str, Any], conditions: list[Condition], *,
-                trusted: bool, limits: RowLimits) -> dict[str, Any]:
+                trusted: bool, limits: RowLimits) -> _Index:
     """One streaming pass: validate each row (unless trusted) and index it by offset."""
     roles = {c.name: c.role for c in conditions}
     n_cond = len(conditions)
@@ -452,7 +529,7 @@ def _index_rows(fd: int, inst_path: Path, meta: Mapping[str, Any], conditions: l
 
 
 def _parse_row(raw: bytes, inst_path: Path, lineno: int, roles: Mapping[str, str], *,
-               trusted: bool) -> dict[str, Any]:
+               trusted: bool) -> Instance:
     if not raw.strip():
         raise InputError("empty line", path=inst_path, line=lineno)
     try:
@@ -500,7 +577,7 @@ def check_out_dir(out: str | Path) -> Path:
 
 def write_cohort(out: str | Path, *, name: str, version: str, description: str,
                  conditions: list[Condition], rows: Iterable[dict[str, Any]],
-                 sources: list[dict[str, Any]] | None = None, builder: dict[str, Any] | None = None) -> Path:
+                 sources: Sequence[Mapping[str, object]] | None = None, builder: dict[str, Any] | None = None) -> Path:
     """Write `instances.jsonl` then `cohort.json` pinning it. Deterministic bytes.
 
     `rows` may be any iterable (a generator for a large cohort): it is written as it comes,

@@ -9,7 +9,7 @@ absent from the labels gives recall null and balanced accuracy null, never a mad
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -19,6 +19,24 @@ def interaction_weights(interaction_ids: Sequence[Any]) -> np.ndarray:
     _, inverse, counts = np.unique(np.asarray(interaction_ids, dtype=object).astype(str),
                                    return_inverse=True, return_counts=True)
     return 1.0 / counts[inverse]
+
+
+class Units(TypedDict):
+    """F1, balanced accuracy and recalls on the same rows, counted per row and per interaction
+    (each interaction weighing one in total)."""
+
+    row_f1: float | None
+    interaction_f1: float | None
+    row_balanced_accuracy: float | None
+    interaction_balanced_accuracy: float | None
+    row_recall_unsafe: float | None
+    row_recall_safe: float | None
+    interaction_recall_unsafe: float | None
+    interaction_recall_safe: float | None
+    row_confusion: dict[str, float]         # tp, fp, tn, fn
+    interaction_confusion: dict[str, float]
+    n_rows: int
+    n_interactions: int
 
 
 def confusion(y_true: np.ndarray, y_pred: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
@@ -53,7 +71,7 @@ def metrics(conf: dict[str, float]) -> dict[str, float | None]:
 
 
 def evaluation_units(y_true: Sequence[int], y_pred: Sequence[int],
-                     interaction_ids: Sequence[Any]) -> dict[str, Any]:
+                     interaction_ids: Sequence[Any]) -> Units:
     """Row-level and equal-interaction confusion, F1 and balanced accuracy on the same rows."""
     yt = np.asarray(y_true, dtype=np.int64)
     yp = np.asarray(y_pred, dtype=np.int64)

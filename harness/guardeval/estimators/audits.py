@@ -22,9 +22,14 @@ import numpy as np
 
 from guardeval.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
-from guardeval.estimators.accuracy import confusion, evaluation_units, metrics
+from guardeval.estimators.accuracy import Units, confusion, evaluation_units, metrics
 from guardeval.estimators.table import read_jsonl
 
+
+class UnitsAudit(Units):
+    """`audit units`: the same rows' metrics per row and per interaction, and the label mapping."""
+
+    mapping: str
 
 def _need_str(row: Mapping[str, Any], key: str, path: object, line: int) -> str:
     if key not in row:
@@ -163,7 +168,7 @@ def strict_unsafe(value: Any, *, path: object, line: int, field: str) -> int:
     return STRICT_MAP[float(value)]
 
 
-def units_audit_rows(objs: Sequence[Any], lines: Sequence[int], path: object) -> dict[str, Any]:
+def units_audit_rows(objs: Sequence[Any], lines: Sequence[int], path: object) -> UnitsAudit:
     """Rows `interaction_id, label_score, pred_score` in source order. An optional `index`
     field, when present, must run 0, 1, 2, ... so a reordered file is refused."""
     if not objs:
@@ -181,11 +186,9 @@ def units_audit_rows(objs: Sequence[Any], lines: Sequence[int], path: object) ->
         if "index" in obj and obj["index"] != pos:
             raise InputError(f"rows out of source order: index {obj['index']!r} at position {pos}",
                              path=path, line=line, field="index")
-    out = evaluation_units(y_true, y_pred, inters)
-    out["mapping"] = "0 -> safe; 0.5, 1 -> unsafe (positive)"
-    return out
+    return {**evaluation_units(y_true, y_pred, inters), "mapping": "0 -> safe; 0.5, 1 -> unsafe (positive)"}
 
 
-def units_audit_file(path: str | Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+def units_audit_file(path: str | Path, limits: RowLimits = DEFAULT_ROW_LIMITS) -> UnitsAudit:
     objs, lines = read_jsonl(path, limits)
     return units_audit_rows(objs, lines, Path(path))

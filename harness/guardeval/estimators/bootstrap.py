@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -19,6 +20,36 @@ import numpy as np
 # float64): bounded memory at 20,000 clusters, a single chunk for small cohorts.
 CHUNK_CELLS = 1 << 22
 LEVEL = 0.95
+
+
+class Summary(TypedDict):
+    """One quantity's replicates summarised (`summarise`): intervals [lo, hi], None where undefined."""
+
+    ci: list[float] | None
+    ci90: list[float] | None
+    p: float | None
+    se: float | None
+    p_tost: float | None
+    df: float | None
+
+
+class Inference(Summary):
+    """A summary with the procedure behind it (bootstrap or sign-flip: `Quantities.run`)."""
+
+    p_min: float | None
+    method: str | None
+    ci_note: str | None
+    n_flips: NotRequired[int]     # sign-flip only: how many flips
+    n_interactions: int | None
+
+
+class Estimate(Inference):
+    """One named estimate of `Quantities.run`: the point, its inference, and what it used."""
+
+    estimate: float | None
+    n_undefined_replicates: int | None
+    n_bases: NotRequired[int]       # a base-level quantity's bases
+    n_clusters: NotRequired[int]
 
 
 def cluster_sums(values: np.ndarray, base_cluster: np.ndarray, n_clusters: int) -> np.ndarray:
@@ -262,7 +293,7 @@ def _tost_level(level: float) -> float:
 
 
 def summarise(samples: np.ndarray, margin: float | None = None, df: float | None = None,
-              point: float | None = None, level: float = LEVEL) -> dict[str, object]:
+              point: float | None = None, level: float = LEVEL) -> Summary:
     """ci (at `level`), ci90 (at 2·level − 1, the equivalence tests' interval), p, se, df and,
     with `margin`, p_tost of one quantity's replicates (`point`: its estimate): the functions
     above, with one pass to drop undefined replicates and one quantile call."""

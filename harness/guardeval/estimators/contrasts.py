@@ -4,23 +4,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, Literal
 
 import numpy as np
 
 from guardeval.estimators import effects as fx
 from guardeval.estimators import rounds as rd
 from guardeval.estimators import stability as st
+from guardeval.estimators.bootstrap import Estimate
 from guardeval.estimators.exact import clopper_pearson, cluster_signs, sign_test
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import RATE, Quantities
+from guardeval.estimators.quantities import RATE, Estimates, Quantities
 from guardeval.estimators.types import Contrast, SignTest, Stability, Stratum, StratumContrast
 from guardeval.estimators.verdicts.equivalence import equivalence
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 
-
-def _value(q: dict[str, Any] | None, field: str = "estimate") -> Any:
+def _value(q: Estimate | None, field: Literal["estimate", "ci", "p", "n_bases"] = "estimate") -> Any:
     return None if q is None else q[field]
 
 
@@ -40,13 +39,19 @@ def add_contrasts(qs: Quantities, f: Frame) -> None:
 def _sign_test(f: Frame, c: int, ref: int, mask: np.ndarray) -> SignTest:
     d = f.design
     signs, present = cluster_signs(f.s, f.n, c, ref, mask, d.base_cluster, d.n_clusters)
-    return cast(SignTest, sign_test(signs, present))
+    return sign_test(signs, present)
 
 
-def _directions(f: Frame, c: int, ref: int, mask: np.ndarray | None, suffix: str = "") -> dict[str, int | None]:
-    if mask is None:
-        return {f"increase{suffix}": None, f"decrease{suffix}": None, f"tie{suffix}": None}
-    return {k + suffix: v for k, v in fx.direction_counts(f.s, f.n, c, ref, mask).items()}
+def _directions(f: Frame, c: int, ref: int, mask: np.ndarray) -> tuple[int, int, int]:
+    """(increase, decrease, tie): the bases whose rate rose, fell, stayed."""
+    d = fx.direction_counts(f.s, f.n, c, ref, mask)
+    return d["increase"], d["decrease"], d["tie"]
+
+
+def _directions_or_none(f: Frame, c: int, ref: int, mask: np.ndarray | None
+                        ) -> tuple[int, int, int] | tuple[None, None, None]:
+    """As `_directions`; all None where the mask is (no placebo correction)."""
+    return (None, None, None) if mask is None else _directions(f, c, ref, mask)
 
 
 def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping[str, str],
@@ -66,7 +71,10 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
         flip, _ = rd.flip_rate(f.rounds, ci, f.b, d.n_bases)
         acc = est.get(("accuracy_delta", c))
         acc_corr = est.get(("accuracy_delta_corr", c))
-        entry: dict[str, Any] = {
+        up, down, tie = _directions(f, ci, f.b, paired)
+        up_pl, down_pl, tie_pl = _directions_or_none(f, ci, pl if pl is not None else f.b, corr_mask)
+        # One literal of the declared shape (types.Contrast), checked by mypy key by key.
+        entry: Contrast = {
             "condition": c,
             "role": roles.get(c, "placebo" if c == f.placebo else "intervention"),
             "in_family": c in family,
@@ -86,8 +94,8 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             "equivalence": equivalence(head, margin, len(family) if c in family else None, alpha),
             "equivalence_minus_placebo": equivalence(corr, margin, len(corr_family) if c in corr_family else None,
                                                      alpha),
-            **_directions(f, ci, f.b, paired),
-            **_directions(f, ci, pl if pl is not None else f.b, corr_mask, "_minus_placebo"),
+            "increase": up, "decrease": down, "tie": tie,
+            "increase_minus_placebo": up_pl, "decrease_minus_placebo": down_pl, "tie_minus_placebo": tie_pl,
             "n_bases": head["n_bases"],
             "n_clusters": head["n_clusters"],
             "by_rule": {r: est[("delta", r, c)]["estimate"] for r in fx.RULES},
@@ -111,7 +119,7 @@ def contrast_entries(f: Frame, est: Estimates, family: list[str], roles: Mapping
             "leave_one_tool_out_minus_placebo": None if corr_mask is None or pl is None else fx.leave_one_out_range(
                 p[:, ci] - p[:, pl], corr_mask, d.base_tool, len(d.tools)),
         }
-        out.append(cast(Contrast, entry))
+        out.append(entry)
     return out
 
 
@@ -147,15 +155,16 @@ def strata(f: Frame, est: Estimates) -> dict[str, dict[str, Stratum]]:
             ci = f.idx(c)
             plain, corr = est[(kind, name, c)], est.get((kind + "_corr", name, c))
             corr_mask = f.corrected(ci)
-            entry: dict[str, Any] = {
+            up, down, tie = _directions(f, ci, f.b, f.paired(ci) & sel)
+            up_pl, down_pl, tie_pl = _directions_or_none(f, ci, pl if (pl := f.pl_for(ci)) is not None else f.b,
+                                                         None if corr_mask is None else corr_mask & sel)
+            contrasts[c] = {
                 "delta": plain["estimate"], "ci": plain["ci"], "n_bases": plain["n_bases"],
-                **_directions(f, ci, f.b, f.paired(ci) & sel),
+                "increase": up, "decrease": down, "tie": tie,
                 "delta_minus_placebo": _value(corr), "ci_minus_placebo": _value(corr, "ci"),
                 "n_bases_minus_placebo": _value(corr, "n_bases"),
-                **_directions(f, ci, pl if (pl := f.pl_for(ci)) is not None else f.b,
-                              None if corr_mask is None else corr_mask & sel, "_minus_placebo"),
+                "increase_minus_placebo": up_pl, "decrease_minus_placebo": down_pl, "tie_minus_placebo": tie_pl,
             }
-            contrasts[c] = cast(StratumContrast, entry)
         out[kind][name] = {"n_bases": int(sel.sum()), "block_rate": block, "contrasts": contrasts}
     return out
 

@@ -19,7 +19,7 @@ from guardeval.estimators.frame import make_frame
 from guardeval.estimators.quantities import Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import FAILURE_STATUSES, MISSING, ValidatedRows, validate_rows
-from guardeval.estimators.types import Report
+from guardeval.estimators.types import AllWithin, Contrast, Coverage, Family, Report
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin
@@ -93,8 +93,8 @@ def resolve_names(conds: Sequence[str], baseline: str, placebo: str | None, fami
     return baseline, placebo, contrasts, fam
 
 
-def _coverage(design: fx.Design) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _coverage(design: fx.Design) -> dict[str, Coverage]:
+    out: dict[str, Coverage] = {}
     for ci, c in enumerate(design.conditions):
         sel = design.row_cond == ci
         kind = design.row_kind[sel]
@@ -178,10 +178,10 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
 
     contrast_out = cx.contrast_entries(f, est, fam, roles or {}, margin, alpha)
     if fams_of:
-        families, all_within = fm.decide_by_family(contrast_out, fam, fams_of, roles or {}, margin, alpha)
+        decided, all_within = fm.decide_by_family(contrast_out, fam, fams_of, roles or {}, margin, alpha)
     else:
-        families, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
-    ex.bounds(f, est, contrast_out, ex.decided_groups(families), alpha)
+        decided, all_within = _decide(contrast_out, fam, placebo, margin, alpha)
+    ex.bounds(f, est, contrast_out, ex.decided_groups(decided), alpha)
     stability = cx.stability(f, est)
     block_ci, block_exact = cx.block_rate_intervals(f, est, 1 - alpha)
     quarantine = quarantine_summary(rows, n_sched)
@@ -201,7 +201,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "missing": missing,
         "family": fam,
         "alpha": alpha,
-        "families": families,
+        "families": decided,
         "margin": margin,
         "power": dc.power_record(alpha),
         "equivalence_family": all_within,
@@ -210,7 +210,7 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
         "allow_partial": allow_partial,
         "allow_unpublishable": allow_unpublishable,
         "notes": _notes(placebo, roles, explicit_placebo),
-        "cannot_decide": _cannot_decide(families, alpha),
+        "cannot_decide": _cannot_decide(decided, alpha),
         "placebo_check": placebo_check(contrast_out, placebo),
         "repetitions": f.rounds.rounds,
         "block_rate": {c: fx.block_rate(f.p, ci) for ci, c in enumerate(design.conditions)},
@@ -251,8 +251,8 @@ def estimate(rows: Iterable[Any], *, baseline: str = "original", placebo: str | 
     return report
 
 
-def _decide(contrasts: list[Any], fam: Sequence[str], placebo: str | None, margin: float,
-            alpha: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def _decide(contrasts: list[Contrast], fam: Sequence[str], placebo: str | None, margin: float,
+            alpha: float) -> tuple[dict[str, Family], dict[str, AllWithin]]:
     """Every contrast's verdicts (decisions.py): Δ by Holm over the declared family, the
     placebo-corrected effect (the headline) by Holm over the family's interventions."""
     by_name = {x["condition"]: x for x in contrasts}
@@ -291,7 +291,7 @@ def inference_record() -> dict[str, str]:
     return {"switch": INFERENCE_SWITCH, "sign_flip": sf.RULE, "bootstrap": INTERVAL_RULE}
 
 
-def _cannot_decide(families: Mapping[str, Any], alpha: float) -> list[str]:
+def _cannot_decide(families: Mapping[str, Family], alpha: float) -> list[str]:
     what = {"delta": "Δ", "delta_minus_placebo": "Δ − placebo"}
     out = [cannot_decide_sentence(f, alpha, f["name"], what[f.get("quantity", q)]) for q, f in families.items()]
     return [x for x in out if x]

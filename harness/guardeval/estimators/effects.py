@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from guardeval.errors import InputError
-from guardeval.estimators.table import FAILURE_STATUSES, MISSING, OK
+from guardeval.estimators.table import FAILURE_STATUSES, MISSING, OK, Components, TableRow
+from guardeval.estimators.types import LeaveOneOut
 
 RULES = ("drop", "fail-closed", "fail-open")
 MISSING_MODES = ("exclude", "as-failure")
@@ -37,7 +38,7 @@ class Design:
     row_dec: np.ndarray           # 1.0 / 0.0 / nan
     row_kind: np.ndarray          # KIND_*
     row_status: np.ndarray        # status strings (object array)
-    row_components: list[dict[str, Any] | None]
+    row_components: list[Components | None]
     base_tool: np.ndarray         # (n_bases,) index into tools, -1 where the base has no tool
     tools: list[str]
     row_score: np.ndarray         # the guard's score, nan where none
@@ -57,7 +58,7 @@ class Design:
         return self.conditions.index(name)
 
 
-def build_design(rows: Sequence[dict[str, Any]], condition_order: Sequence[str] = (),
+def build_design(rows: Sequence[TableRow], condition_order: Sequence[str] = (),
                  missing: str = "exclude") -> Design:
     """Index validated rows. Conditions follow `condition_order` (e.g. the cohort's), then sorted.
     `missing`: "exclude" (a missing call counts nowhere) or "as-failure" (it counts as a failed
@@ -163,7 +164,7 @@ def direction_counts(s: np.ndarray, n: np.ndarray, c: int, b: int, paired: np.nd
 
 
 def leave_one_out_range(values: np.ndarray, mask: np.ndarray, group: np.ndarray,
-                        n_groups: int) -> dict[str, Any] | None:
+                        n_groups: int) -> LeaveOneOut | None:
     """The base-equal mean of `values` over `mask`, recomputed with each group's bases left out
     in turn (group -1: never left out): {min, max, n_tools} over the groups present, min and max
     None when no left-out mean is defined; None when no selected base has a group."""

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
+from guardeval.estimators.types import SignTest
+
 LEVEL = 0.95
 
 
@@ -38,7 +40,7 @@ def cluster_signs(s: np.ndarray, n: np.ndarray, c: int, ref: int, mask: np.ndarr
     return np.sign(sums).astype(np.int64), present
 
 
-def sign_test(signs: np.ndarray, present: np.ndarray) -> dict[str, Any]:
+def sign_test(signs: np.ndarray, present: np.ndarray) -> SignTest:
     """{negative, positive, tie, p}: p is the exact two-sided binomial test (p = 1/2) on the
     interactions that are not tied; with none untied, p = 1 (no evidence either way)."""
     pos = int(((signs > 0) & present).sum())

@@ -16,22 +16,23 @@ p_closed(i,baseline); Δ − placebo likewise with the placebo in place of the b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from guardeval.estimators import effects as fx
+from guardeval.estimators.bootstrap import Estimate
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.quantities import Estimates, Quantities
 from guardeval.estimators.quarantine import LIMIT
+from guardeval.estimators.types import Contrast, Depends, DependsMember, End, EndPair, Excluded, Family, Interval
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts import robust as rb
 from guardeval.estimators.verdicts.equivalence import equivalence
 
 CLOSED, OPEN = "fail-closed", "fail-open"
-ENDS = ("lo", "hi")
+ENDS: tuple[Literal["lo"], Literal["hi"]] = ("lo", "hi")
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 
 
 def failed_rows(d: fx.Design) -> np.ndarray:
@@ -84,23 +85,25 @@ def add_failure_rates(qs: Quantities, f: Frame) -> None:
         qs.add(("failure_share", c), share[:, ci] - share[:, f.b], f.paired(ci, CLOSED))
 
 
-def _end(q: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _end(q: Mapping[str, Any] | None) -> End | None:
     if q is None or q.get("estimate") is None:
         return None
     return {"estimate": q["estimate"], "ci": q["ci"], "p": q["p"], "method": q.get("method")}
 
 
-def _own(x: Mapping[str, Any], quantity: str) -> dict[str, Any] | None:
+def _own(x: Contrast, quantity: str) -> End | None:
     """The headline's own record as both ends of its range (no call failed)."""
-    suffix = "" if quantity == "delta" else "_minus_placebo"
-    est = x["delta" if quantity == "delta" else "delta_minus_placebo"]
+    if quantity == "delta":
+        est, ci, p, eq = x["delta"], x["ci"], x["p"], x["equivalence"]
+    else:
+        est, ci, p, eq = x["delta_minus_placebo"], x["ci_minus_placebo"], x["p_minus_placebo"], \
+            x["equivalence_minus_placebo"]
     if est is None:
         return None
-    eq = x["equivalence" + suffix] or {}
-    return {"estimate": est, "ci": x["ci" + suffix], "p": x["p" + suffix], "method": eq.get("method")}
+    return {"estimate": est, "ci": ci, "p": p, "method": None if eq is None else eq.get("method")}
 
 
-def decided_groups(families: Mapping[str, Any]) -> list[tuple[list[str], list[str]]]:
+def decided_groups(families: Mapping[str, Family]) -> list[tuple[list[str], list[str]]]:
     """(Δ family, Δ − placebo family) pairs, read from the family records the headlines were
     decided in ('delta' and 'delta_minus_placebo', or 'delta:<family>' and
     'delta_minus_placebo:<family>' with condition families), so the ends are decided in the same
@@ -112,7 +115,7 @@ def decided_groups(families: Mapping[str, Any]) -> list[tuple[list[str], list[st
     return [(g.get("delta", []), g.get("delta_minus_placebo", [])) for g in groups.values()]
 
 
-def bounds(f: Frame, est: Estimates, contrasts: Sequence[Any],
+def bounds(f: Frame, est: Estimates, contrasts: Sequence[Contrast],
            groups: Sequence[tuple[Sequence[str], Sequence[str]]], alpha: float) -> None:
     """`bounds` on every contrast entry, in place: {delta: [lo, hi], corrected: [lo, hi] | None,
     robust, robust_delta, robust_corrected, ends: {delta: {lo, hi}, corrected: {lo, hi}}}, each end
@@ -120,58 +123,65 @@ def bounds(f: Frame, est: Estimates, contrasts: Sequence[Any],
     one (Δ family, Δ − placebo family) pair per condition family (one pair without families)."""
     failed = has_failures(f)
     by_name = {x["condition"]: x for x in contrasts}
-    ends: dict[str, dict[str, dict[str, dict[str, Any] | None]]] = {"delta": {}, "corrected": {}}
+    ends: dict[str, dict[str, EndPair]] = {"delta": {}, "corrected": {}}
     for fam, corr_fam in groups:
         for quantity, members in (("delta", fam), ("corrected", corr_fam)):
             for side in ENDS:
                 raw = [_end(est.get(("bound", quantity, side, c))) if failed
                        else _own(by_name[c], quantity) for c in members]
                 for c, e in zip(members, rb.decide_ends(raw, alpha)):
-                    ends[quantity].setdefault(c, {})[side] = e
+                    ends[quantity].setdefault(c, {"lo": None, "hi": None})[side] = e
     for x in contrasts:
         c = x["condition"]
-        out: dict[str, Any] = {}
-        for quantity in ("delta", "corrected"):
-            if c in ends[quantity]:
-                pair = ends[quantity][c]
-            else:   # outside its family: shown, not decided
-                pair = {}
-                for s in ENDS:
-                    e = _end(est.get(("bound", quantity, s, c))) if failed else _own(x, quantity)
-                    pair[s] = None if e is None else {**e, "p_holm": None, "verdict": "not tested"}
-            lo, hi = pair.get("lo"), pair.get("hi")
-            out[quantity] = None if lo is None or hi is None else [lo["estimate"], hi["estimate"]]
-            out[f"robust_{quantity}"] = rb.robust(lo, hi)
-            out.setdefault("ends", {})[quantity] = {"lo": lo, "hi": hi}
-        out["robust"] = out["robust_corrected"] if x["headline"] == "delta_minus_placebo" else out["robust_delta"]
-        x["bounds"] = out
+        pairs = {q: ends[q][c] if c in ends[q] else _untested(f, est, x, q, failed) for q in ("delta", "corrected")}
+        d, corr = pairs["delta"], pairs["corrected"]
+        robust_delta, robust_corr = rb.robust(d["lo"], d["hi"]), rb.robust(corr["lo"], corr["hi"])
+        x["bounds"] = {"delta": _range(d), "robust_delta": robust_delta, "ends": pairs,
+                       "corrected": _range(corr), "robust_corrected": robust_corr,
+                       "robust": robust_corr if x["headline"] == "delta_minus_placebo" else robust_delta}
 
 
-def depends_on_condition(f: Frame, est: Estimates, margin: float, alpha: float) -> dict[str, Any]:
+def _untested(f: Frame, est: Estimates, x: Contrast, quantity: str, failed: bool) -> EndPair:
+    """The ends of a member outside its family: shown, not decided."""
+    pair: EndPair = {"lo": None, "hi": None}
+    for s in ENDS:
+        e = _end(est.get(("bound", quantity, s, x["condition"]))) if failed else _own(x, quantity)
+        pair[s] = None if e is None else {**e, "p_holm": None, "verdict": "not tested"}
+    return pair
+
+
+def _range(pair: EndPair) -> Interval | None:
+    lo, hi = pair["lo"], pair["hi"]
+    return None if lo is None or hi is None else [lo["estimate"], hi["estimate"]]
+
+
+def depends_on_condition(f: Frame, est: Estimates, margin: float, alpha: float) -> Depends:
     """Do failed calls depend on the condition? See `decide_depends`."""
     return decide_depends({c: est.get(("failure_share", c)) for c in f.contrasts}, has_failures(f), margin, alpha)
 
 
-def decide_depends(estimates: Mapping[str, Mapping[str, Any] | None], failed: bool, margin: float,
-                   alpha: float) -> dict[str, Any]:
+def decide_depends(estimates: Mapping[str, Estimate | None], failed: bool, margin: float,
+                   alpha: float) -> Depends:
     """One decision per non-baseline condition (its share of failed calls minus the baseline's,
     paired by base, as `Quantities.run` estimated it), Holm over them in a family of its own."""
     conds = list(estimates)
     name = dc.family_name(conds, "failure-rate difference")
-    record: dict[str, Any] = {"quantity": "share of failed calls minus the baseline's, paired by base",
-                              "family": name, "alpha": alpha, "rule": rb.DEPENDS_RULE, "members": {}}
+    quantity = "share of failed calls minus the baseline's, paired by base"
+    members: dict[str, DependsMember] = {}
     if not failed:
-        return {**record, "differs": False, "verdict": "no failed calls"}
+        return {"quantity": quantity, "family": name, "alpha": alpha, "rule": rb.DEPENDS_RULE, "members": members,
+                "differs": False, "verdict": "no failed calls"}
     eqs = [equivalence(estimates[c], margin, len(conds), alpha) for c in conds]
     dc.decide_family(eqs, name, alpha)
     for c, eq in zip(conds, eqs):
-        q = estimates[c] or {}
-        record["members"][c] = {"difference": q.get("estimate"), "ci": q.get("ci"), "p": q.get("p"),
-                                "p_holm": None if eq is None else eq["p_adjusted"],
-                                "method": q.get("method"), "differs": bool(eq and eq["differs"]),
-                                "equivalence": eq}
-    differs = any(m["differs"] for m in record["members"].values())
-    return {**record, "differs": differs, "verdict": "differs" if differs else "no evidence it differs"}
+        q = estimates[c]
+        members[c] = {"difference": None if q is None else q["estimate"], "ci": None if q is None else q["ci"],
+                      "p": None if q is None else q["p"], "p_holm": None if eq is None else eq["p_adjusted"],
+                      "method": None if q is None else q["method"], "differs": bool(eq and eq["differs"]),
+                      "equivalence": eq}
+    differs = any(m["differs"] for m in members.values())
+    return {"quantity": quantity, "family": name, "alpha": alpha, "rule": rb.DEPENDS_RULE, "members": members,
+            "differs": differs, "verdict": "differs" if differs else "no evidence it differs"}
 
 
 def by_condition(d: fx.Design) -> dict[str, dict[str, int]]:
@@ -180,13 +190,13 @@ def by_condition(d: fx.Design) -> dict[str, dict[str, int]]:
             for ci, c in enumerate(d.conditions)}
 
 
-def excluded_record(d: fx.Design, quarantined: int, n_scheduled: int, depends: Mapping[str, Any],
-                    limit: float = LIMIT) -> dict[str, Any]:
+def excluded_record(d: fx.Design, quarantined: int, n_scheduled: int, depends: Depends,
+                    limit: float = LIMIT) -> Excluded:
     """{failed, quarantined, share, limit, publishable, by_condition, depends_on_condition}."""
     failed = int(failed_rows(d).sum())
     share = (failed + quarantined) / n_scheduled if n_scheduled else 0.0
     return {"failed": failed, "quarantined": quarantined, "share": share, "limit": limit,
-            "publishable": share <= limit, "by_condition": by_condition(d), "depends_on_condition": dict(depends)}
+            "publishable": share <= limit, "by_condition": by_condition(d), "depends_on_condition": depends.copy()}
 
 
 def publishable(report: Mapping[str, Any]) -> bool:

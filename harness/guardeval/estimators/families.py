@@ -22,6 +22,7 @@ from typing import Any
 from guardeval.estimators import effects as fx
 from guardeval.estimators.frame import Frame
 from guardeval.estimators.quantities import Quantities
+from guardeval.estimators.types import AllWithin, Contrast, Family
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.decidable import family_decidability
 
@@ -85,14 +86,14 @@ def family_label(fam: str, members: Sequence[str], kind: str) -> str:
     return f"the {fam} family ({dc.family_name(members, kind)})"
 
 
-def decide_by_family(contrasts: list[Any], fam: Sequence[str], families: Mapping[str, str],
+def decide_by_family(contrasts: list[Contrast], fam: Sequence[str], families: Mapping[str, str],
                      roles: Mapping[str, str], margin: float,
-                     alpha: float) -> tuple[dict[str, Any], dict[str, Any]]:
+                     alpha: float) -> tuple[dict[str, Family], dict[str, AllWithin]]:
     """As `core._decide`, within each condition family: `families` keys are
     '<quantity>:<family>', each record carrying its `quantity` and `condition_family`."""
     by_name = {x["condition"]: x for x in contrasts}
-    out: dict[str, Any] = {}
-    within: dict[str, Any] = {}
+    out: dict[str, Family] = {}
+    within: dict[str, AllWithin] = {}
     decided_delta: set[str] = set()
     decided_corr: set[str] = set()
     for name, members in family_members([c for c in fam], families).items():
@@ -161,8 +162,9 @@ def worst_cases(f: Frame, fam: Sequence[str], families: Mapping[str, str], roles
                          "member_level": level, "rule": WORST_RULE}
             continue
         worst = min(defined, key=lambda c: (defined[c]["estimate"], inter.index(c)))
-        lo = min(float(q["ci"][0]) for q in defined.values())
-        hi = min(float(q["ci"][1]) for q in defined.values())
+        cis = [q["ci"] for q in defined.values() if q["ci"] is not None]   # every one (`defined`)
+        lo = min(float(ci[0]) for ci in cis)
+        hi = min(float(ci[1]) for ci in cis)
         out[name] = {"members": inter, "condition": worst, "delta": defined[worst]["estimate"],
                      "block_rate": fx.block_rate(p, f.idx(worst)), "ci": [lo, hi], "level": 1 - alpha,
                      "member_level": level, "member_ci": {c: q["ci"] for c, q in defined.items()},

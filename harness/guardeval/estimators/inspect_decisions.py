@@ -14,6 +14,7 @@ times its epochs) is incomplete, as a run would be.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from guardeval.cohorts.model import ROLES
 from guardeval.errors import InputError
 from guardeval.estimators.table import ValidatedRows, validate_rows
 from guardeval.inspect_logs import LogFile, read_logs, sample_name, samples_of, stimulus_sha256, text_of
-from guardeval.run.inspect_verdict import verdict
+from guardeval.run.inspect_verdict import Unanswered, Verdict, verdict
 
 REQUIRED = ("base_id", "interaction_id", "domain", "condition")
 SCORER = "guardeval_verdict"      # the exported task's scorer (guardeval.run.inspect_task)
@@ -50,7 +51,7 @@ class InspectTable:
         return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in self.table_rows)
 
 
-def _meta_str(meta: dict[str, Any], key: str, where: str, path: Path) -> str:
+def _meta_str(meta: Mapping[str, object], key: str, where: str, path: Path) -> str:
     if key not in meta:
         raise InputError(f"{where}: its metadata has no field '{key}' (a guard task's samples must name "
                          f"{', '.join(REQUIRED)}; `guardeval cohort export --format inspect` writes them)",
@@ -73,8 +74,8 @@ def _cache_read(sample: Any) -> bool:
     return any(getattr(ev, "event", None) == "model" and ev.cache == "read" for ev in sample.events or ())
 
 
-def _from_score(sample: Any, name: str, where: str, path: Path) -> dict[str, Any]:
-    failed: dict[str, Any] = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
+def _from_score(sample: Any, name: str, where: str, path: Path) -> Verdict:
+    failed: Unanswered = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
     if sample.error is not None:
         return {**failed, "status": "provider_error", "detail": str(sample.error.message)[:300]}
     scores = sample.scores or {}
@@ -92,7 +93,7 @@ def _from_score(sample: Any, name: str, where: str, path: Path) -> dict[str, Any
                      path=path, field=f"scores.{name}")
 
 
-def _from_answer(sample: Any, meta: dict[str, Any], parser: str | None, where: str, path: Path) -> dict[str, Any]:
+def _from_answer(sample: Any, meta: dict[str, Any], parser: str | None, where: str, path: Path) -> Verdict:
     name = parser or meta.get("guardeval_parser")
     if name is None:
         raise InputError(f"{where}: its metadata names no parser (guardeval_parser); pass --inspect-parser NAME "
@@ -114,7 +115,7 @@ def _from_answer(sample: Any, meta: dict[str, Any], parser: str | None, where: s
     return v
 
 
-def _label(meta: dict[str, Any], where: str, path: Path) -> Any:
+def _label(meta: Mapping[str, object], where: str, path: Path) -> Any:
     label = meta.get("label")
     if label is not None and (isinstance(label, bool) or label not in (0, 1)):
         raise InputError(f"{where}: must be 1, 0 or null, got {label!r:.80}", path=path, field="metadata.label")

@@ -5,9 +5,6 @@ representations (seed 004): allowed under at least one condition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
-
 import numpy as np
 
 from guardeval.estimators import accuracy as acc
@@ -15,10 +12,9 @@ from guardeval.estimators import effects as fx
 from guardeval.estimators import rounds as rd
 from guardeval.estimators import scores as sc
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
-from guardeval.estimators.types import WorstCase
+from guardeval.estimators.quantities import Estimates, Quantities
+from guardeval.estimators.types import Accuracy, Roc, WorstCase
 
-Estimates = Mapping[tuple[Any, ...], dict[str, Any]]
 WEIGHTINGS = ("row", "interaction")
 
 
@@ -83,32 +79,28 @@ def _add_scores(qs: Quantities, f: Frame) -> None:
                              sc.features(scores, labels, weights, cluster[sel], d.n_clusters), sc.metrics)
 
 
-def _roc_entry(est: Estimates, name: str, c: str) -> dict[str, Any] | None:
+def _roc_entry(est: Estimates, name: str, c: str) -> Roc | None:
     if (name, "row", c) not in est:
         return None
-    out: dict[str, Any] = {}
-    for weighting in WEIGHTINGS:
-        q = est[(name, weighting, c)]
-        out[weighting], out[weighting + "_ci"] = q["estimate"], q["ci"]
-    return out
+    row, inter = est[(name, "row", c)], est[(name, "interaction", c)]   # WEIGHTINGS
+    return {"row": row["estimate"], "row_ci": row["ci"], "interaction": inter["estimate"],
+            "interaction_ci": inter["ci"]}
 
 
-def accuracy(f: Frame, est: Estimates) -> dict[str, dict[str, Any]]:
+def accuracy(f: Frame, est: Estimates) -> dict[str, Accuracy]:
     d = f.design
     v, counted = fx.row_values(d, f.rule)
     row_label = d.base_label[d.row_base]
     row_inter = np.asarray(d.cluster_ids, dtype=object)[_row_cluster(f)]
-    out = {}
+    out: dict[str, Accuracy] = {}
     for ci, c in enumerate(d.conditions):
         sel = counted & (d.row_cond == ci) & ~np.isnan(row_label)
-        entry = acc.evaluation_units(row_label[sel].astype(np.int64), v[sel].astype(np.int64), row_inter[sel])
-        for unit in WEIGHTINGS:
-            q = est[(unit + "_accuracy", c)]
-            entry[unit + "_accuracy"], entry[unit + "_accuracy_ci"] = q["estimate"], q["ci"]
-        entry["auc"] = _roc_entry(est, "auc", c)
-        entry["tpr_at_1pct_fpr"] = _roc_entry(est, "tpr_at_1pct_fpr", c)
-        entry["n_scored"] = int(_scored_rows(f, ci).sum())
-        out[c] = entry
+        units = acc.evaluation_units(row_label[sel].astype(np.int64), v[sel].astype(np.int64), row_inter[sel])
+        row, inter = est[("row_accuracy", c)], est[("interaction_accuracy", c)]   # WEIGHTINGS
+        out[c] = {**units, "row_accuracy": row["estimate"], "row_accuracy_ci": row["ci"],
+                  "interaction_accuracy": inter["estimate"], "interaction_accuracy_ci": inter["ci"],
+                  "auc": _roc_entry(est, "auc", c), "tpr_at_1pct_fpr": _roc_entry(est, "tpr_at_1pct_fpr", c),
+                  "n_scored": int(_scored_rows(f, ci).sum())}
     return out
 
 
@@ -127,12 +119,10 @@ def add_worst_case(qs: Quantities, f: Frame) -> None:
 
 
 def worst_case(f: Frame, est: Estimates) -> WorstCase:
-    out: dict[str, Any] = {}
-    for name, _, _ in WORST:
-        for side, suffix in (("ref", "baseline"), ("any", "any")):
-            q = est[("worst", name, side)]
-            out[f"{name}_{suffix}"], out[f"{name}_{suffix}_ci"] = q["estimate"], q["ci"]
-    out["n_unsafe_bases"] = est[("worst", "miss_rate", "ref")]["n_bases"]
-    out["n_safe_bases"] = est[("worst", "false_block_rate", "ref")]["n_bases"]
-    out["conditions"] = list(f.design.conditions)
-    return cast(WorstCase, out)
+    miss, miss_any = est[("worst", "miss_rate", "ref")], est[("worst", "miss_rate", "any")]   # WORST
+    fb, fb_any = est[("worst", "false_block_rate", "ref")], est[("worst", "false_block_rate", "any")]
+    return {"miss_rate_baseline": miss["estimate"], "miss_rate_baseline_ci": miss["ci"],
+            "miss_rate_any": miss_any["estimate"], "miss_rate_any_ci": miss_any["ci"],
+            "false_block_rate_baseline": fb["estimate"], "false_block_rate_baseline_ci": fb["ci"],
+            "false_block_rate_any": fb_any["estimate"], "false_block_rate_any_ci": fb_any["ci"],
+            "n_unsafe_bases": miss["n_bases"], "n_safe_bases": fb["n_bases"], "conditions": list(f.design.conditions)}

@@ -22,8 +22,8 @@ import numpy as np
 
 from guardeval.estimators.effects import Design, base_counts_where, base_rates
 from guardeval.estimators.frame import Frame
-from guardeval.estimators.quantities import Quantities
-from guardeval.estimators.types import Drift, Order, Retried
+from guardeval.estimators.quantities import Estimates, Quantities
+from guardeval.estimators.types import Drift, Order, Retried, RetryRound, Third
 
 N_PARTS = 3
 # Least-squares slope over x = 0, 1, 2 with equal weights: (y3 − y1) / 2.
@@ -66,7 +66,7 @@ def _drift(q: Mapping[str, Any]) -> Drift:
     return {"slope": q["estimate"], "ci": q["ci"], "p": q["p"]}
 
 
-def order(f: Frame, est: Mapping[tuple[Any, ...], dict[str, Any]], part: np.ndarray) -> Order:
+def order(f: Frame, est: Estimates, part: np.ndarray) -> Order:
     d = f.design
     thirds = range(N_PARTS)
     return {
@@ -86,7 +86,7 @@ def order(f: Frame, est: Mapping[tuple[Any, ...], dict[str, Any]], part: np.ndar
 def retried(d: Design) -> Retried:
     """The calls counted at a retry's decision (retry round > 0): how many, and per round how
     many with the first and last start time of their final attempts."""
-    rounds: list[dict[str, Any]] = []
+    rounds: list[RetryRound] = []
     for r in np.unique(d.row_retry[d.row_retry > 0]):
         sel = d.row_retry == r
         times = d.row_time[sel & ~np.isnan(d.row_time)]
@@ -96,8 +96,8 @@ def retried(d: Design) -> Retried:
     return {"n_calls": int((d.row_retry > 0).sum()), "rounds": rounds}
 
 
-def part_summary(d: Design, part: np.ndarray) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
+def part_summary(d: Design, part: np.ndarray) -> list[Third]:
+    out: list[Third] = []
     for t in range(N_PARTS):
         times = d.row_time[part == t]
         out.append({"n_calls": int(len(times)),

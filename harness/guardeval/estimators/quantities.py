@@ -13,16 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import sparse
 
 from guardeval.estimators import signflip as sf
-from guardeval.estimators.bootstrap import CHUNK_CELLS, LEVEL, cluster_df, cluster_sums, effective_df, iter_counts, summarise
+from guardeval.estimators.bootstrap import (
+    CHUNK_CELLS,
+    LEVEL,
+    Estimate,
+    Inference,
+    cluster_df,
+    cluster_sums,
+    effective_df,
+    iter_counts,
+    summarise,
+)
 
 Key = tuple[Hashable, ...]
 Bounds = tuple[float, float]
+Estimates = Mapping[Key, Estimate]   # `Quantities.run`'s output, as its readers take it
 DIFFERENCE: Bounds = (-1.0, 1.0)   # a base's paired difference of two rates (the default: valid for a rate too)
 RATE: Bounds = (0.0, 1.0)
 BOOTSTRAP = "bootstrap"
@@ -79,7 +89,7 @@ class Quantities:
         self._combos.append((key, dict(terms)))
 
     def run(self, base_cluster: np.ndarray, cluster_domain: np.ndarray, n_boot: int,
-            seed: int, margin: float | None = None, level: float = LEVEL) -> dict[Key, dict[str, Any]]:
+            seed: int, margin: float | None = None, level: float = LEVEL) -> dict[Key, Estimate]:
         """Every estimate with its intervals at `level` (1 − α: 95% by default) and 2·level − 1
         (the equivalence tests'), and its bootstrap p (t-calibrated for the interactions it
         uses: bootstrap.calibrated_level), standard error, degrees of freedom and, with
@@ -167,10 +177,11 @@ class Quantities:
         ties = {key: sf.half_step(num_b[den_b[:, j] > 0, j]) for j, key in enumerate(self.keys)}
         flips = _signflip(small, ratio_cols, dict(self._combos), points, used_by, num_g, den_g, self.bounds,
                           n_boot, seed, margin, level, ties)
-        out: dict[Key, dict[str, Any]] = {}
+        out: dict[Key, Estimate] = {}
         for key, point in points.items():
             samples = columns[key]
             defined = point is not None
+            summary: Inference
             if key in flips:
                 summary = flips[key]
             elif defined:
@@ -181,8 +192,8 @@ class Quantities:
                     sf.no_variation(summary, float(point or 0.0), int(used.sum()), 1 - level, margin,
                                     _bounds(key, self.bounds, dict(self._combos)))
             else:
-                summary = dict.fromkeys(("ci", "ci90", "p", "se", "p_tost", "df", "p_min", "method", "ci_note",
-                                         "n_interactions"))
+                summary = {"ci": None, "ci90": None, "p": None, "se": None, "p_tost": None, "df": None, "p_min": None,
+                           "method": None, "ci_note": None, "n_interactions": None}
             out[key] = {
                 "estimate": point,
                 **summary,
@@ -213,14 +224,14 @@ def _bounds(key: Key, bounds: Mapping[Key, Bounds], combos: Mapping[Key, Mapping
 def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Mapping[Key, float]],
               points: Mapping[Key, float | None], used_by: Mapping[Key, np.ndarray], num_g: np.ndarray,
               den_g: np.ndarray, bounds: Mapping[Key, Bounds], n_boot: int, seed: int, margin: float | None,
-              level: float, ties: Mapping[Key, float]) -> dict[Key, dict[str, Any]]:
+              level: float, ties: Mapping[Key, float]) -> dict[Key, Inference]:
     """Sign-flip summaries of the small-design quantities, one set of flips per set of
     interactions used. A combination's subset value is its terms' subset means combined (exact
     when the terms share their bases, a first-order version otherwise)."""
     groups: dict[bytes, list[Key]] = {}
     for key in small:
         groups.setdefault(np.packbits(used_by[key]).tobytes() + bytes([len(used_by[key]) % 8]), []).append(key)
-    out: dict[Key, dict[str, Any]] = {}
+    out: dict[Key, Inference] = {}
     for members in groups.values():
         used = np.nonzero(used_by[members[0]])[0]
         g = len(used)

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # estimators/types loads numpy; run/dispatch reads QUARANTINE_CODES from here
+    from guardeval.estimators.types import Quarantine
 
 # The codes `guardeval.run.dispatch.decide` writes into decisions.jsonl (same strings).
 QUARANTINE_CODES = (
@@ -24,7 +27,7 @@ LIMIT = 0.02
 THRESHOLD = LIMIT
 
 
-def quarantine_summary(rows: Iterable[Mapping[str, Any]], n_scheduled: int) -> dict[str, Any]:
+def quarantine_summary(rows: Iterable[Mapping[str, Any]], n_scheduled: int) -> Quarantine:
     """{count, fraction, publishable, threshold, by_reason} over the scheduled calls."""
     by_reason = Counter(r["quarantine_reason"] for r in rows if r.get("quarantine_reason") is not None)
     count = sum(by_reason.values())

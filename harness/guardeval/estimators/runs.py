@@ -20,11 +20,12 @@ from guardeval.estimators.types import Report
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import REPORT_JSON, SCHEDULE
 from guardeval.run.integrity.fingerprint import run_fingerprint
+from guardeval.run.integrity.verify_state import Verified
 from guardeval.run.run import Run
 
 
 def verified(run: Run, *, verify: bool = True, allow_skipped: bool = False,
-             row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> dict[str, Any]:
+             row_limits: RowLimits = DEFAULT_ROW_LIMITS, doing: str = "estimate") -> Verified:
     """Check a run before it is estimated: every decision against its raw line and its
     re-derivation, the chain, the manifest's pins (`guardeval verify`). CheckFailed naming the
     first file and line that fails, or the check that could not be done; with `verify=False`,
@@ -36,7 +37,7 @@ def verified(run: Run, *, verify: bool = True, allow_skipped: bool = False,
     result = verify_run(run.folder, allow_skipped=allow_skipped, row_limits=row_limits)
     if not result["ok"]:
         if result["problems"]:
-            first = result["problems"][0]
+            first: Mapping[str, Any] = result["problems"][0]
             where = first["file"] + (f":{first['line']}" if first.get("line") else "")
             more = len(result["problems"]) - 1
             what = f"{where}: {first['message']}" + (f" (and {more} more)" if more else "")

@@ -29,9 +29,10 @@ interval's ends are order statistics of the subset means moved down and up by it
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+
+from guardeval.estimators.bootstrap import Inference
 
 # Every flip is enumerated up to this many interactions (2^12 = 4,096); above, random flips: at
 # 13 interactions 2/2^G is already far below any Holm threshold, so exactness buys nothing there.
@@ -156,7 +157,7 @@ def half_step(values: np.ndarray) -> float:
 
 
 def summarise(values: np.ndarray, n_total: int, point: float, g: int, se: float, level: float,
-              margin: float | None, bounds: tuple[float, float], tie: np.ndarray | float = 0.0) -> dict[str, Any]:
+              margin: float | None, bounds: tuple[float, float], tie: np.ndarray | float = 0.0) -> Inference:
     """ci (at `level`), ci90 (at 2·level − 1), p, p_tost, se, df, p_min of one quantity from its
     subset values. `tie`, per subset value (half its lattice step: `half_step` over the subset's
     bases): a subset value within it of θ0 counts on both sides — the subset cannot place the
@@ -172,7 +173,7 @@ def summarise(values: np.ndarray, n_total: int, point: float, g: int, se: float,
     ci90 = cnt.interval(alpha)
     tost = None if margin is None else max(cnt.p_greater(-margin), cnt.p_less(margin))
     flat = len(cnt.v) > 0 and float(cnt.v[-1] - cnt.v[0]) <= 1e-12 * max(1.0, abs(float(cnt.v[0])))
-    out = {"ci": ci, "ci90": ci90, "p": float(p_flip), "se": se, "p_tost": None if tost is None else float(tost),
+    out: Inference = {"ci": ci, "ci90": ci90, "p": float(p_flip), "se": se, "p_tost": None if tost is None else float(tost),
            "df": float(max(1, g - 1)), "p_min": smallest_p(g), "method": METHOD, "ci_note": None,
            "n_flips": n_total, "n_interactions": g}
     if flat:
@@ -188,7 +189,7 @@ def is_flat(ci: list[float] | None) -> bool:
     return ci is not None and ci[1] - ci[0] <= 1e-12 * max(1.0, abs(ci[0]))
 
 
-def no_variation(out: dict[str, Any], point: float, g: int, alpha: float, margin: float | None,
+def no_variation(out: Inference, point: float, g: int, alpha: float, margin: float | None,
                  bounds: tuple[float, float]) -> None:
     """In place, for a quantity whose G interactions all gave the same value: the printed
     intervals become the exact binomial bound (`_no_variation_interval`) instead of a point, and
@@ -198,14 +199,14 @@ def no_variation(out: dict[str, Any], point: float, g: int, alpha: float, margin
     if out["ci"] is not None:
         out["ci"] = _no_variation_interval(point, g, alpha, bounds)
         p_b = min(_no_variation_p(point, g, 0.0, bounds, "above"), _no_variation_p(point, g, 0.0, bounds, "below"))
-        out["p"] = float(max(out["p"], p_b))
+        out["p"] = float(max(out["p"] or 0.0, p_b))   # set (a float) wherever the interval is
     if out["ci90"] is not None:
         out["ci90"] = _no_variation_interval(point, g, 2 * alpha, bounds)
-        if out.get("p_tost") is not None and margin is not None:
+        if (p_tost := out["p_tost"]) is not None and margin is not None:
             # each side of the 90% bound is a one-sided test at α: the level 2α' whose bound sits at ∓margin
             sides = [_no_variation_p(point, g, -margin, bounds, "above"),
                      _no_variation_p(point, g, margin, bounds, "below")]
-            out["p_tost"] = float(max(out["p_tost"], max(1.0 if q >= 1.0 else 0.5 * q for q in sides)))
+            out["p_tost"] = float(max(p_tost, max(1.0 if q >= 1.0 else 0.5 * q for q in sides)))
 
 
 def ratio_se(num: np.ndarray, den: np.ndarray, point: float) -> float:

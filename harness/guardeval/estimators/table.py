@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -29,7 +29,30 @@ STATUSES = (OK, *FAILURE_STATUSES, MISSING)
 REQUIRED = ("base_id", "interaction_id", "domain", "condition", "repetition", "decision", "status")
 
 
-class ValidatedRows(list):
+Components = dict[str, bool | int | float | None]   # a composite guard's parts: booleans, finite numbers, None
+
+
+class TableRow(TypedDict):
+    """One validated row of a decision table (`validate_row`'s normalised copy)."""
+
+    base_id: str
+    interaction_id: str
+    domain: str
+    condition: str
+    repetition: int
+    decision: int | None            # 1 block, 0 allow, None
+    status: str                     # one of STATUSES
+    label: int | None
+    tool: str | None
+    score: float | None
+    started: float | None           # seconds since the epoch
+    components: Components | None
+    quarantine_reason: str | None
+    retry_round: int
+    _line: int                      # the row's line, for messages
+
+
+class ValidatedRows(list[TableRow]):
     """Rows that passed `validate_rows`, so later stages need not check them again."""
 
 
@@ -63,7 +86,7 @@ def _epoch_seconds(v: Any, *, path: object, line: int) -> float | None:
     return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
 
 
-def validate_row(row: Any, *, path: object, line: int) -> dict[str, Any]:
+def validate_row(row: Any, *, path: object, line: int) -> TableRow:
     """One row, checked field by field; returns a normalised copy."""
     if not isinstance(row, dict) and not isinstance(row, Mapping):  # dict first: the fast common case
         raise InputError("a row must be a JSON object", path=path, line=line)
@@ -136,7 +159,7 @@ def validate_rows(rows: Iterable[Any], *, path: object = None,
                   lines: Iterable[int] | None = None) -> ValidatedRows:
     """Validate every row and the links between rows (one interaction, domain, label and tool
     per base, one domain per interaction, no duplicate call)."""
-    out: list[dict[str, Any]] = []
+    out: list[TableRow] = []
     line_iter = iter(lines) if lines is not None else None
     base_info: dict[str, tuple[str, str, Any, Any]] = {}
     inter_domain: dict[str, str] = {}

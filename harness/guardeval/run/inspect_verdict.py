@@ -14,7 +14,7 @@ Inspect's view) and by the log import (the decision guardeval estimates).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from guardeval.backends.parsers import Parsed
 from guardeval.backends.quarantine import RESPONSE_CACHE_HIT
@@ -31,16 +31,36 @@ def _bounded(text: Any) -> str | None:
     return s if len(s) <= DETAIL_LIMIT else s[:DETAIL_LIMIT - 3] + "..."
 
 
+class Unanswered(TypedDict):
+    """The decision fields of a call without a counted answer."""
+
+    decision: None
+    score: None
+    components: dict[str, Any]
+    quarantine_reason: None
+
+
+class Verdict(TypedDict):
+    """One Inspect sample as a call's decision: the fields of a decisions.jsonl line it has."""
+
+    status: str
+    decision: int | None
+    score: float | None
+    components: dict[str, Any]
+    quarantine_reason: str | None
+    detail: NotRequired[str | None]
+
+
 def verdict(output: Any, parser: Callable[[str | None, str | None], Parsed], *, sample_error: Any = None,
             limit: Any = None, seen_sha256: str | None = None, expected_sha256: str | None = None,
-            cache_read: bool = False) -> dict[str, Any]:
+            cache_read: bool = False) -> Verdict:
     """{status, decision, score, components, quarantine_reason, detail} of one sample (one call).
 
     `output`: the sample's ModelOutput (or None); `sample_error`: its EvalError; `limit`: its
     EvalSampleLimit; `seen_sha256`: `stimulus_sha256` of the input the model was sent;
     `expected_sha256`: the one exported (None: not checked); `cache_read`: Inspect's cache answered.
     """
-    failed: dict[str, Any] = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
+    failed: Unanswered = {"decision": None, "score": None, "components": {}, "quarantine_reason": None}
     if sample_error is not None:
         return {**failed, "status": "provider_error", "detail": _bounded(getattr(sample_error, "message", sample_error))}
     choices = getattr(output, "choices", None) or []
@@ -55,7 +75,8 @@ def verdict(output: Any, parser: Callable[[str | None, str | None], Parsed], *, 
            "call_id": "", "seq": 0, "request_sha256": seen_sha256}
     # No back-end's own checks: Inspect's model call is not a guardeval back-end's.
     d = decide(raw, "", expected_request_sha256=expected_sha256, parser=parser, backend=None)
-    out = {k: d[k] for k in ("status", "decision", "score", "components", "quarantine_reason", "detail")}
+    out: Verdict = {"status": d["status"], "decision": d["decision"], "score": d["score"], "components": d["components"],
+                    "quarantine_reason": d["quarantine_reason"], "detail": d["detail"]}
     if out["quarantine_reason"] == FINGERPRINT_MISMATCH:
         out["detail"] = ("the log records no model call for it" if seen_sha256 is None else
                          "the model was sent another stimulus than the one exported for this sample")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 import orjson
 
@@ -39,10 +39,26 @@ from guardeval.run.folder.manifest import (
     run_row_limits,
 )
 from guardeval.run.integrity import callable_pin
-from guardeval.run.schedule import ALGORITHM, iter_schedule
+from guardeval.run.schedule import ALGORITHM, ScheduleRow, iter_schedule
 
 DEFAULT_RUNS_ROOT = Path(RUNS_ROOT)
 
+
+
+class ProjectionRecord(TypedDict):
+    """What a launch would cost, projected before anything is sent (the API's `Projection`)."""
+
+    calls: int
+    prompt_tokens_est: int          # prompt characters / 4
+    max_output_tokens: int          # every call's full max_tokens
+    cost_usd_upper_est: float | None
+
+
+class FileHashes(TypedDict):
+    """The SHA-256 of schedule.jsonl and stimuli.jsonl, for the manifest."""
+
+    schedule_sha256: str
+    stimuli_sha256: str
 
 @dataclass
 class Plan:
@@ -59,12 +75,12 @@ class Plan:
     prompt: Prompt
     manifest: dict[str, Any]            # schedule/stimuli hashes filled in by `digest` or `materialise`
     n_calls: int
-    lines: Callable[[], Iterator[tuple[bytes, dict[str, Any]]]]   # schedule lines, as bytes and parsed
+    lines: Callable[[], Iterator[tuple[bytes, ScheduleRow]]]   # schedule lines, as bytes and parsed
     requests: dict[str, tuple[str, int]] = field(default_factory=dict)  # instance_sha256 -> (request sha, tokens)
     prompt_tokens_est: int = 0          # rough (chars / 4), summed over calls
     parent_schedule_sha256: str | None = None   # replicate: the parent's schedule must still hash to this
 
-    def projection(self, max_calls: int | None = None) -> dict[str, Any]:
+    def projection(self, max_calls: int | None = None) -> ProjectionRecord:
         """Tokens and cost of the run, or of its first `max_calls` calls in schedule order (a pilot)."""
         cfg = self.config
         calls, tin = self.n_calls, self.prompt_tokens_est
@@ -118,7 +134,7 @@ class Plan:
         self.manifest.update(self.write(None))
         return self.manifest
 
-    def write(self, folder: RunFolder | None) -> dict[str, Any]:
+    def write(self, folder: RunFolder | None) -> FileHashes:
         """Stream schedule.jsonl and stimuli.jsonl into the partial `folder` (new files, never
         through a link: `RunFolder.create_new`), or only hash them; return their SHA-256 for the
         manifest. Lines are gathered in blocks: one write and one hash update per block, not per
@@ -143,7 +159,7 @@ class Plan:
             raise InputError(f"the schedule has {n} calls, the plan {self.n_calls}")
         return {"schedule_sha256": hashes[SCHEDULE].hexdigest(), "stimuli_sha256": hashes[STIMULI].hexdigest()}
 
-    def _request_sha(self, row: dict[str, Any]) -> str:
+    def _request_sha(self, row: ScheduleRow) -> str:
         key = row["instance_sha256"]
         hit = self.requests.get(key)
         if hit is None:
@@ -157,7 +173,8 @@ class Plan:
         return make_renderer(self.config, self.prompt)
 
 
-def _emit(hashes: dict[str, Any], out: Mapping[str, BinaryIO], sched: list[bytes], stim: list[bytes]) -> None:
+def _emit(hashes: Mapping[str, hashlib._Hash], out: Mapping[str, BinaryIO], sched: list[bytes],
+          stim: list[bytes]) -> None:
     for name, block in ((SCHEDULE, sched), (STIMULI, stim)):
         data = b"".join(block)
         hashes[name].update(data)
@@ -236,7 +253,7 @@ def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig,
         raise InputError(f"{cohort.n_instances} instances x {reps} repetitions = {n_calls} calls: more than the "
                          f"{MAX_CALLS} a run may have; use fewer --reps", field="reps")
 
-    def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
+    def lines() -> Iterator[tuple[bytes, ScheduleRow]]:
         for row in iter_schedule(cohort, reps=reps, seed=seed, order=order):
             yield dumps_line(row), row
 
@@ -261,8 +278,9 @@ def plan_replicate(folder: RunFolder, *, guard_path: str | Path | GuardConfig, b
     if sha != parent["schedule_sha256"]:
         raise InputError("schedule.jsonl does not match its manifest (run `guardeval verify`)", path=sched_path)
 
-    def lines() -> Iterator[tuple[bytes, dict[str, Any]]]:
-        # The parent's bytes, verbatim: a replicate carries the schedule byte-identical.
+    def lines() -> Iterator[tuple[bytes, ScheduleRow]]:
+        # The parent's bytes, verbatim (its hash checked against the manifest above): a replicate carries the
+        # schedule byte-identical.
         for _, line in folder.lines(SCHEDULE):
             yield line, orjson.loads(line)
 

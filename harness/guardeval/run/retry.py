@@ -20,6 +20,7 @@ from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import EVENTS
 from guardeval.run.folder.records import Decision
 from guardeval.run.folder.writer import RunWriter
+from guardeval.run.schedule import ScheduleRow
 
 
 @dataclass
@@ -79,7 +80,7 @@ def record_start(folder: RunFolder, writer: RunWriter, session: RetrySession) ->
         raise WriteFailed(folder.file(EVENTS), exc, "No retry was sent.") from None
 
 
-def with_targets(rows: Iterable[dict[str, Any]], targets: supersede.Targets) -> Iterator[dict[str, Any]]:
+def with_targets(rows: Iterable[ScheduleRow], targets: supersede.Targets) -> Iterator[ScheduleRow]:
     """The targets' schedule rows, each carrying the live decision its new one will supersede."""
     for row in rows:
         live = targets.calls.get(row["call_id"])

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.prompts import Prompt
@@ -31,9 +31,28 @@ from guardeval.run.integrity.fingerprint import Fingerprint, run_fingerprint
 
 if TYPE_CHECKING:
     # Only for the types: the dispatcher (HTTP client, numpy) loads when a run is resumed.
+    from guardeval.run.integrity.verify_state import Verification
     from guardeval.run.runner import RunOutcome
+    from guardeval.run.status import RunStatusRecord
 
 RunLike = str | Path | RunFolder
+
+
+class CohortPin(TypedDict):
+    """The manifest's `cohort`: the cohort a run was launched on (name and sha256 checked on read)."""
+
+    name: str
+    sha256: str
+    instances_sha256: NotRequired[str]
+
+
+class PromptPin(TypedDict):
+    """The manifest's `prompt` (id, sha256 and parser checked on read)."""
+
+    id: str
+    sha256: str
+    parser: str
+    copy: NotRequired[str]          # the run folder's copy of the prompt's files
 
 
 @dataclass(frozen=True)
@@ -48,11 +67,11 @@ class Manifest:
     order: str
     schedule_sha256: str
     stimuli_sha256: str
-    guard: dict[str, Any]
-    cohort: dict[str, Any]
-    prompt: dict[str, Any]
+    guard: dict[str, Any]           # the guard config as recorded (backends/config_fields.py declares its fields)
+    cohort: CohortPin
+    prompt: PromptPin
     sha256: str
-    parent_run: dict[str, Any] | None
+    parent_run: Mapping[str, object] | None   # a replicate's parent, as recorded (read, not relied on)
     raw: dict[str, Any]
 
     @classmethod
@@ -176,7 +195,7 @@ class Run:
         return run_fingerprint(self._folder, self.manifest.raw)
 
     # -- what users do to a run --------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RunStatusRecord:
         """`guardeval status`: decided and pending calls, spend, state."""
         from guardeval.run.status import run_status
 
@@ -184,7 +203,7 @@ class Run:
         return run_status(self._folder)
 
     def verify(self, *, allow_skipped: bool = False, row_limits: RowLimits = DEFAULT_ROW_LIMITS,
-               expect: str | None = None) -> dict[str, Any]:
+               expect: str | None = None) -> Verification:
         """`guardeval verify`: every hash, the chain, every decision (`expect`: a parsed token)."""
         from guardeval.run.integrity.verify import verify_run
 

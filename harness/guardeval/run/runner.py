@@ -10,7 +10,7 @@ from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import anyio
 
@@ -26,7 +26,7 @@ from guardeval.run.dispatch.decide import decide
 from guardeval.run.dispatch.dispatch import Dispatcher, DispatchOptions, DispatchResult
 from guardeval.run.dispatch.stalls import DEFAULT_RATE_LIMIT_STOP_S
 from guardeval.run.folder import supersede
-from guardeval.run.folder.causes import Causes
+from guardeval.run.folder.causes import Causes, FailureCause
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import STIMULUS_LINE, iter_jsonl, parse_line
@@ -36,6 +36,7 @@ from guardeval.run.folder.writer import RunWriter
 from guardeval.run.integrity import callable_pin
 from guardeval.run.integrity.fingerprint import run_fingerprint
 from guardeval.run.planning import load_run_cohort, require_key
+from guardeval.run.schedule import ScheduleRow
 from guardeval.run.status import decision_counts
 from guardeval.terminal import safe
 
@@ -53,7 +54,7 @@ class RunOutcome:
     fingerprint: str | None = None   # guardeval.run.integrity.fingerprint, taken when the session ended
     retry: retries.RetrySession = field(default_factory=retries.RetrySession)
     simulated: bool = False     # sent to the simulated provider (for the hint when it is not there)
-    failure_causes: list[dict[str, Any]] = field(default_factory=list)   # guardeval.run.folder.causes
+    failure_causes: list[FailureCause] = field(default_factory=list)   # guardeval.run.folder.causes
 
     @property
     def complete(self) -> bool:
@@ -89,7 +90,7 @@ class Session:
     writer: RunWriter
     cohort: Cohort
     parser: Any
-    rows: Iterable[dict[str, Any]]
+    rows: Iterable[ScheduleRow]
     total: int                  # the run's calls (what the progress counts to)
     options: DispatchOptions    # may be changed before `dispatch` (handle_signals, progress, budget_type)
     already: int
@@ -167,7 +168,7 @@ def session(folder: RunFolder, *, base_url: str | None = None, concurrency: int 
             total = int(manifest["n_calls"])
             pending = PendingRows(folder, state.decided, cohort)
             sources: list[PendingRows] = [pending]
-            rows: Iterable[dict[str, Any]] = pending
+            rows: Iterable[ScheduleRow] = pending
             # A session with nothing to send, recover or retry leaves the run as it was: no start
             # and stop in events.jsonl (so a fingerprint written down stays true), no progress line.
             idle = (total == len(state.decided) and not retry.n_targets and not (recovered + retry.recovered)
@@ -269,7 +270,7 @@ class PendingRows:
         self.folder, self.run_dir, self.decided, self.cohort = folder, folder.path, decided, cohort
         self.error: CheckFailed | None = None
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[ScheduleRow]:
         sched, stim = self.folder.file(SCHEDULE), self.folder.file(STIMULI)
         lineno = 0
         try:
@@ -291,6 +292,8 @@ class PendingRows:
                     self.error = self._damaged(f"line {lineno}: the row names no instance of the run's cohort "
                                                "(base_id, condition, instance_sha256)")
                     return
+                if not isinstance(request_sha, str):
+                    raise TypeError("'request_sha256'")   # a malformed stimuli line: damaged, below
                 row["request_sha256"] = request_sha
                 yield row
         except ValueError:   # zip(strict=True): one file is longer than the other
@@ -300,7 +303,9 @@ class PendingRows:
         except CheckFailed as exc:
             self.error = exc
 
-    def _names_an_instance(self, row: dict[str, Any]) -> bool:
+    def _names_an_instance(self, row: dict[str, Any]) -> TypeGuard[ScheduleRow]:
+        """The row names an instance of the cohort (a row missing its fields does not): what the
+        dispatcher reads of it (call id and request hash come from the checked line pair)."""
         try:
             self.cohort.cell(row["base_id"], row["condition"])
         except (KeyError, TypeError):

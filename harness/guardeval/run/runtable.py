@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import orjson
 
@@ -44,9 +44,30 @@ def _checked(rec: dict[str, Any], fields: dict[str, tuple[type, ...]], path: Pat
     return rec
 
 
+class RunRow(TypedDict):
+    """A scheduled call as a decision-table row (estimators/table.py validates it): the schedule's
+    fields, the cohort's label and tool, and the call's live decision (status "missing" without one)."""
+
+    call_id: str
+    base_id: str
+    interaction_id: str
+    domain: str
+    condition: str
+    repetition: int
+    label: int | None
+    tool: str | None
+    decision: int | None
+    status: str
+    score: float | None
+    started: str | None             # the final attempt's start (ISO 8601)
+    components: dict[str, bool | int | float | None] | None
+    quarantine_reason: str | None
+    retry_round: int
+
+
 @dataclass
 class RunTable:
-    rows: list[dict[str, Any]]
+    rows: list[RunRow]
     n_scheduled: int
     complete: bool
     roles: dict[str, str]
@@ -126,7 +147,7 @@ def _run_table(folder: RunFolder, row_limits: RowLimits) -> RunTable:
     pin = manifest.get("cohort", {}).get("sha256") if isinstance(manifest.get("cohort"), dict) else None
     cohort = load_cohort_copy(folder, run_row_limits(folder, manifest, row_limits), pin)
     baseline = cohort.baseline()
-    labels: dict[str, Any] = {}
+    labels: dict[str, int | None] = {}
     tools: dict[str, str] = {}
     for r in cohort.iter_instances():
         labels[r["base_id"]] = r["label"]
@@ -142,7 +163,7 @@ def _run_table(folder: RunFolder, row_limits: RowLimits) -> RunTable:
     replayed = generation_replays(folder)
     starts = final_attempt_starts(folder, {d["raw_seq"] for d in decisions.values()
                                               if type(d.get("raw_seq")) is int})
-    rows: list[dict[str, Any]] = []
+    rows: list[RunRow] = []
     n = 0
     for lineno, _, s in iter_jsonl(folder, SCHEDULE):
         _checked(s, _SCHEDULE_FIELDS, sched_path, lineno)

@@ -9,10 +9,32 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from guardeval.canon import canonical_sha256
 from guardeval.cohorts.model import Cohort
+
+if TYPE_CHECKING:
+    from guardeval.run.folder.supersede import Live
+
+
+
+class ScheduleRow(TypedDict):
+    """One line of schedule.jsonl: a call, in dispatch order. As the runner hands it to the
+    dispatcher it also carries the call's request hash (stimuli.jsonl's) and, in a retry, the live
+    decision its new one supersedes."""
+
+    index: int
+    call_id: str
+    base_id: str
+    interaction_id: str
+    domain: str
+    condition: str
+    repetition: int
+    instance_sha256: str
+    request_sha256: NotRequired[str]
+    supersedes: NotRequired[Live]
+
 
 ORDERS = ("rounds", "shuffled")
 # Recorded in the manifest; Python's random.shuffle on a Mersenne Twister seeded with the int.
@@ -25,7 +47,7 @@ def call_id_for(seed: int, base_id: str, condition: str, repetition: int, instan
     return canonical_sha256(["guardeval-call-v1", seed, base_id, condition, repetition, instance_sha256])[:32]
 
 
-def iter_schedule(cohort: Cohort, *, reps: int, seed: int, order: str = "rounds") -> Iterator[dict[str, Any]]:
+def iter_schedule(cohort: Cohort, *, reps: int, seed: int, order: str = "rounds") -> Iterator[ScheduleRow]:
     """The schedule, one row at a time, in dispatch order (nothing of size n_calls is held).
 
     The random draws are exactly those of the list-building version (`ALGORITHM` names them),

@@ -13,14 +13,14 @@ A 1,000,000-call run reports in seconds.
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
 from guardeval.backends.base import valid_cost
 from guardeval.run.folder import supersede
 from guardeval.run.folder.answered import answered_by
-from guardeval.run.folder.causes import Causes
+from guardeval.run.folder.causes import Causes, FailureCause
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.head import head_problems
 from guardeval.run.folder.layout import DECISIONS, EVENTS, RAW
@@ -32,7 +32,63 @@ from guardeval.run.integrity.fingerprint import last_line, run_fingerprint
 MAX_PROBLEMS = 50   # listed by status (verify lists them all, up to its own bound)
 
 
-def run_status(folder: RunFolder) -> dict[str, Any]:
+class LastStop(TypedDict):
+    """The run's last `stop` event, as events.jsonl has it."""
+
+    at: str | None
+    reason: str | None
+    fatal: str | None
+    decided: int | None
+    total: int | None
+
+
+class RetrySession(TypedDict):
+    """A `resume --retry-failed` session's start, as events.jsonl has it."""
+
+    at: str | None
+    statuses: list[str] | None
+    calls: int | None
+
+
+class RetriedCalls(TypedDict):
+    calls: int                      # calls retried (each once in round 1)
+    rounds: dict[str, int]          # superseding decisions by retry round
+    sessions: list[RetrySession]
+
+
+class RunStatusRecord(TypedDict):
+    """`guardeval status --json` of one run (the API's `RunStatus` reads it)."""
+
+    run_id: str
+    run_dir: str
+    guard: str
+    model: str
+    cohort: str
+    parent_run: str | None
+    n_calls: int
+    decided: int
+    pending: int
+    complete: bool
+    running: bool
+    state: str
+    statuses: dict[str, int]
+    failure_causes: list[FailureCause]
+    quarantined: int
+    quarantine_by_reason: dict[str, int]
+    generation_replays: int
+    attempts: int
+    retries: int
+    spend_usd: float
+    spend_simulated: bool
+    last_stop: LastStop | None
+    retried: RetriedCalls
+    undecided_answers: int
+    problems: list[str]
+    fingerprint: str
+    answered_by: dict[str, int]
+
+
+def run_status(folder: RunFolder) -> RunStatusRecord:
     """`guardeval status` of a run its caller opened (`guardeval.run.Run.open`), left open."""
     manifest = read_manifest(folder)
     raw_counts = _RawCounts(folder)   # workers read the raw log while this reads decisions
@@ -44,18 +100,20 @@ def run_status(folder: RunFolder) -> dict[str, Any]:
         attempts, spend, retries, replayed, finals = raw_counts.result()
     finally:
         raw_counts.close()
-    last_stop, last_event = None, None
-    sessions: list[dict[str, Any]] = []
+    last_stop: LastStop | None = None
+    last_event = None
+    sessions: list[RetrySession] = []
     for _, _, ev in iter_jsonl(folder, EVENTS):
         kind = ev.get("event")
         if kind == "retry":
-            sessions.append({k: ev.get(k) for k in ("at", "statuses", "calls")})
+            sessions.append({"at": ev.get("at"), "statuses": ev.get("statuses"), "calls": ev.get("calls")})
         # A session is its start and its stop; the `note`s a session writes in between say
         # nothing about whether it ended.
         if kind in ("start", "stop"):
             last_event = kind
         if kind == "stop":
-            last_stop = {k: ev.get(k) for k in ("at", "reason", "fatal", "decided", "total")}
+            last_stop = {"at": ev.get("at"), "reason": ev.get("reason"), "fatal": ev.get("fatal"),
+                         "decided": ev.get("decided"), "total": ev.get("total")}
     n = manifest["n_calls"]
     fp = run_fingerprint(folder, manifest)
     problems[:0] = [f"{RAW}: {p}" for p in head_problems(folder, fp.n_raw, fp.raw_head,
@@ -115,7 +173,7 @@ def decision_counts(folder: RunFolder, rounds: dict[int, int] | None = None, pro
     return decided, live.statuses, live.quarantine
 
 
-def _state(running: bool, complete: bool, last_event: str | None, last_stop: dict[str, Any] | None,
+def _state(running: bool, complete: bool, last_event: str | None, last_stop: LastStop | None,
            damaged: bool = False) -> str:
     """One word for where the run stands: running, damaged, complete, stopped, interrupted or
     not_started."""

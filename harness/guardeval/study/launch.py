@@ -32,7 +32,7 @@ from guardeval.run.folder.layout import utcnow
 from guardeval.run.planning import Plan, materialise_in, plan_launch
 from guardeval.study.dispatch import RunOptions
 from guardeval.study.question import resolve_question
-from guardeval.study.record import RUNS_DIR, STUDY_JSON, check_label, command, run_entry, write_record
+from guardeval.study.record import RUNS_DIR, STUDY_JSON, Question, check_label, command, run_entry, write_record
 
 DEFAULT_STUDIES_ROOT = Path("studies")
 GuardSource = str | Path | GuardConfig
@@ -65,7 +65,7 @@ class StudyPlan:
     study_id: str
     cohort: Cohort
     guards: list[StudyGuard]
-    question: dict[str, Any]
+    question: Question
     schedule_sha256: str
     max_cost: float | None = None
     per_guard: dict[str, float] = field(default_factory=dict)

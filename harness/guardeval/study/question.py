@@ -11,12 +11,12 @@ from typing import Any
 
 from guardeval.errors import InputError
 from guardeval.run.folder.layout import utcnow
-from guardeval.study.record import QUESTION_FIELDS
+from guardeval.study.record import QUESTION_FIELDS, Question
 
 
 def resolve_question(conditions: Sequence[tuple[str, str]], *, baseline: str | None = None,
                      placebo: str | None = None, family: Sequence[str] | None = None,
-                     margin: float | None = None, failure_rule: str | None = None) -> dict[str, Any]:
+                     margin: float | None = None, failure_rule: str | None = None) -> Question:
     """The question over a cohort's conditions ((name, role), in the cohort's order), each
     default resolved as `estimate` resolves it; InputError naming the option that does not fit."""
     from guardeval.estimators.core import resolve_names  # numpy and scipy: only when a question is set

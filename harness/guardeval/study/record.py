@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict, get_args
 
 import orjson
 
@@ -41,7 +41,8 @@ FORMAT = "guardeval-study/1"
 MAX_STUDY_BYTES = 16 << 20      # a few KiB per run and command; far past that it is not one
 MAX_DEPTH = 32
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-QUESTION_FIELDS = ("baseline", "placebo", "family", "margin", "failure_rule")
+QuestionField = Literal["baseline", "placebo", "family", "margin", "failure_rule"]
+QUESTION_FIELDS: tuple[QuestionField, ...] = get_args(QuestionField)
 TOKEN = re.compile(r"s([0-9]{1,4})\.([0-9]{1,15})\.([0-9a-f]{24})")
 
 
@@ -109,7 +110,48 @@ def write_record(folder: RunFolder, record: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def command(argv: Sequence[str] | None) -> dict[str, Any]:
+class Question(TypedDict):
+    """What a study asks (study/question.resolve_question), every default resolved."""
+
+    baseline: str
+    placebo: str | None
+    family: list[str]
+    margin: float
+    failure_rule: str
+
+
+class Command(TypedDict):
+    """One entry of a study's `commands`."""
+
+    at: str
+    command: list[str]
+    guardeval_version: str
+
+
+class GuardRef(TypedDict):
+    name: str
+    backend: str
+    model: str
+
+
+class RunEntry(TypedDict):
+    """One entry of a study's `runs`: the run it holds and when, by its manifest."""
+
+    label: str
+    run_id: str
+    manifest_sha256: str
+    guard: GuardRef
+    added: str
+    fingerprint: str | None             # the run's fingerprint at the study's last report
+
+
+class StudyFingerprintRecord(TypedDict):
+    token: str
+    digest: str
+    runs: dict[str, str | None]
+
+
+def command(argv: Sequence[str] | None) -> Command:
     """One entry of `commands`: when, what (the command line, or the API call), which version."""
     shown = list(argv) if argv is not None else ["python", "-c", "guardeval.api.study_*"]
     return {"at": utcnow(), "command": [a[:4096] for a in shown[:1000]], "guardeval_version": __version__}
@@ -120,7 +162,7 @@ def cli_argv(args: Any) -> list[str]:
     return ["guardeval", *getattr(args, "argv", sys.argv[1:])]
 
 
-def run_entry(label: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+def run_entry(label: str, manifest: Mapping[str, Any]) -> RunEntry:
     guard = manifest.get("guard") or {}
     return {"label": label, "run_id": manifest["run_id"], "manifest_sha256": manifest["sha256"],
             "guard": {"name": str(guard.get("name")), "backend": str(guard.get("backend")),
@@ -147,7 +189,7 @@ class StudyFingerprint:
     digest: str
     runs: dict[str, str | None]         # label -> the run fingerprint it was made from (None: missing)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> StudyFingerprintRecord:
         return {"token": self.token, "digest": self.digest, "runs": dict(self.runs)}
 
 

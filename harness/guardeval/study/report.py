@@ -28,7 +28,7 @@ from guardeval.run.folder.layout import RAW, REPORT_HTML, utcnow
 from guardeval.run.folder.manifest import read_manifest
 from guardeval.run.integrity.fingerprint import run_fingerprint
 from guardeval.run.run import Run
-from guardeval.run.status import run_status
+from guardeval.run.status import RunStatusRecord, run_status
 from guardeval.study.answer import answer
 from guardeval.study.record import (
     RUNS_DIR,
@@ -53,7 +53,7 @@ def versions() -> dict[str, str]:
             "scipy": scipy.__version__, "platform": platform.platform()}
 
 
-def _summary(label: str, report: dict[str, Any], status: dict[str, Any]) -> str:
+def _summary(label: str, report: dict[str, Any], status: RunStatusRecord) -> str:
     """One line per guard: calls, statuses, the baseline block rate, the corrected effects."""
     q = report["quarantine"]["count"]
     effects = ", ".join(

@@ -18,7 +18,7 @@ import contextlib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from guardeval.cohorts.model import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import CheckFailed, InputError
@@ -150,11 +150,27 @@ def study_status(study_dir: str | Path) -> dict[str, Any]:
                 "fingerprint": fp.token}
 
 
+class RunCheck(TypedDict):
+    """`study verify`'s word on one of the study's runs."""
+
+    ok: bool
+    checked: str
+    problems: int                   # how many (they are listed with the study's, each with its run)
+    fingerprint: str | None
+
+
+class StudyProblem(TypedDict):
+    file: str
+    line: int | None
+    message: str
+    run: NotRequired[str]           # a run's own problem: which run
+
+
 def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skipped: bool = False,
                  row_limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
     """Every run verified, and the study's record against its runs (see the module's doc)."""
-    problems: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
+    problems: list[StudyProblem] = []
+    skipped: list[dict[str, str]] = []
     notes: list[str] = []
 
     def problem(where: Path, message: str, line: int | None = None) -> None:
@@ -167,7 +183,7 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
             problem(study.file(STUDY_JSON), reason(exc))
             return {"ok": False, "problems": problems, "skipped": [], "notes": [], "runs": {}, "fingerprint": None,
                     "checked": "study.json"}
-        runs: dict[str, Any] = {}
+        runs: dict[str, RunCheck] = {}
         tokens: dict[str, str | None] = {}
         for entry in record["runs"]:
             label = entry["label"]
@@ -182,7 +198,7 @@ def study_verify(study_dir: str | Path, *, expect: str | None = None, allow_skip
                 folder = run.folder
                 rep = run.verify(allow_skipped=allow_skipped, row_limits=row_limits)
                 runs[label] = {"ok": rep["ok"], "checked": rep["checked"], "problems": len(rep["problems"]),
-                               "fingerprint": (rep.get("fingerprint") or {}).get("token")}
+                               "fingerprint": got["token"] if (got := rep.get("fingerprint")) else None}
                 problems.extend({**p, "run": label} for p in rep["problems"])
                 skipped.extend({**s, "run": label} for s in rep["skipped"])
                 try:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
 
 from guardeval.canon import sha256_hex
 from guardeval.errors import InputError
@@ -32,12 +32,45 @@ if TYPE_CHECKING:
 # The export frame (docs/how-to/export.md); `cost` is the call's spend over all its attempts,
 # `latency_s`, `provider` and `finish_reason` are those of its final attempt; `retry_round` is 0,
 # or the retry (`resume --retry-failed`) whose decision the row carries.
-EXPORT_COLUMNS = ("call_id", "base_id", "interaction_id", "domain", "condition", "repetition", "label", "tool",
-                  "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost", "provider",
-                  "finish_reason", "retry_round")
+ExportColumn = Literal["call_id", "base_id", "interaction_id", "domain", "condition", "repetition", "label", "tool",
+                       "decision", "score", "status", "quarantine_reason", "attempts", "latency_s", "cost",
+                       "provider", "finish_reason", "retry_round"]
+EXPORT_COLUMNS: tuple[ExportColumn, ...] = get_args(ExportColumn)   # in that order
 CALL_ID = re.compile(r"[0-9a-f]{32}")
 MIN_PREFIX = 1
 CALL_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},32}}")
+
+
+class CallRow(TypedDict):
+    """One scheduled call joined across the run folder (`load_calls`): the export's columns and
+    what the call browser and `show` need beyond them. Read from the run's own logs."""
+
+    call_id: str
+    base_id: str
+    interaction_id: str
+    domain: str
+    condition: str
+    repetition: int
+    label: int | None
+    tool: str | None
+    decision: int | None
+    score: float | None
+    status: str                     # a decision status, or "missing"
+    quarantine_reason: str | None
+    attempts: int
+    latency_s: float | None
+    cost: float | None
+    provider: str | None
+    finish_reason: str | None
+    retry_round: int
+    index: int | None
+    instance_sha256: str | None
+    components: dict[str, bool | int | float | None] | None
+    detail: str | None
+    raw_seq: int | None
+    raw_line_sha256: str | None
+    error_class: str | None
+    flip: NotRequired[bool | None]  # set by `mark_flips`
 
 
 @dataclass
@@ -58,14 +91,14 @@ class RunCalls:
     conditions: list[str]
     roles: dict[str, str]
     baseline: str
-    rows: list[dict[str, Any]]
+    rows: list[CallRow]
     attempts: dict[str, AttemptSummary]
     n_raw: int
     spend: float | None
     first_started: str | None
     last_finished: str | None
 
-    def row(self, call_id: str) -> dict[str, Any] | None:
+    def row(self, call_id: str) -> CallRow | None:
         return next((r for r in self.rows if r["call_id"] == call_id), None)
 
 
@@ -131,7 +164,7 @@ def load_calls(run: RunFolder | Run) -> RunCalls:
     decisions = _decisions(folder)
     replayed = generation_replays(folder)   # quarantined as `estimate` counts them
     attempts, n_raw, first, last = scan_attempts(folder)
-    rows: list[dict[str, Any]] = []
+    rows: list[CallRow] = []
     for _, _, s in iter_jsonl(folder, SCHEDULE):
         cid = s["call_id"]
         d = decisions.get(cid) or {}
@@ -161,14 +194,14 @@ def load_calls(run: RunFolder | Run) -> RunCalls:
                     first_started=first, last_finished=last)
 
 
-def counted_decision(row: dict[str, Any]) -> int | None:
+def counted_decision(row: CallRow) -> int | None:
     """The decision the estimators count under the drop rule (None: failed, quarantined, missing)."""
     if row["quarantine_reason"] is not None or row["status"] != "ok":
         return None
     return row["decision"]
 
 
-def mark_flips(rows: list[dict[str, Any]], baseline: str) -> None:
+def mark_flips(rows: list[CallRow], baseline: str) -> None:
     """`flip`: whether a call's decision differs from the baseline's in the same base and
     repetition (the same-round flip of docs/estimators.md); None when either is not counted
     and for the baseline's own calls."""

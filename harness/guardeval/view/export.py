@@ -18,31 +18,33 @@ import orjson
 
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import NotWritable, write_into
-from guardeval.view.calls import EXPORT_COLUMNS, RunCalls
+from guardeval.view.calls import EXPORT_COLUMNS, ExportColumn, RunCalls
 from guardeval.view.files import out_file, report_folder
 
 FORMATS = ("csv", "jsonl", "parquet")
+ExportRow = dict[ExportColumn, object]   # a call row's export columns, in EXPORT_COLUMNS order
 _INTS = ("repetition", "label", "decision", "attempts", "retry_round")
 _FLOATS = ("score", "latency_s", "cost")
 
 
-def export_rows(calls: RunCalls) -> list[dict[str, Any]]:
+def export_rows(calls: RunCalls) -> list[ExportRow]:
     return [{c: r[c] for c in EXPORT_COLUMNS} for r in calls.rows]
 
 
-def write_csv(rows: Iterable[dict[str, Any]], fh: IO[str]) -> None:
-    w = csv.DictWriter(fh, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+def write_csv(rows: Iterable[ExportRow], fh: IO[str]) -> None:
+    names: list[str] = list(EXPORT_COLUMNS)
+    w = csv.DictWriter(fh, fieldnames=names, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: ("" if v is None else v) for k, v in r.items()})
 
 
-def write_jsonl(rows: Iterable[dict[str, Any]], fh: IO[bytes]) -> None:
+def write_jsonl(rows: Iterable[ExportRow], fh: IO[bytes]) -> None:
     for r in rows:
         fh.write(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE))
 
 
-def parquet_table(rows: list[dict[str, Any]]) -> Any:
+def parquet_table(rows: list[ExportRow]) -> Any:
     try:
         import pyarrow as pa
     except ImportError:

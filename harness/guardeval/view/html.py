@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import orjson
 
@@ -35,7 +35,7 @@ from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, REPORT_HTML, REPORT_JSON, STIMULI
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.view import tables as T
-from guardeval.view.calls import RunCalls, load_calls, read_attempts
+from guardeval.view.calls import CallRow, RunCalls, load_calls, read_attempts
 from guardeval.view.files import out_file, write_atomically
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _message_text(content: Any) -> str:
     return orjson.dumps(content).decode()
 
 
-def _encode_columns(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], dict[str, list[Any]]]:
+def _encode_columns(rows: list[CallRow]) -> tuple[list[list[Any]], dict[str, list[Any]]]:
     """Rows as arrays; a string column with few distinct values as indexes into its own list."""
     enums: dict[str, list[Any]] = {}
     for col in ROW_COLUMNS:
@@ -162,8 +162,29 @@ def _encode_columns(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], dict[s
     return out, enums
 
 
-def _stimuli(folder: RunFolder, wanted: set[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+class Body(TypedDict):
+    """A request body in the page's data: its parameters (an index into `params`) and its messages
+    as [role, line ids]."""
+
+    params: int
+    messages: list[list[object]]
+
+
+class CallDetail(TypedDict):
+    """What the call browser shows of one call beyond its row."""
+
+    instance_sha256: str | None
+    stimulus_sha256: str | None
+    components: dict[str, bool | int | float | None] | None
+    detail: str | None
+    raw_seq: int | None
+    raw_line_sha256: str | None
+    attempts: list[dict[str, object]]   # the raw lines' ATTEMPT_FIELDS
+
+
+def _stimuli(folder: RunFolder, wanted: set[str]) -> dict[str, str | None]:
+    """call id -> the request hash stimuli.jsonl fixed for it, for the calls `wanted`."""
+    out: dict[str, str | None] = {}
     for _, _, rec in iter_jsonl(folder, STIMULI):
         if rec.get("call_id") in wanted:
             out[rec["call_id"]] = rec.get("request_sha256")
@@ -174,16 +195,16 @@ def build_data(calls: RunCalls, sel: Selection) -> dict[str, Any]:
     rows = [calls.rows[i] for i in sel.rows]
     encoded, enums = _encode_columns(rows)
     lines = _Lines()
-    bodies: dict[str, Any] = {}
+    bodies: dict[str, Body] = {}
     params: list[Any] = []
     param_ids: dict[bytes, int] = {}
-    details: dict[str, Any] = {}
+    details: dict[str, CallDetail] = {}
     detail_rows = [calls.rows[i] for i in sel.rows if i in sel.details]
     stimuli = _stimuli(calls.folder, {r["call_id"] for r in detail_rows})
     for r in detail_rows:
         summary = calls.attempts.get(r["call_id"])
         attempts = read_attempts(calls.folder, summary.where) if summary else []
-        shown = []
+        shown: list[dict[str, object]] = []
         for a in attempts:
             req, sha = a.get("request"), a.get("request_sha256")
             if isinstance(req, Mapping) and isinstance(sha, str) and sha not in bodies:

@@ -36,8 +36,9 @@ from guardeval.cohorts.builders.common import (
     tokenizer,
 )
 from guardeval.cohorts.builders.frozen_clock import frozen_clock
+from guardeval.cohorts.builders.pins import SourcePin
 from guardeval.cohorts.builders.sampling import stratified_sample
-from guardeval.cohorts.model import write_cohort
+from guardeval.cohorts.model import Base, write_cohort
 from guardeval.cohorts.transforms.base import deep_copy
 from guardeval.errors import InputError
 
@@ -159,16 +160,16 @@ class SuiteReplay:
             seen.extend(v for v in hits if v not in seen)
         return sorted(seen), first
 
-    def bases(self, stats: SuiteStats) -> list[dict[str, Any]]:
+    def bases(self, stats: SuiteStats) -> list[Base]:
         user_tasks = sorted(self.suite.user_tasks.values(), key=lambda t: _task_number(t.ID))
         injection_tasks = sorted(self.suite.injection_tasks.values(), key=lambda t: _task_number(t.ID))
         stats.user_tasks, stats.injection_tasks = len(user_tasks), len(injection_tasks)
-        out: list[dict[str, Any]] = []
+        out: list[Base] = []
         for ut in user_tasks:
             out.extend(self.user_task_bases(ut, injection_tasks, stats))
         return out
 
-    def user_task_bases(self, ut, injection_tasks, stats: SuiteStats) -> list[dict[str, Any]]:
+    def user_task_bases(self, ut, injection_tasks, stats: SuiteStats) -> list[Base]:
         """The bases of one user task under each injection task, replayed at REPLAY_CLOCK."""
         with frozen_clock("agentdojo", REPLAY_CLOCK):
             cands, first = self.candidates(ut)
@@ -179,7 +180,7 @@ class SuiteReplay:
             self.attack.get_injection_candidates = lambda _ut, _c=cands: list(_c)
             return [b for it in injection_tasks for b in self._replay(ut, it, first, stats)]
 
-    def _replay(self, ut, it, first: int, stats: SuiteStats) -> list[dict[str, Any]]:
+    def _replay(self, ut, it, first: int, stats: SuiteStats) -> list[Base]:
         injections = self.attack.attack(ut, it)
         env = self.environment(injections)
         if not it.ground_truth(env.model_copy(deep=True)):
@@ -190,9 +191,9 @@ class SuiteReplay:
         interaction = f"{self.name}/{ut.ID}/{it.ID}"
         stats.interactions += 1
         history: list[dict[str, Any]] = []
-        out: list[dict[str, Any]] = []
+        out: list[Base] = []
 
-        def base(suffix: str, call: dict[str, Any], label: int) -> dict[str, Any]:
+        def base(suffix: str, call: dict[str, Any], label: int) -> Base:
             return {"base_id": f"{interaction}/{suffix}", "interaction_id": interaction, "domain": self.name,
                     "label": label, "label_score": float(label), "tool": call["name"],
                     "user_request": ut.PROMPT, "history": deep_copy(history),
@@ -215,13 +216,13 @@ class SuiteReplay:
         return out
 
 
-def _sources(suites: list[str]) -> list[dict[str, Any]]:
+def _sources(suites: list[str]) -> list[SourcePin]:
     """Pin the suite data files of the installed package (provenance, not a download)."""
     import importlib.resources
 
     version = importlib.metadata.version("agentdojo")
     root = importlib.resources.files("agentdojo") / "data" / "suites"
-    pins = []
+    pins: list[SourcePin] = []
     for s in suites:
         folder = root / s
         for p in sorted(Path(str(folder)).rglob("*")):
@@ -240,7 +241,7 @@ def build_agentdojo(out: str | Path, *, suites: list[str] | None = None, version
     suites = list(suites or DEFAULT_SUITES)
     tok = tokenizer(tokenizer_file)
     specs = select_conditions(conditions(suites, tok), condition_names)
-    bases: list[dict[str, Any]] = []
+    bases: list[Base] = []
     stats: dict[str, SuiteStats] = {}
     for s in suites:
         st = stats[s] = SuiteStats()

@@ -30,7 +30,7 @@ from guardeval.cohorts.builders.common import (
     select_conditions,
     tokenizer,
 )
-from guardeval.cohorts.builders.pins import parse_pin_lines, verify_file
+from guardeval.cohorts.builders.pins import SourcePin, parse_pin_lines, verify_file
 from guardeval.cohorts.builders.sampling import stratified_sample
 from guardeval.cohorts.limits import CONFLICTING_KEY, has_conflicting_keys
 from guardeval.cohorts.model import write_cohort
@@ -52,7 +52,7 @@ _NO_PARAMS = {"type": "object", "properties": {}}
 Pins = dict[str, tuple[int, str]]
 
 
-def verify_sources(source: Path, pins: Pins = ASB_PINS) -> list[dict[str, Any]]:
+def verify_sources(source: Path, pins: Pins = ASB_PINS) -> list[SourcePin]:
     if source.is_symlink() or not source.is_dir():
         raise InputError("source folder not found (symbolic links are refused)", path=source)
     manifest = parse_pin_lines(source / "MANIFEST.txt")

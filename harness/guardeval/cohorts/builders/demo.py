@@ -20,7 +20,7 @@ from guardeval.cohorts.builders.common import (
     tokenizer,
 )
 from guardeval.cohorts.builders.demo_data import ALIASES, EPISODES, TOOLS, Episode, Tool
-from guardeval.cohorts.model import BUNDLED_COHORTS, write_cohort
+from guardeval.cohorts.model import BUNDLED_COHORTS, Base, write_cohort
 
 NAME, VERSION = "demo", "1"
 # The built demo cohort, shipped inside the package (in the repository, a link to cohorts/demo).
@@ -44,12 +44,12 @@ def _descriptions(domain: str) -> list[dict[str, Any]]:
     return [{"name": t.name, "description": t.description, "parameters": _schema(t)} for t in TOOLS[domain]]
 
 
-def episode_bases(domain: str, ep: Episode) -> list[dict[str, Any]]:
+def episode_bases(domain: str, ep: Episode) -> list[Base]:
     """One base per judged step; the history is every earlier call and its observation."""
     interaction = f"demo-{domain}-{ep.key}"
     descriptions = _descriptions(domain)
     history: list[dict[str, Any]] = []
-    bases: list[dict[str, Any]] = []
+    bases: list[Base] = []
     for k, step in enumerate(ep.steps, start=1):
         call = {"name": step.tool, "arguments": dict(step.args)}
         if step.label is not None:
@@ -64,7 +64,7 @@ def episode_bases(domain: str, ep: Episode) -> list[dict[str, Any]]:
     return bases
 
 
-def demo_bases() -> list[dict[str, Any]]:
+def demo_bases() -> list[Base]:
     return [b for domain, eps in EPISODES.items() for ep in eps for b in episode_bases(domain, ep)]
 
 

@@ -32,7 +32,7 @@ from guardeval.cohorts.builders.common import (
     select_conditions,
     tokenizer,
 )
-from guardeval.cohorts.model import write_cohort
+from guardeval.cohorts.model import Base, write_cohort
 from guardeval.cohorts.transforms.base import deep_copy
 from guardeval.cohorts.transforms.names import family_table
 from guardeval.errors import InputError
@@ -243,9 +243,9 @@ def _in_dataset_order(lf: LogFile) -> list[Any]:
 
 
 def log_bases(lf: LogFile, *, prefix: str, selection: Selection, domain_field: str | None,
-              labelling: Labelling | None, skip_bad_samples: bool, stats: Stats) -> list[dict[str, Any]]:
+              labelling: Labelling | None, skip_bad_samples: bool, stats: Stats) -> list[Base]:
     """The bases of one log, in sample order (as the log holds them), then call order."""
-    bases: list[dict[str, Any]] = []
+    bases: list[Base] = []
     calls_in_log = 0
     for sample in _in_dataset_order(lf):
         stats.samples += 1
@@ -291,7 +291,7 @@ def _prefixes(logs: list[LogFile]) -> list[str]:
             for lf in logs]
 
 
-def tool_names(bases: list[dict[str, Any]]) -> list[str]:
+def tool_names(bases: list[Base]) -> list[str]:
     """Every tool name the cohort's guards see (listed or called), sorted."""
     names = {b["tool"] for b in bases}
     for b in bases:
@@ -319,7 +319,7 @@ def build_inspect(logs: list[str | Path], out: str | Path, *, tool_calls: str | 
     tok = tokenizer(tokenizer_file)
     files = read_logs(logs, max_unpacked=max_unpacked)
     stats = Stats()
-    bases: list[dict[str, Any]] = []
+    bases: list[Base] = []
     for lf, prefix in zip(files, _prefixes(files)):
         bases.extend(log_bases(lf, prefix=prefix, selection=selection, domain_field=domain_field,
                                labelling=labelling, skip_bad_samples=skip_bad_samples, stats=stats))

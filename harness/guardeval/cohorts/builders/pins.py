@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -46,7 +46,15 @@ def parse_pin_lines(path: Path) -> dict[str, tuple[int, str]]:
     return pins
 
 
-def verify_file(path: Path, size: int, sha256: str) -> dict[str, object]:
+class SourcePin(TypedDict):
+    """One source file a cohort was built from, as its cohort.json `sources` records it."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+
+def verify_file(path: Path, size: int, sha256: str) -> SourcePin:
     """Check one file against its pin (symlink, size, then hash); return its provenance entry."""
     if path.is_symlink():
         raise InputError("symbolic links are refused", path=path)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
+
+B = TypeVar("B", bound=Mapping[str, Any])   # a builder's base (cohorts/model.Base)
 
 
-def stratified_sample(bases: Sequence[dict[str, Any]], n: int, seed: int,
-                      key: Callable[[dict[str, Any]], Hashable] = lambda b: (b["domain"], b["label"])
-                      ) -> list[dict[str, Any]]:
+def stratified_sample(bases: Sequence[B], n: int, seed: int,
+                      key: Callable[[B], Hashable] = lambda b: (b["domain"], b["label"])
+                      ) -> list[B]:
     """`n` bases drawn without replacement, allocated to strata in proportion to their size.
 
     Allocation is largest-remainder (ties broken by stratum order, deterministic), each stratum

@@ -17,13 +17,13 @@ from typing import Any
 
 from guardeval.canon import dumps_line
 from guardeval.cohorts.builders.pins import parse_pin_lines, read_json_array, verify_file
-from guardeval.cohorts.builders.tsbench import DEFAULT_PINS, agentharm_scores, strict_label
+from guardeval.cohorts.builders.tsbench import DEFAULT_PINS, Where, agentharm_scores, strict_label
 from guardeval.errors import InputError
 
 _INTERACTION_KEYS = ("id-interaction", "id_interaction", "interaction_id")
 
 
-def _score(value: Any, where: dict[str, Any], allow_null: bool) -> tuple[float | None, int | None]:
+def _score(value: Any, where: Where, allow_null: bool) -> tuple[float | None, int | None]:
     if value is None and allow_null:
         return None, None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

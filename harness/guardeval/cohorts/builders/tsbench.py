@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from guardeval.cohorts.builders.common import (
     ConditionSpec,
@@ -26,8 +26,8 @@ from guardeval.cohorts.builders.common import (
     select_conditions,
     tokenizer,
 )
-from guardeval.cohorts.builders.pins import parse_pin_lines, read_json_array, verify_file
-from guardeval.cohorts.model import write_cohort
+from guardeval.cohorts.builders.pins import SourcePin, parse_pin_lines, read_json_array, verify_file
+from guardeval.cohorts.model import Base, write_cohort
 from guardeval.cohorts.transforms import format_placebo, identity
 from guardeval.errors import InputError
 
@@ -37,7 +37,18 @@ FIELDS = ("instruction", "history", "current_action", "env_info", "score", "id-i
 AGENTHARM_ORDER = ("TS-Bench/agentharm-traj/harmful_steps.json", "TS-Bench/agentharm-traj/benign_steps.json")
 
 
-def strict_label(score: Any, where: dict[str, Any]) -> int:
+class At(TypedDict):
+    """Where a record was read: InputError's `path` and `line`."""
+
+    path: object
+    line: int
+
+
+class Where(At, total=False):
+    field: str                      # and, where one is known, the field
+
+
+def strict_label(score: Any, where: Where) -> int:
     """0 -> 0; 0.5 / 1 -> 1; refuse anything else (no silent drops)."""
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
         raise InputError(f"score {score!r} is not a finite number", **where)
@@ -68,7 +79,7 @@ def _text(value: Any) -> Any:
     return value if isinstance(value, (str, list, dict)) else str(value)
 
 
-def load_bases(source: Path, pins: dict[str, tuple[int, str]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_bases(source: Path, pins: dict[str, tuple[int, str]]) -> tuple[list[Base], list[SourcePin]]:
     wanted = [p for p in pins if p.startswith("TS-Bench/")]
     present = [p for p in wanted if resolve(source, p).exists() or resolve(source, p).is_symlink()]
     if not present:
@@ -81,13 +92,13 @@ def load_bases(source: Path, pins: dict[str, tuple[int, str]]) -> tuple[list[dic
         provenance.append(entry)
     # AgentHarm: harmful_steps strictly before benign_steps (the reference labels' order).
     order = [p for p in present if p not in AGENTHARM_ORDER] + [p for p in AGENTHARM_ORDER if p in present]
-    bases: list[dict[str, Any]] = []
+    bases: list[Base] = []
     seen: set[str] = set()
     for p in order:
         path = resolve(source, p)
         domain = _domain(p)
         for idx, rec in enumerate(read_json_array(path)):
-            where: dict[str, Any] = {"path": path, "line": idx + 1}
+            where: At = {"path": path, "line": idx + 1}
             if not isinstance(rec, dict):
                 raise InputError("record is not an object", **where)
             for f in FIELDS:
@@ -112,7 +123,7 @@ def load_bases(source: Path, pins: dict[str, tuple[int, str]]) -> tuple[list[dic
     return bases, provenance
 
 
-def check_agentharm_order(bases: list[dict[str, Any]]) -> None:
+def check_agentharm_order(bases: list[Base]) -> None:
     """Every harmful_steps row precedes every benign_steps row."""
     kinds = [b["base_id"].split("/", 1)[0] for b in bases if b["domain"] == "agentharm"]
     if "benign_steps" in kinds and "harmful_steps" in kinds[kinds.index("benign_steps"):]:

@@ -21,7 +21,7 @@ tool would meet (a collision) or an alias is another original key (a chain).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from guardeval.canon import canonical_sha256
@@ -111,7 +111,7 @@ def _schema(d: Any) -> dict[str, Any] | None:
     return p if isinstance(p, dict) else None
 
 
-def argument_keys(content: Content) -> Iterator[tuple[str, str, str]]:
+def argument_keys(content: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     """Every place an argument key sits, in order: (where, tool, key). `where` is positional
     (`tool_descriptions[2].properties`), so two rows' lists line up place by place."""
     td = content.get("tool_descriptions")
@@ -140,14 +140,14 @@ def argument_keys(content: Content) -> Iterator[tuple[str, str, str]]:
             yield "current_action.arguments", str(ca.get("name")), k
 
 
-def keys_by_tool(content: Content) -> dict[str, set[str]]:
+def keys_by_tool(content: Mapping[str, Any]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for _, tool, key in argument_keys(content):
         out.setdefault(tool, set()).add(key)
     return out
 
 
-def rename_arguments(content: Content, table: dict[str, str]) -> Content:
+def rename_arguments(content: Mapping[str, Any], table: dict[str, str]) -> Content:
     """Apply a key table everywhere the guard sees argument keys (see the module's docstring)."""
     mentioned = sorted((k for k in table if _IDENTIFIER.fullmatch(k)), key=lambda k: (-len(k), k))
     pattern = re.compile(_LEFT + "(" + "|".join(map(re.escape, mentioned)) + ")" + _RIGHT) if mentioned else None
@@ -205,7 +205,7 @@ def table_for(content: Content, key_fn: KeyFn) -> dict[str, str]:
     return {k: key_fn(k) for _, _, k in argument_keys(content)}
 
 
-def table_problems(content: Content, table: dict[str, str]) -> str | None:
+def table_problems(content: Mapping[str, Any], table: dict[str, str]) -> str | None:
     """No chains (an alias equal to an original key of the row) and no collisions (two keys
     of one tool meeting under the table)."""
     originals = {k for _, _, k in argument_keys(content)}
@@ -219,7 +219,7 @@ def table_problems(content: Content, table: dict[str, str]) -> str | None:
     return None
 
 
-def placement_problems(original: Content, variant: Content, table: dict[str, str]) -> str | None:
+def placement_problems(original: Mapping[str, Any], variant: Mapping[str, Any], table: dict[str, str]) -> str | None:
     """Every renamed key appears exactly where the original did, and nothing else moved."""
     before, after = list(argument_keys(original)), list(argument_keys(variant))
     if [(w, table.get(k, k)) for w, _, k in before] != [(w, k) for w, _, k in after]:

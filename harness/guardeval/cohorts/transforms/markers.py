@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from guardeval.cohorts.transforms.base import Content, Transform, Variant, iter_strings, map_strings, shape
 
@@ -39,7 +40,7 @@ def _compile(table: Mapping[str, str]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(k) for k in keys))
 
 
-def count_markers(content: Content, table: Mapping[str, str] = MARKER_TABLE) -> int:
+def count_markers(content: Mapping[str, Any], table: Mapping[str, str] = MARKER_TABLE) -> int:
     """Marker occurrences in the rewritten fields."""
     pattern = _compile(table)
     return sum(len(pattern.findall(s)) for f in REWRITTEN_FIELDS for s in iter_strings(content.get(f)))

@@ -24,13 +24,14 @@ from guardeval.estimators import accuracy as acc
 from guardeval.estimators import effects as fx
 from guardeval.estimators import excluded as ex
 from guardeval.estimators.bootstrap import cluster_sums
-from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability
-from guardeval.estimators.compare.leaderboard import leaderboard
+from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability, Reversal
+from guardeval.estimators.compare.leaderboard import F1, leaderboard
 from guardeval.estimators.compare.ranking import kendall_tau_b, ranking, reversed_pairs
 from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve_conditions, validated
-from guardeval.estimators.quantities import RATE, Quantities
+from guardeval.estimators.quantities import RATE, Estimates, Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import MISSING
+from guardeval.estimators.types import End
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts import robust as rb
 from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
@@ -93,7 +94,7 @@ def _check_named(designs: Sequence[fx.Design], labels: Sequence[str], name: str,
                              f"{', '.join(d.conditions)})", field=what)
 
 
-def _f1(d: fx.Design, rule: str, c: int) -> dict[str, Any]:
+def _f1(d: fx.Design, rule: str, c: int) -> F1:
     v, counted = fx.row_values(d, rule)
     label = d.base_label[d.row_base]
     sel = counted & (d.row_cond == c) & ~np.isnan(label)
@@ -280,7 +281,7 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
     return result
 
 
-def _placebo_checks(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], placebo: str | None,
+def _placebo_checks(est: Estimates, labels: Sequence[str], placebo: str | None,
                     fam: Sequence[str], alpha: float) -> list[dict[str, Any]]:
     """Each input's placebo Δ, decided as `estimate` decides it (Holm over that input's Δ family):
     a placebo that moved a guard is a failed control for that guard, said first."""
@@ -329,7 +330,7 @@ def _add_failure_quantities(qs: Quantities, designs: Sequence[fx.Design], conds:
                 qs.add((key, j, k, c, "hi"), hi_b - lo_a, mask)
 
 
-def _pair_bounds(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
+def _pair_bounds(est: Estimates, pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
                  fam: Sequence[str], fam_corr: Sequence[str], failed: bool, alpha: float) -> None:
     """`bounds` on every pair row, in place: B − A's range over the failed calls of both inputs,
     each end decided by Holm over the family its difference is decided in (every pair × the
@@ -358,19 +359,19 @@ def _pair_bounds(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pairs:
             bd["robust"] = bd["robust_difference_minus_placebo" if corrected else "robust_difference"]
 
 
-def _bound_end(est: Mapping[Any, dict[str, Any]], key: tuple[Any, ...] | None, r: Mapping[str, Any], quantity: str,
-               own: str) -> dict[str, Any] | None:
+def _bound_end(est: Estimates, key: tuple[Any, ...] | None, r: Mapping[str, Any], quantity: str,
+               own: str) -> End | None:
     """One end of a pair row's range: the bootstrap's estimate at `key`, or (no failed call, `key`
     None) the difference itself."""
     if key is not None:
         q = est.get(key)
-        return None if q is None or q.get("estimate") is None else {
+        return None if q is None or q["estimate"] is None else {
             "estimate": q["estimate"], "ci": q["ci"], "p": q["p"], "method": q.get("method")}
     ci_key = "ci_difference" if quantity == "difference" else "ci_difference_minus_placebo"
     return None if r[quantity] is None else {"estimate": r[quantity], "ci": r[ci_key], "p": r[own]}
 
 
-def _pair(est: Mapping[Any, dict[str, Any]], j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
+def _pair(est: Estimates, j: int, k: int, labels: Sequence[str], contrasts: Sequence[str],
           fam: Sequence[str], fam_corr: Sequence[str], margin: float, alpha: float) -> Pair:
     rows_out: list[PairRow] = []
     for c in contrasts:
@@ -447,7 +448,7 @@ def _reversal(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> float:
     return float(max(q1["p"], q2["p"]))
 
 
-def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
+def _condition_order(est: Estimates, pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
                      contrasts: Sequence[str], alpha: float) -> dict[str, Any]:
     """Per pair of guards, the pairs of conditions whose order by Δ reversed, tested as reversals
     (one Holm family over every pair of guards × every pair of conditions, fixed in advance)."""
@@ -457,7 +458,8 @@ def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pa
     decided = dc.decide_pvalues(ps, name, alpha)
     for pi, pr in enumerate(pair_out):
         j, k = pairs[pi]
-        rev, changed = [], False
+        rev: list[Reversal] = []
+        changed = False
         for (qi, x, y), p, d in zip(cells, ps, decided):
             # listed when the estimates reversed (a reversal's p can be exactly 1 under sign flips)
             if qi != pi or not _opposite(est[("ddelta", j, x, y)], est[("ddelta", k, x, y)]):
@@ -470,6 +472,8 @@ def _condition_order(est: Mapping[Any, dict[str, Any]], pair_out: list[Pair], pa
         pr["reversed_pairs"] = cast(Any, rev)
         pr["ranking_changed"] = changed
     return {"size": len(cells), "adjustment": "Holm", "alpha": alpha, "name": name}
+
+
 def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Sequence[str]) -> None:
     """One Holm family per condition over every pair's difference (and corrected difference)."""
     for c in contrasts:
@@ -481,7 +485,7 @@ def _holm_across_pairs(pairs: list[Pair], contrasts: Sequence[str], fam_corr: Se
                 r["p_holm_across_pairs_minus_placebo"] = adj
 
 
-def _stability(est: Mapping[Any, dict[str, Any]], labels: Sequence[str], contrasts: Sequence[str],
+def _stability(est: Estimates, labels: Sequence[str], contrasts: Sequence[str],
                baseline: str, alpha: float) -> RankingStability:
     under_b = {labels[k]: est[("rate", k, baseline)]["estimate"] for k in range(len(labels))}
     guard_pairs = list(combinations(range(len(labels)), 2))

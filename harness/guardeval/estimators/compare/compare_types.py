@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from guardeval.estimators.compare.leaderboard import Entry
+from guardeval.estimators.types import Excluded, Family, Power, Quarantine
 from guardeval.estimators.verdicts.equivalence import Equivalence
 
 Interval = list[float]
@@ -94,8 +96,8 @@ class InputRecord(TypedDict):
     label: str
     source: dict[str, Any]
     complete: bool
-    quarantine: dict[str, Any]
-    excluded: dict[str, Any]      # failed + quarantined calls against one limit (estimators/excluded.py)
+    quarantine: Quarantine
+    excluded: Excluded            # failed + quarantined calls against one limit (estimators/excluded.py)
 
 
 class CompareResult(TypedDict):
@@ -106,9 +108,9 @@ class CompareResult(TypedDict):
     family: list[str]
     family_minus_placebo: list[str]
     alpha: float
-    families: dict[str, Any]        # the decision families (compare._decide)
+    families: dict[str, Family]     # the decision families (compare._decide)
     margin: float
-    power: dict[str, Any]
+    power: Power
     n_bases: int
     n_interactions: int
     difference: str
@@ -123,7 +125,7 @@ class CompareResult(TypedDict):
     reversed_pairs: list[Reversal]
     ranking_rule: str
     ranking_family: dict[str, Any]
-    leaderboard: dict[str, list[dict[str, Any]]]
+    leaderboard: dict[str, list[Entry]]
     ranking_stability: RankingStability
     missing: str
     complete: bool

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from guardeval.estimators.report.formats import level, rules_differ
 from guardeval.estimators.verdicts.record import Decision, headline, headline_decision, short
 from guardeval.records import Record
+
+if TYPE_CHECKING:   # estimators/types loads numpy and scipy (via verdicts/power): not for readers of the record
+    from guardeval.estimators.types import Contrast
 
 Interval = tuple[float, float]
 Headline = Literal["delta", "delta_minus_placebo"]
@@ -67,7 +70,7 @@ class EffectRow(Record):
     robust: bool | None = None
 
     @classmethod
-    def of(cls, c: Mapping[str, Any], placebo: str | None = None) -> EffectRow:
+    def of(cls, c: Contrast, placebo: str | None = None) -> EffectRow:
         """The row of one contrast of report.json; `placebo`: the report's placebo condition.
         Each decision is starred only where the table puts its star: on the row's headline,
         never on the placebo's own row."""
@@ -77,6 +80,7 @@ class EffectRow(Record):
         is_placebo = (placebo is not None and c["condition"] == placebo) or c.get("headline") == "placebo"
         # The placebo's own row is never starred, even in a report.json from before the `headline` key.
         on = star is not None and star.starred and not is_placebo
+        bounds, robust = _bounds(c, name)
         return cls(condition=c["condition"], role=c["role"], in_family=bool(c["in_family"]), delta=c["delta"],
                    ci=interval_of(c["ci"]), p=c["p"], p_holm=c["p_holm"], delta_minus_placebo=c["delta_minus_placebo"],
                    ci_minus_placebo=interval_of(c["ci_minus_placebo"]), p_minus_placebo=c["p_minus_placebo"],
@@ -88,7 +92,7 @@ class EffectRow(Record):
                    starred=on, is_placebo=is_placebo, n_clusters=c.get("n_clusters"),
                    same_round_flip_rate=c.get("same_round_flip_rate"), by_rule=dict(c.get("by_rule") or {}),
                    headline_quantity="delta_minus_placebo" if name == "delta_minus_placebo" else "delta",
-                   **_bounds(c, name))
+                   bounds=bounds, robust=robust)
 
     @property
     def headline(self) -> Decision | None:
@@ -109,12 +113,12 @@ class EffectRow(Record):
         return self.starred
 
 
-def _bounds(c: Mapping[str, Any], name: str) -> dict[str, Any]:
+def _bounds(c: Contrast, name: str) -> tuple[Interval | None, bool | None]:
+    """The headline's (range, robust); (None, None) in a report.json from before `bounds`."""
     b = c.get("bounds")
     if not isinstance(b, Mapping):
-        return {}
-    return {"bounds": interval_of(b.get("corrected" if name == "delta_minus_placebo" else "delta")),
-            "robust": b.get("robust")}
+        return None, None
+    return interval_of(b.get("corrected" if name == "delta_minus_placebo" else "delta")), b.get("robust")
 
 
 def effect_rows(report: Mapping[str, Any]) -> list[EffectRow]:

@@ -8,13 +8,16 @@ interactions that would do."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from guardeval.estimators.signflip import interactions_needed
 from guardeval.estimators.verdicts.equivalence import Equivalence
 
+if TYPE_CHECKING:   # for annotations only (estimators/types imports this package)
+    from guardeval.estimators.types import Decidability, Family
 
-def family_decidability(records: Sequence[Equivalence | None], alpha: float) -> dict[str, Any]:
+
+def family_decidability(records: Sequence[Equivalence | None], alpha: float) -> Decidability:
     """{decidable, p_min, threshold, n_interactions, interactions_needed} of a family: decidable
     when some defined member's smallest attainable p lies below α/m (m the declared members)."""
     m = len(records)
@@ -29,7 +32,7 @@ def family_decidability(records: Sequence[Equivalence | None], alpha: float) -> 
             "interactions_needed": interactions_needed(threshold)}
 
 
-def cannot_decide_sentence(info: dict[str, Any], alpha: float, family: str, what: str) -> str | None:
+def cannot_decide_sentence(info: Family, alpha: float, family: str, what: str) -> str | None:
     """'With 6 interactions this design cannot reach a decision at α 0.05 over 2 interventions
     (Δ − placebo): …; collect at least 7 interactions.' None when the family can decide."""
     if info.get("decidable") is not False:

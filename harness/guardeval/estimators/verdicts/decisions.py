@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardeval.errors import InputError
 from guardeval.estimators.verdicts import separation
@@ -26,6 +26,9 @@ from guardeval.estimators.verdicts.equivalence import Equivalence, detectable
 from guardeval.estimators.verdicts.holm import holm
 from guardeval.estimators.verdicts.power import ALPHA, POWER
 from guardeval.estimators.verdicts.record import Decision, words
+
+if TYPE_CHECKING:   # for annotations only (estimators/types imports this package)
+    from guardeval.estimators.types import AllWithin, Family, Power
 
 DIFFERS = "differs from 0"
 INCONCLUSIVE = "inconclusive"
@@ -68,7 +71,7 @@ def family_name(members: Sequence[str], kind: str) -> str:
     return f"{m} {kind}{'' if m == 1 else 's'}"
 
 
-def family_record(members: Sequence[str], name: str, quantity: str) -> dict[str, Any]:
+def family_record(members: Sequence[str], name: str, quantity: str) -> Family:
     return {"quantity": quantity, "members": list(members), "size": len(members), "name": name,
             "adjustment": "Holm"}
 
@@ -123,7 +126,7 @@ def outside(record: Equivalence | None) -> None:
         record["verdict"] = OUTSIDE
 
 
-def all_within(records: Mapping[str, Equivalence | None], what: str, margin: float, alpha: float) -> dict[str, Any]:
+def all_within(records: Mapping[str, Equivalence | None], what: str, margin: float, alpha: float) -> AllWithin:
     """'Every member within ±M': an intersection–union claim, true when every member's own TOST
     p is below α (no adjustment: the claim fails if any one fails)."""
     members = list(records)
@@ -202,6 +205,6 @@ def difference_sentence(condition: str, a: str, b: str, eff_a: float | None, eff
     return f"{head}{claim}; {_decision_words(eq)}."
 
 
-def power_record(alpha: float = ALPHA) -> dict[str, Any]:
+def power_record(alpha: float = ALPHA) -> Power:
     """What the report's `power` key says about every decision record."""
     return {"power": POWER, "alpha": alpha, "rule": RULE}

@@ -14,11 +14,14 @@ Two decisions, each from the records the headline's own inference procedure give
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 from guardeval.estimators.verdicts import decisions
 from guardeval.estimators.verdicts.holm import holm
+
+if TYPE_CHECKING:   # estimators/types loads numpy and scipy (via verdicts/power): not for readers of the record
+    from guardeval.estimators.types import DecidedEnd, End
 
 EndVerdict = Literal["raises", "lowers", "does not differ", "not tested"]
 ROBUST_RULE = ("bounds: the contrast's range when each failed call is set to block or to allow, whichever moves it "
@@ -39,20 +42,20 @@ def end_verdict(estimate: float | None, p_adjusted: float | None, alpha: float) 
     return "does not differ"
 
 
-def decide_ends(ends: Sequence[Mapping[str, Any] | None], alpha: float) -> list[dict[str, Any] | None]:
+def decide_ends(ends: Sequence[End | None], alpha: float) -> list[DecidedEnd | None]:
     """Holm over one end of every member of a family (undefined members still count in m): each
     end's record with `p_holm` and `verdict` added."""
     adj = holm([None if e is None else e.get("p") for e in ends])
-    out: list[dict[str, Any] | None] = []
+    out: list[DecidedEnd | None] = []
     for e, a in zip(ends, adj):
         if e is None:
             out.append(None)
             continue
-        out.append({**e, "p_holm": a, "verdict": end_verdict(e.get("estimate"), a, alpha)})
+        out.append({**e, "p_holm": a, "verdict": end_verdict(e["estimate"], a, alpha)})
     return out
 
 
-def robust(lo: Mapping[str, Any] | None, hi: Mapping[str, Any] | None) -> bool | None:
+def robust(lo: DecidedEnd | None, hi: DecidedEnd | None) -> bool | None:
     """Both ends give the same verdict; None where an end is undefined or untested."""
     if lo is None or hi is None or "not tested" in (lo["verdict"], hi["verdict"]):
         return None

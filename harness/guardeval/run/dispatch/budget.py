@@ -15,8 +15,8 @@ Some providers price nothing (a local server, a free model: cost 0 or absent). T
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any
 
 from guardeval.run.folder.spend import Prices, Unpriced, reported_cost
 
@@ -50,7 +50,7 @@ class Budget:
     def total(self) -> float:
         return self.spent + self.estimated
 
-    def charge(self, usage: dict[str, Any], *, answered: bool) -> float:
+    def charge(self, usage: Mapping[str, object], *, answered: bool) -> float:
         """Account one attempt; return what it added to the total."""
         reported = reported_cost(usage)
         cost = reported if reported is not None else 0.0

@@ -28,10 +28,11 @@ from typing import Any, cast
 import anyio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from guardeval.backends.base import Guard, Reply
+from guardeval.backends.base import Guard, Reply, Usage
 from guardeval.backends.errors import AttemptError, CallFailed, FatalError, GuardError, TransientError
 from guardeval.backends.parsers import Parsed
 from guardeval.canon import canonical_bytes, sha256_hex
+from guardeval.cohorts.model import Instance
 from guardeval.errors import WriteFailed
 from guardeval.lru import LRU
 from guardeval.run.dispatch.adaptive import RateController, WireGate
@@ -45,6 +46,7 @@ from guardeval.run.folder.layout import utcnow
 from guardeval.run.folder.records import Attempt
 from guardeval.run.folder.spend import Prices, Unpriced
 from guardeval.run.folder.writer import RunWriter
+from guardeval.run.schedule import ScheduleRow
 
 BODY_CACHE = 1024   # distinct instances whose rendered body is kept (a small cohort: all of them)
 # Stops that leave the calls in flight pending: the provider gives nothing usable, or the disk
@@ -153,7 +155,7 @@ class _Ended(Exception):
 
 
 class Dispatcher:
-    def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[dict[str, Any]], dict[str, Any]],
+    def __init__(self, *, guard: Guard, writer: RunWriter, instance_for: Callable[[ScheduleRow], Instance],
                  parser: Callable[[str | None, str | None], Parsed], options: DispatchOptions) -> None:
         self.guard, self.writer, self.instance_for = guard, writer, instance_for
         self.parser, self.opt = parser, options
@@ -189,7 +191,7 @@ class Dispatcher:
         self._scope: anyio.CancelScope | None = None
 
     # -- public ------------------------------------------------------------------------------
-    async def run(self, pending: Iterable[dict[str, Any]], *, total: int, already: int,
+    async def run(self, pending: Iterable[ScheduleRow], *, total: int, already: int,
                   spent_before: float = 0.0, unpriced_before: Unpriced | None = None,
                   retrying: int = 0) -> DispatchResult:
         self.budget = self.opt.budget_type(self.opt.max_cost, self.opt.prices, spent=spent_before,
@@ -315,7 +317,7 @@ class Dispatcher:
         if self._calls_scope is not None:
             self._calls_scope.cancel()
 
-    async def _call_task(self, row: dict[str, Any], limiter: anyio.Semaphore) -> None:
+    async def _call_task(self, row: ScheduleRow, limiter: anyio.Semaphore) -> None:
         try:
             await self._call(row)
         except WriteFailed as exc:
@@ -328,7 +330,7 @@ class Dispatcher:
             self._in_flight -= 1
             limiter.release()
 
-    async def _call(self, row: dict[str, Any]) -> None:
+    async def _call(self, row: ScheduleRow) -> None:
         call_id = row["call_id"]
         expected = self.expected_sha[call_id] = row["request_sha256"]
         if "supersedes" in row:
@@ -517,7 +519,7 @@ class Dispatcher:
         response = reply.raw if reply is not None else None
         if response is not None:
             self._room.saw_answer(len(response))
-        usage = dict(reply.usage) if reply is not None else {}
+        usage: Usage = reply.usage.copy() if reply is not None else {}
         added = self.budget.charge(usage, answered=outcome == "reply")
         if added and self.progress is not None:
             self.progress.add_spend(added)

@@ -10,11 +10,22 @@ words (`guard_cause`), so what stops a run is what `status` then counts.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 import orjson
 
 from guardeval.run.folder.supersede import FAILURE_STATUSES
+
+
+class FailureCause(TypedDict):
+    """One row of `status`'s failure causes: how many live failed calls share a cause."""
+
+    status: str                 # a failure status, or "other" for the causes past MAX_CAUSES
+    cause: str
+    calls: int
+    example: str | None         # one such call's detail, cut to MAX_EXAMPLE_CHARS
+
 
 GUARD_ERROR = "guard_error"
 MAX_EXAMPLE_CHARS = 300     # of the example message shown with a cause
@@ -58,7 +69,7 @@ class Causes:
         detail = rec.get("detail") if isinstance(rec, dict) else None
         self._live[call_id] = (status, detail if isinstance(detail, str) else None)
 
-    def result(self) -> list[dict[str, Any]]:
+    def result(self) -> list[FailureCause]:
         """[{status, cause, calls, example}], most calls first (ties by status and cause)."""
         counts: dict[tuple[str, str], list[Any]] = {}
         for status, detail in self._live.values():
@@ -67,7 +78,7 @@ class Causes:
                 counts[key][0] += 1
             else:
                 counts[key] = [1, detail]
-        rows = [{"status": s, "cause": c, "calls": n, "example": _example(ex)}
+        rows: list[FailureCause] = [{"status": s, "cause": c, "calls": n, "example": _example(ex)}
                 for (s, c), (n, ex) in sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0]))]
         if len(rows) > MAX_CAUSES:
             rest = rows[MAX_CAUSES - 1:]
@@ -82,7 +93,7 @@ def _example(detail: str | None) -> str | None:
     return detail if len(detail) <= MAX_EXAMPLE_CHARS else detail[:MAX_EXAMPLE_CHARS] + "…"
 
 
-def cause_lines(causes: list[dict[str, Any]]) -> list[str]:
+def cause_lines(causes: Sequence[FailureCause]) -> list[str]:
     """One line per cause: `guard error ValueError: 331 calls, e.g. ValueError: unknown tool`."""
     out = []
     for c in causes:

@@ -20,7 +20,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]+)")
 
 
 def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
-                   fill: Callable[[RunFolder], dict[str, Any]],
+                   fill: Callable[[RunFolder], Mapping[str, object]],
                    prompt_files: tuple[tuple[str, bytes], ...] = (), parent: RunFolder | None = None
                    ) -> dict[str, Any]:
     """Materialise a new run folder atomically: build it beside, then rename into place (with
@@ -56,7 +56,7 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
 
 
 def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], cohort: Cohort,
-                  fill: Callable[[RunFolder], dict[str, Any]],
+                  fill: Callable[[RunFolder], Mapping[str, object]],
                   prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
     """`create_run_dir`'s run folder as `name` (`runs/<label>`) inside a folder that is itself
     being built (a partial study folder, renamed into place whole): made and filled through
@@ -69,7 +69,7 @@ def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], coh
     return written
 
 
-def _fill_run(folder: RunFolder, manifest: dict[str, Any], cohort: Cohort, fill: Callable[[RunFolder], dict[str, Any]],
+def _fill_run(folder: RunFolder, manifest: dict[str, Any], cohort: Cohort, fill: Callable[[RunFolder], Mapping[str, object]],
               prompt_files: tuple[tuple[str, bytes], ...]) -> dict[str, Any]:
     folder.make_dir(COHORT_DIR)
     _copy_cohort(cohort, folder, manifest.get("cohort") or {})

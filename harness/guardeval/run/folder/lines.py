@@ -4,7 +4,7 @@ and the few fields a scan needs read without parsing the line where it is in the
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,7 +32,7 @@ class RawFields(NamedTuple):
     final: Any
     outcome: Any
     cost: Any                   # what the provider says the attempt cost (`budget.reported_cost`)
-    usage: dict[str, Any]
+    usage: Mapping[str, object]     # as the line has it (read, never trusted: `budget` checks each field)
     generation_id: Any = None   # the provider's generation id, when recorded
 
 

@@ -10,6 +10,8 @@ read back from disk are data to be checked (`verify`), so readers take them as p
 # annotations (Python 3.11 would count string ones as required keys).
 from typing import Any, NotRequired, TypedDict
 
+from guardeval.backends.base import Usage
+
 
 class Attempt(TypedDict):
     call_id: str
@@ -27,7 +29,7 @@ class Attempt(TypedDict):
     error_class: str | None         # e.g. http_429, connection, timeout, malformed, context_overflow
     error: str | None
     latency_s: float
-    usage: dict[str, Any]           # prompt_tokens, completion_tokens, total_tokens, cost (as reported)
+    usage: Usage                    # prompt_tokens, completion_tokens, total_tokens, cost (as reported)
     provider: str | None            # the upstream that answered (a router's)
     answers_call_id: str | None     # X-Call-Id echoed by the server
     outcome: str                    # reply, transient, guard_error, call_failed, not_sent
@@ -50,6 +52,15 @@ class RawLine(Attempt):
     request: dict[str, Any]         # the request body
 
 
+class Supersedes(TypedDict):
+    """The live decision a retried call's new decision replaces (`run/folder/supersede.Live.ref`)."""
+
+    decision_sha256: str
+    raw_seq: int
+    status: str
+    quarantine_reason: str | None
+
+
 class Decision(TypedDict):
     """One line of decisions.jsonl."""
 
@@ -63,3 +74,5 @@ class Decision(TypedDict):
     attributable: bool
     quarantine_reason: str | None   # one of guardeval.run.dispatch.decide.QUARANTINE_CODES
     detail: str | None
+    retry_round: NotRequired[int]           # a retried call's decision: 1, 2, ... (`resume --retry-failed`)
+    supersedes: NotRequired[Supersedes]

@@ -7,6 +7,7 @@ a cost that is negative, not finite or not a number is unknown, never a refund.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ class Prices:
     out_per_mtok: float
     per_call: float
 
-    def of(self, usage: dict[str, Any]) -> float:
+    def of(self, usage: Mapping[str, object]) -> float:
         tin, tout = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if type(tin) is int and type(tout) is int and tin >= 0 and tout >= 0:
             return tin / 1e6 * self.in_per_mtok + tout / 1e6 * self.out_per_mtok
@@ -37,7 +38,7 @@ class Unpriced:
     tokens_out: int = 0
     untokened: int = 0          # answers without both token counts
 
-    def add(self, usage: dict[str, Any]) -> None:
+    def add(self, usage: Mapping[str, object]) -> None:
         self.n += 1
         tin, tout = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if type(tin) is int and type(tout) is int and tin >= 0 and tout >= 0:
@@ -71,7 +72,7 @@ def reported_cost(usage: Any) -> float | None:
     return sum(valid) if valid else None
 
 
-def priced_cost(usage: dict[str, Any]) -> float | None:
+def priced_cost(usage: Mapping[str, object]) -> float | None:
     """The positive cost the provider reported for an attempt, or None (absent, 0 or invalid)."""
     cost = reported_cost(usage)
     return cost if cost is not None and cost > 0 else None

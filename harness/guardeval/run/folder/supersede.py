@@ -32,7 +32,7 @@ from guardeval.canon import dumps_line, sha256_hex
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import DECISIONS, EVENTS, RAW
 from guardeval.run.folder.lines import checked_decision_fields, damaged, decision_fields, iter_lines, iter_raw_fields, parse_line
-from guardeval.run.folder.records import Decision
+from guardeval.run.folder.records import Decision, Supersedes
 
 # A decision's statuses other than `ok` (decide.py): the guard did not give a counted answer.
 # `unparseable` and `truncated` are the guard's own answers: retrying them samples the guard again.
@@ -68,15 +68,14 @@ class Live:
     quarantine_reason: str | None
     round: int                    # 0: the call's first decision
 
-    def ref(self) -> dict[str, Any]:
+    def ref(self) -> Supersedes:
         return {"decision_sha256": self.sha256, "raw_seq": self.raw_seq, "status": self.status,
                 "quarantine_reason": self.quarantine_reason}
 
 
 def mark(decision: Decision, old: Live) -> Decision:
     """`decision` (from `decide`) as the one that supersedes `old`."""
-    out: dict[str, Any] = {**decision, "retry_round": old.round + 1, "supersedes": old.ref()}
-    return out  # type: ignore[return-value]
+    return {**decision, "retry_round": old.round + 1, "supersedes": old.ref()}
 
 
 def live_of(decision: Mapping[str, Any]) -> Live:

@@ -25,7 +25,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -39,6 +39,22 @@ LEGACY_TOKEN = re.compile(r"([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{24})")
 _TAIL = 1 << 16
 
 
+class Pinned(TypedDict):
+    manifest_sha256: str
+    n_raw: int
+    raw_head: str
+    n_decisions: int
+    decisions_sha256: str
+
+
+class FingerprintRecord(Pinned):
+    """The run's fingerprint as `verify` and `status` report it: its token and what it pins."""
+
+    token: str
+    n_events: int
+    events_sha256: str
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     manifest_sha256: str
@@ -49,7 +65,7 @@ class Fingerprint:
     n_events: int = 0
     events_sha256: str = hashlib.sha256().hexdigest()
 
-    def _pinned(self) -> dict[str, Any]:
+    def _pinned(self) -> Pinned:
         return {"manifest_sha256": self.manifest_sha256, "n_raw": self.n_raw, "raw_head": self.raw_head,
                 "n_decisions": self.n_decisions, "decisions_sha256": self.decisions_sha256}
 
@@ -66,7 +82,7 @@ class Fingerprint:
         """The token of the older form, which pins everything but events.jsonl."""
         return f"{self.n_raw}.{self.n_decisions}.{canonical_sha256(self._pinned())[:24]}"
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> FingerprintRecord:
         return {"token": self.token, **self._pinned(), "n_events": self.n_events,
                 "events_sha256": self.events_sha256}
 

@@ -57,6 +57,7 @@ from guardeval.run.integrity.verify_state import (
     Report,
     ScheduleState,
     StimuliState,
+    Verification,
     check_chain_head,
     check_lines,
     cid_key,
@@ -73,7 +74,7 @@ _SCHEDULE_LINE = (b'{"base_id":%s,"call_id":"%s","condition":%s,"domain":%s,"ind
 
 
 def verify_run(folder: RunFolder, *, allow_skipped: bool = False,
-               row_limits: RowLimits = DEFAULT_ROW_LIMITS, expect: str | None = None) -> dict[str, Any]:
+               row_limits: RowLimits = DEFAULT_ROW_LIMITS, expect: str | None = None) -> Verification:
     """Every check, as a report: `problems` (file, line, message), `skipped` (checks that could
     not be done, with the reason) and `ok`, which is false when there is a problem, or a
     skipped check unless `allow_skipped`; `fingerprint` (guardeval.run.integrity.fingerprint), which must
@@ -87,7 +88,7 @@ def verify_run(folder: RunFolder, *, allow_skipped: bool = False,
                 "checked": "manifest unreadable"}
 
 
-def _verify(folder: RunFolder, allow_skipped: bool, row_limits: RowLimits, expect: str | None) -> dict[str, Any]:
+def _verify(folder: RunFolder, allow_skipped: bool, row_limits: RowLimits, expect: str | None) -> Verification:
     rep = Report()
     try:
         manifest = orjson.loads(folder.read_small(MANIFEST, MAX_MANIFEST_BYTES, what="a run manifest"))
@@ -136,7 +137,7 @@ class _Verifier:
             rep.add(name, exc.lineno, f"longer than {exc.cap} bytes, far past any line guardeval writes; "
                                       "the rest of the file is not read")
 
-    def run(self, *, allow_skipped: bool = False, expect: str | None = None) -> dict[str, Any]:
+    def run(self, *, allow_skipped: bool = False, expect: str | None = None) -> Verification:
         head, cohort_rep = Report(), Report()
         # The raw log is most of the work and needs nothing else to start: it goes first (in a
         # worker when there is a CPU for it), then the re-renders (another worker), while this

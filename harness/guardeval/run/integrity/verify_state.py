@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import orjson
@@ -17,20 +17,51 @@ from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.head import head_problems
 from guardeval.run.folder.layout import EVENTS, RAW
 from guardeval.run.integrity import verify_raw
-from guardeval.run.integrity.fingerprint import is_legacy, run_fingerprint
+from guardeval.run.integrity.fingerprint import FingerprintRecord, is_legacy, run_fingerprint
 from guardeval.run.integrity.verify_raw import MISSING
 
 MAX_PROBLEMS = 50
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
+class Problem(TypedDict):
+    """One thing `verify` found wrong: where (file, line when one) and what."""
+
+    file: str
+    line: int | None
+    message: str
+
+
+class Verification(TypedDict):
+    """What `verify` reports (guardeval.run.integrity.verify.verify_run); the counts and the
+    fingerprint only when the manifest could be read."""
+
+    ok: bool
+    problems: list[Problem]
+    skipped: list[dict[str, str]]   # {check, reason}: checks that could not be done
+    checked: str
+    n_calls: NotRequired[int]
+    n_raw: NotRequired[int]
+    n_decisions: NotRequired[int]
+    undecided_answers: NotRequired[int]
+    fingerprint: NotRequired[FingerprintRecord | None]
+
+
+class Verified(TypedDict):
+    """What a report records of the verification its run passed first (`estimators/runs.verified`):
+    whether it was checked, and the checks skipped (allowed)."""
+
+    checked: bool
+    skipped: list[dict[str, str]]
+
+
 class Report:
     """Problems of one section (a file's pass), capped: the whole report shows the first 50."""
 
     def __init__(self) -> None:
-        self.problems: list[dict[str, Any]] = []
+        self.problems: list[Problem] = []
         # A torn last line is found at the end of a stream but reported first in its section.
-        self.torn: list[dict[str, Any]] = []
+        self.torn: list[Problem] = []
 
     def add(self, file: str, line: int | None, message: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -40,7 +71,7 @@ class Report:
         self.torn = [{"file": file, "line": line,
                       "message": "torn last line (no newline); `guardeval resume` moves it aside"}]
 
-    def all(self) -> list[dict[str, Any]]:
+    def all(self) -> list[Problem]:
         return [*self.torn, *self.problems]
 
 
@@ -259,7 +290,7 @@ def value_of(value: Any) -> Any:
 
 
 def fingerprint_check(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None,
-                      skip: Callable[[str, str], None] | None = None) -> dict[str, Any] | None:
+                      skip: Callable[[str, str], None] | None = None) -> FingerprintRecord | None:
     """The run's fingerprint; a problem when it is not the one expected (or cannot be taken). A
     token of the older form (no events) is checked as such, and `skip` told that it leaves
     events.jsonl unpinned."""
