@@ -117,6 +117,8 @@ ROLES = ("baseline", "placebo", "intervention")
 Family = Literal["names", "arguments", "schemas", "markers"]
 FAMILIES: tuple[Family, ...] = ("names", "arguments", "schemas", "markers")
 MAX_COHORT_JSON_BYTES = 16 << 20
+
+
 @functools.cache
 def _validator(name: str) -> jsonschema.protocols.Validator:
     text = resources.files("guardeval").joinpath("schemas", name).read_text("utf-8")
