@@ -1,1 +1,1 @@
-"""Guard back-ends (openrouter, openai-compatible, mlx, sim) and strict parsers."""
+"""Guard back-ends (each declared by one line of `DECLARED` in backend.py) and strict parsers."""
