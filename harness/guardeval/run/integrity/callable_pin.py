@@ -19,14 +19,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from guardeval.backends.backend import find_backend
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.python_guard import resolve
 from guardeval.errors import InputError
+from guardeval.run.folder.manifest import RunManifest
 
-FIELD = "guard_callable"
+FIELD: Final = "guard_callable"
 
 
 def record(config: GuardConfig, where: object = None, beside: str | None = None) -> dict[str, Any] | None:
@@ -40,7 +41,7 @@ def record(config: GuardConfig, where: object = None, beside: str | None = None)
     return resolve.provenance(config.callable, fn)
 
 
-def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardConfig, *,
+def check_resume(manifest_path: Path, manifest: RunManifest, config: GuardConfig, *,
                  allow_changed: bool = False) -> dict[str, Any] | None:
     """Before a resume sends anything: the callable's module is the launch's code, checked
     before it is imported, then imported from the bytes hashed (`resolve.import_source`: no
