@@ -4,7 +4,7 @@ the row limits its cohort copy is read under."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -17,6 +17,10 @@ from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, MANIFEST, PROMPT_DIR
 from guardeval.run.launch_options import LaunchOptions
+
+if TYPE_CHECKING:
+    # Only the type: the python back-end's resolver loads when a python run is resumed or verified.
+    from guardeval.backends.python_guard.resolve import Provenance
 
 
 class CohortPin(TypedDict):
@@ -71,7 +75,7 @@ class RunManifest(TypedDict, total=False):
     prompt: PromptPin
     guard: dict[str, Any]           # the guard config as recorded (backends/config_fields.py declares its fields)
     guard_sha256: str
-    guard_callable: dict[str, Any]  # a python back-end's callable provenance (integrity/callable_pin.py)
+    guard_callable: Provenance      # a python back-end's callable provenance (integrity/callable_pin.py)
     parent_run: ParentRef | None
     row_limits: dict[str, int]
     launch_options: LaunchOptions

@@ -30,7 +30,7 @@ from guardeval.run.folder.manifest import RunManifest
 FIELD: Final = "guard_callable"
 
 
-def record(config: GuardConfig, where: object = None, beside: str | None = None) -> dict[str, Any] | None:
+def record(config: GuardConfig, where: object = None, beside: str | None = None) -> resolve.Provenance | None:
     """The provenance to pin at launch (None for other back-ends). InputError (exit 2) naming the
     config's `callable` field when it does not import or is not callable. The module is also
     looked for beside the config file (or in `beside`: a resumed run's recorded folder)."""
@@ -42,7 +42,7 @@ def record(config: GuardConfig, where: object = None, beside: str | None = None)
 
 
 def check_resume(manifest_path: Path, manifest: RunManifest, config: GuardConfig, *,
-                 allow_changed: bool = False) -> dict[str, Any] | None:
+                 allow_changed: bool = False) -> resolve.Provenance | None:
     """Before a resume sends anything: the callable's module is the launch's code, checked
     before it is imported, then imported from the bytes hashed (`resolve.import_source`: no
     second read of the file); the callable imports. Returns its provenance now (None for other
