@@ -29,10 +29,10 @@ from guardeval.estimators.compare.compare_types import (
     CompareResult,
     ConditionStability,
     HolmFamily,
+    InputPlaceboCheck,
     InputSource,
     Pair,
     PairRow,
-    PlaceboCheck,
     RankingStability,
     Reversal,
     no_source,
@@ -294,12 +294,12 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
 
 
 def _placebo_checks(est: Estimates, labels: Sequence[str], placebo: str | None,
-                    fam: Sequence[str], alpha: float) -> list[PlaceboCheck]:
+                    fam: Sequence[str], alpha: float) -> list[InputPlaceboCheck]:
     """Each input's placebo Δ, decided as `estimate` decides it (Holm over that input's Δ family):
     a placebo that moved a guard is a failed control for that guard, said first."""
     if placebo is None or placebo not in fam:
         return []
-    out: list[PlaceboCheck] = []
+    out: list[InputPlaceboCheck] = []
     family = dc.family_name(fam, "condition")
     for k, label in enumerate(labels):
         d = dict(zip(fam, dc.decide_pvalues([est[("delta", k, c)]["p"] for c in fam], family, alpha)))[placebo]

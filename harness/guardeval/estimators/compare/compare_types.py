@@ -56,7 +56,7 @@ class CompareFamily(Family):
     conditions: list[str]
 
 
-class PlaceboCheck(TypedDict):
+class InputPlaceboCheck(TypedDict):
     """One input's placebo Δ, decided in its own Δ family (`failed`: a failed control)."""
 
     label: str
@@ -222,7 +222,7 @@ class CompareResult(TypedDict):
     allow_unpublishable: bool
     bootstrap: Bootstrap
     cannot_decide: list[str]                 # families this design cannot decide, in words (said first)
-    placebo_checks: list[PlaceboCheck]       # each input's placebo Δ in its own Δ family (failed: said first)
+    placebo_checks: list[InputPlaceboCheck]       # each input's placebo Δ in its own Δ family (failed: said first)
     inference: dict[str, str]
     gate: NotRequired[GateRecord]            # `compare --fail-on`: which headline rows tripped it
     run_a: NotRequired[InputSource]         # set by the CLI: the first two inputs' source
