@@ -47,7 +47,7 @@ from guardeval.run.dispatch.decide import decide  # noqa: E402
 from guardeval.run.folder.folder import RunFolder  # noqa: E402
 from guardeval.run.folder.layout import SCHEDULE, STIMULI, utcnow  # noqa: E402
 from guardeval.run.folder.lines import iter_jsonl  # noqa: E402
-from guardeval.run.folder.manifest import load_run_prompt, read_manifest  # noqa: E402
+from guardeval.run.folder.manifest import RunManifest, load_run_prompt, read_manifest  # noqa: E402
 from guardeval.run.folder.records import Attempt  # noqa: E402
 from guardeval.run.folder.writer import RunWriter  # noqa: E402
 from guardeval.run.planning import load_run_cohort, materialise, plan_launch  # noqa: E402
@@ -95,7 +95,7 @@ def write_guard(path: Path, base_url: str = "http://127.0.0.1:9") -> Path:
     return path
 
 
-def materialise_run(run: Path, *, cohort: Path, guard: Path, reps: int, seed: int) -> dict[str, Any]:
+def materialise_run(run: Path, *, cohort: Path, guard: Path, reps: int, seed: int) -> RunManifest:
     plan = plan_launch(cohort_dir=cohort, guard_path=guard, reps=reps, seed=seed, order="rounds", base_url=None)
     materialise(plan, run)
     return plan.manifest

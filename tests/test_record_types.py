@@ -32,7 +32,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness" / "guardeval"
 DERIVED = {"verdict", "verdict_minus_placebo", "starred", "is_placebo", "headline_quantity", "bounds", "robust"}
 
 # The most `dict[str, Any]` the package may hold: lower it when you type a record, never raise it.
-CEILING = 336
+CEILING = 253
 
 
 def _row_type(t: Any) -> Any:

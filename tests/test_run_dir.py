@@ -79,7 +79,7 @@ def test_losing_a_race_for_the_folder(tmp_path, small_cohort):
     def fill(folder: RunFolder) -> dict:
         target.mkdir()
         (target / "manifest.json").write_text("{}")   # the other launch got there first
-        return {}
+        return {"schedule_sha256": "", "stimuli_sha256": ""}
 
     with pytest.raises(InputError, match="already exists and is not empty"):
         create_run_dir(target, manifest={}, cohort=load_cohort(small_cohort), fill=fill)

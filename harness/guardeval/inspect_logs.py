@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from guardeval.bounded import open_regular, read_fd
 from guardeval.canon import canonical_sha256, sha256_hex
@@ -53,6 +53,26 @@ def require_inspect() -> Any:
     return log_api
 
 
+class LogIdentity(TypedDict):
+    """An Inspect log as a cohort or a report names it (`LogFile.identity`); the eval's fields as
+    Inspect wrote them."""
+
+    path: str
+    bytes: int
+    sha256: str
+    format: str
+    eval_id: object
+    run_id: object
+    task: object
+    task_id: object
+    task_version: object
+    model: object
+    created: object
+    status: object
+    log_version: object
+    inspect_ai: object
+
+
 @dataclass(frozen=True)
 class LogFile:
     """A log as read: its path, the SHA-256 and size of the bytes parsed, and inspect_ai's EvalLog."""
@@ -62,7 +82,7 @@ class LogFile:
     bytes: int
     log: Any
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> LogIdentity:
         """What a cohort or a report records as its source: the eval's own ids and the file's pin."""
         ev = self.log.eval
         return {"path": self.path.name, "bytes": self.bytes, "sha256": self.sha256, "format": "inspect_ai",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:   # these load numpy; `status` and `verify` import these types
     from guardeval.run.folder.causes import FailureCause
     from guardeval.run.integrity.fingerprint import FingerprintRecord
     from guardeval.run.integrity.verify_state import Verified
+    from guardeval.run.runner import OutcomeRecord
     from guardeval.run.status import LastStop, RetriedCalls
     from guardeval.study.record import StudyFingerprintRecord
     from guardeval.study.status import RunCheck
@@ -94,7 +95,7 @@ class RunResult(Record):
 
         return finish_message(self._outcome)
 
-    def outcome_json(self) -> dict[str, Any]:
+    def outcome_json(self) -> OutcomeRecord:
         """What `launch`, `resume` and `replicate` print with --json."""
         from guardeval.run.runner import outcome_json
 

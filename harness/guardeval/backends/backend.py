@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from guardeval.backends.quarantine import QuarantineCheck, no_checks
 
@@ -27,6 +27,57 @@ DECLARED: dict[str, str] = {
     "mlx": "guardeval.backends.mlx_entry",
     "python": "guardeval.backends.python_guard.entry",
 }
+
+
+class FinalAnswer(TypedDict):
+    """A call's final answer as `audit providers` hands it to the back-end (run/provider_audit.py)."""
+
+    call_id: str
+    generation_id: str | None
+    provider: str | None            # the provider the answer named, as logged
+    spend: float | None             # the spend logged for it (USD)
+
+
+class DriftCall(TypedDict):
+    call_id: str
+    provider_name: str | None
+
+
+class UnconfirmedCall(TypedDict):
+    call_id: str
+    generation_id: str | None
+    why: str | None
+
+
+class ReportedDiffersCall(TypedDict):
+    call_id: str
+    reported: str | None
+    provider_name: str | None
+
+
+class CostDiffersCall(TypedDict):
+    call_id: str
+    logged: float | None
+    total_cost: float | None
+
+
+class AuditFindings(TypedDict):
+    """What an `audit_providers` hook found, in report order (each list cut to the first few)."""
+
+    allowed_providers: list[str]
+    answers: int
+    confirmed: int
+    drift: int
+    drift_calls: list[DriftCall]
+    unconfirmed: int
+    unconfirmed_calls: list[UnconfirmedCall]
+    reported_differs: int
+    reported_differs_calls: list[ReportedDiffersCall]
+    served_by: dict[str, int]
+    spend_logged_usd: float
+    total_cost_usd: float
+    cost_differs: int
+    cost_differs_calls: list[CostDiffersCall]
 
 
 def _no_providers(config: Any) -> tuple[str, ...]:
@@ -98,7 +149,7 @@ class Backend:
     quarantine: QuarantineCheck = no_checks
     # `guardeval audit providers`: audit_providers(config, key, final answers, concurrency) ->
     # (its findings, whether every answer was confirmed); None: the endpoint keeps no such records.
-    audit_providers: Callable[[Any, str | None, list[dict[str, Any]], int], tuple[dict[str, Any], bool]] | None = None
+    audit_providers: Callable[[Any, str | None, list[FinalAnswer], int], tuple[AuditFindings, bool]] | None = None
     # Where a run's calls go, for the launch line ("at URL", "calling pkg.mod:fn").
     target: Callable[[Any], str] = _at_base_url
     # A chat-completions answer's fields beyond the OpenAI shape that this back-end reads into the

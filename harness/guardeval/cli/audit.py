@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guardeval.cli.args import positive_int, row_limit_options, row_limits
@@ -121,14 +121,16 @@ def cmd_audit_providers(args: argparse.Namespace) -> int:
              f"{', '.join(res['allowed_providers']) or '(none pinned)'}",
              f"confirmed from generation stats: {res['confirmed']}",
              "served by: " + ", ".join(f"{shown(k)} {v}" for k, v in res["served_by"].items())]
-    for what, key, fmt in (
-            ("answered by a provider that is not allowed (drift)", "drift", lambda c: shown(c["provider_name"])),
-            ("not confirmed", "unconfirmed", lambda c: shown(c["why"])),
-            ("completion's `provider` field disagrees with the stats", "reported_differs",
-             lambda c: f"{shown(c['reported'])} vs {shown(c['provider_name'])}")):
-        if res[key]:
-            lines.append(f"{what}: {res[key]}")
-            lines += [f"  {c['call_id']}: {fmt(c)}" for c in res[f"{key}_calls"]]
+    findings: list[tuple[str, int, Sequence[Mapping[str, Any]], Callable[[Mapping[str, Any]], str]]] = [
+        ("answered by a provider that is not allowed (drift)", res["drift"], res["drift_calls"],
+         lambda c: shown(c["provider_name"])),
+        ("not confirmed", res["unconfirmed"], res["unconfirmed_calls"], lambda c: shown(c["why"])),
+        ("completion's `provider` field disagrees with the stats", res["reported_differs"],
+         res["reported_differs_calls"], lambda c: f"{shown(c['reported'])} vs {shown(c['provider_name'])}")]
+    for what, n, calls, fmt in findings:
+        if n:
+            lines.append(f"{what}: {n}")
+            lines += [f"  {c['call_id']}: {fmt(c)}" for c in calls]
     lines.append(f"spend logged ${res['spend_logged_usd']:.6f}; OpenRouter total_cost ${res['total_cost_usd']:.6f}"
                  + (f" ({res['cost_differs']} calls differ)" if res["cost_differs"] else ""))
     if res["generation_replays"]:

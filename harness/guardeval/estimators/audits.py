@@ -16,7 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -24,6 +24,38 @@ from guardeval.cohorts.limits import DEFAULT_ROW_LIMITS, RowLimits
 from guardeval.errors import InputError
 from guardeval.estimators.accuracy import Units, confusion, evaluation_units, metrics
 from guardeval.estimators.table import read_jsonl
+
+
+class LookupRow(TypedDict):
+    """A row of `audit lookup`'s input: an interaction's tool call in a domain, and its label."""
+
+    interaction_id: str
+    domain: str
+    tool: str
+    label: int
+
+
+class DomainScore(TypedDict):
+    n_rows: int
+    f1: float | None
+    seen_fraction: float
+
+
+class LookupAudit(TypedDict):
+    """`audit lookup`: how far a tool-name lookup table predicts the labels, held out by domain
+    and by interaction."""
+
+    lodo_f1: float | None
+    lodo_seen_fraction: float | None
+    lodo_by_domain: dict[str, DomainScore]
+    cv_f1: dict[str, float | None]
+    cv_seen_fraction: dict[str, float]
+    folds: int
+    seeds: list[int]
+    n_rows: int
+    n_domains: int
+    n_interactions: int
+    positive_class: str
 
 
 class UnitsAudit(Units):
@@ -64,25 +96,24 @@ def f1_unsafe(y_true: Sequence[int], y_pred: Sequence[int]) -> float | None:
     return metrics(confusion(np.asarray(y_true), np.asarray(y_pred)))["f1"]
 
 
-def validate_lookup_rows(objs: Sequence[Any], lines: Sequence[int], path: object) -> list[dict[str, Any]]:
-    out = []
+def validate_lookup_rows(objs: Sequence[Any], lines: Sequence[int], path: object) -> list[LookupRow]:
+    out: list[LookupRow] = []
     for obj, line in zip(objs, lines):
         if not isinstance(obj, Mapping):
             raise InputError("a row must be a JSON object", path=path, line=line)
-        row: dict[str, Any] = {k: _need_str(obj, k, path, line) for k in ("interaction_id", "domain", "tool")}
+        interaction_id, domain, tool = (_need_str(obj, k, path, line) for k in ("interaction_id", "domain", "tool"))
         if "label" not in obj:
             raise InputError("required field is missing", path=path, line=line, field="label")
         lab = obj["label"]
         if isinstance(lab, bool) or lab not in (0, 1) or not isinstance(lab, int):
             raise InputError(f"must be 0 or 1, got {lab!r}", path=path, line=line, field="label")
-        row["label"] = int(lab)
-        out.append(row)
+        out.append({"interaction_id": interaction_id, "domain": domain, "tool": tool, "label": int(lab)})
     if not out:
         raise InputError("no rows", path=path)
     return out
 
 
-def _held_out(rows: list[dict[str, Any]], test_mask: np.ndarray) -> tuple[list[int], list[int], list[bool]]:
+def _held_out(rows: list[LookupRow], test_mask: np.ndarray) -> tuple[list[int], list[int], list[bool]]:
     train = [r for r, t in zip(rows, test_mask) if not t]
     test = [r for r, t in zip(rows, test_mask) if t]
     model = fit_lookup([r["tool"] for r in train], [r["label"] for r in train])
@@ -91,7 +122,7 @@ def _held_out(rows: list[dict[str, Any]], test_mask: np.ndarray) -> tuple[list[i
     return [r["label"] for r in test], pred, seen
 
 
-def lookup_audit(rows: list[dict[str, Any]], *, seeds: Sequence[int] = (42, 43, 44), folds: int = 5) -> dict[str, Any]:
+def lookup_audit(rows: list[LookupRow], *, seeds: Sequence[int] = (42, 43, 44), folds: int = 5) -> LookupAudit:
     domains = sorted({r["domain"] for r in rows})
     interactions = sorted({r["interaction_id"] for r in rows})
     if folds < 2:
@@ -102,7 +133,7 @@ def lookup_audit(rows: list[dict[str, Any]], *, seeds: Sequence[int] = (42, 43, 
         raise InputError(f"{folds} folds but only {len(interactions)} interactions", field="folds")
     dom_arr = np.array([r["domain"] for r in rows], dtype=object)
     lodo_f1 = lodo_seen = None
-    by_domain: dict[str, Any] = {}
+    by_domain: dict[str, DomainScore] = {}
     if len(domains) >= 2:  # a single domain leaves nothing to train on
         yt_all: list[int] = []
         yp_all: list[int] = []
@@ -149,7 +180,7 @@ def lookup_audit(rows: list[dict[str, Any]], *, seeds: Sequence[int] = (42, 43, 
 
 
 def lookup_audit_file(path: str | Path, *, seeds: Sequence[int] = (42, 43, 44), folds: int = 5,
-                      limits: RowLimits = DEFAULT_ROW_LIMITS) -> dict[str, Any]:
+                      limits: RowLimits = DEFAULT_ROW_LIMITS) -> LookupAudit:
     objs, lines = read_jsonl(path, limits)
     return lookup_audit(validate_lookup_rows(objs, lines, Path(path)), seeds=seeds, folds=folds)
 

@@ -19,7 +19,7 @@ from guardeval.estimators.frame import make_frame
 from guardeval.estimators.quantities import Quantities
 from guardeval.estimators.quarantine import quarantine_summary
 from guardeval.estimators.table import FAILURE_STATUSES, MISSING, ValidatedRows, validate_rows
-from guardeval.estimators.types import AllWithin, Contrast, Coverage, Family, Report
+from guardeval.estimators.types import AllWithin, Contrast, Coverage, Family, PlaceboCheck, Report
 from guardeval.estimators.verdicts import decisions as dc
 from guardeval.estimators.verdicts.decidable import cannot_decide_sentence, family_decidability
 from guardeval.estimators.verdicts.equivalence import DEFAULT_MARGIN, check_margin
@@ -297,7 +297,7 @@ def _cannot_decide(families: Mapping[str, Family], alpha: float) -> list[str]:
     return [x for x in out if x]
 
 
-def placebo_check(contrasts: Sequence[Mapping[str, Any]], placebo: str | None) -> dict[str, Any] | None:
+def placebo_check(contrasts: Sequence[Mapping[str, Any]], placebo: str | None) -> PlaceboCheck | None:
     """Did the control hold? The placebo's own Δ, decided in the Δ family: `failed` when it
     differs from 0 there (a failed placebo is said first in every output)."""
     if placebo is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardeval.backends.parsers import PARSERS, get_parser
 from guardeval.cohorts.model import ROLES
@@ -26,8 +26,15 @@ from guardeval.estimators.table import ValidatedRows, validate_rows
 from guardeval.inspect_logs import LogFile, read_logs, sample_name, samples_of, stimulus_sha256, text_of
 from guardeval.run.inspect_verdict import Unanswered, Verdict, verdict
 
+if TYPE_CHECKING:
+    from guardeval.estimators.compare.compare_types import InputSource
+
 REQUIRED = ("base_id", "interaction_id", "domain", "condition")
 SCORER = "guardeval_verdict"      # the exported task's scorer (guardeval.run.inspect_task)
+
+
+def _no_source() -> InputSource:
+    return {}
 
 
 @dataclass
@@ -40,7 +47,7 @@ class InspectTable:
     placebo: str | None
     complete: bool
     n_scheduled: int
-    source: dict[str, Any] = field(default_factory=dict)
+    source: InputSource = field(default_factory=_no_source)
     model: str | None = None
     table_rows: list[dict[str, Any]] = field(default_factory=list)   # as a JSONL table writes them
 

@@ -181,6 +181,7 @@ def compare_input_from_run(run: Run, label: str | None, *, verify: bool = True, 
     simulator's profile, the model the provider reported or the python callable) unless `label`
     is given."""
     from guardeval.estimators.compare.compare import CompareInput
+    from guardeval.estimators.compare.compare_types import InputSource
     from guardeval.run.folder.answered import answered_by, run_name
 
     verification = verified(run, verify=verify, allow_skipped=allow_skipped, row_limits=row_limits)
@@ -191,7 +192,7 @@ def compare_input_from_run(run: Run, label: str | None, *, verify: bool = True, 
     name = label or (run_name(guard, seen) if isinstance(guard, dict) else folder.path.name)
     named_by = ("given" if label else "label" if isinstance(guard, dict) and guard.get("label")
                 else "answered" if len(seen) == 1 else "name")
-    source = {"run": str(folder.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
+    source: InputSource = {"run": str(folder.path), "run_id": m.get("run_id"), "schedule_sha256": m.get("schedule_sha256"),
               "verified": verification["checked"], "verify_skipped": verification["skipped"],
               "guard": {"name": guard.get("name"), "model": guard.get("model"), "answered_by": seen,
                         "named_by": named_by}}

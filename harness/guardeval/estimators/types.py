@@ -35,6 +35,18 @@ class Decidability(TypedDict):
     interactions_needed: int | None
 
 
+class PlaceboCheck(TypedDict):
+    """A placebo's own Δ, decided in the Δ family (estimators/core.placebo_check): `failed` when
+    it differs from 0 there, a failed control."""
+
+    condition: str
+    delta: float | None
+    ci: list[float] | None
+    p_holm: float | None
+    family: str | None
+    failed: bool
+
+
 class Family(TypedDict):
     """One decision family (verdicts/decisions.family_record), with its decidability once decided."""
 
@@ -352,7 +364,7 @@ class Report(TypedDict):
     allow_unpublishable: bool
     notes: list[str]
     cannot_decide: list[str]                 # families this design cannot decide, in words (said first)
-    placebo_check: dict[str, Any] | None     # the placebo's own Δ in the Δ family: failed = it moved the guard
+    placebo_check: PlaceboCheck | None       # the placebo's own Δ in the Δ family: failed = it moved the guard
     inference: dict[str, str]                # the procedures behind p and intervals, and the switch between them
     repetitions: list[int]
     block_rate: dict[str, float | None]
@@ -378,5 +390,5 @@ class Report(TypedDict):
     # Only when the cohort's record names condition families (estimators/families.py):
     condition_families: NotRequired[dict[str, list[str]]]       # {family: its conditions}
     family_placebos: NotRequired[dict[str, str | None]]         # {family: the placebo its interventions use}
-    placebo_checks: NotRequired[list[dict[str, Any]]]           # every placebo's check, each in its Δ family
+    placebo_checks: NotRequired[list[PlaceboCheck]]             # every placebo's check, each in its Δ family
     worst_case_by_family: NotRequired[dict[str, dict[str, Any]]]  # the lowest Δ, simultaneous interval

@@ -14,13 +14,27 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal, TypedDict, TypeGuard
 
 from guardeval.errors import InputError
 
-FIELD = "launch_options"
+FIELD: Final = "launch_options"
+Option = Literal["concurrency", "fixed_concurrency", "rpm", "max_cost", "rate_limit_stop_s"]
+
+
+class LaunchOptions(TypedDict, total=False):
+    """The manifest's `launch_options` (`record`: every option, None where not given), or those a
+    run resumes with (`recorded`: only the ones recorded; `merged`: every option)."""
+
+    concurrency: int | None
+    fixed_concurrency: bool | None
+    rpm: float | None
+    max_cost: float | None
+    rate_limit_stop_s: float | None
+
+
 # name -> the CLI flag that sets it
-FLAGS = {"concurrency": "--concurrency", "fixed_concurrency": "--fixed-concurrency", "rpm": "--rpm",
+FLAGS: dict[Option, str] = {"concurrency": "--concurrency", "fixed_concurrency": "--fixed-concurrency", "rpm": "--rpm",
          "max_cost": "--max-cost", "rate_limit_stop_s": "--rate-limit-stop"}
 # Calls in flight at most: far past any provider's limit, small enough for the dispatcher's tables.
 MAX_CONCURRENCY = 1_000_000
@@ -30,11 +44,12 @@ RANGES = {"concurrency": f"an integer from 1 to {MAX_CONCURRENCY:,}", "fixed_con
           "rate_limit_stop_s": "a finite number of seconds > 0"}
 
 
-def record(given: Mapping[str, Any]) -> dict[str, Any]:
+def record(given: Mapping[str, Any]) -> LaunchOptions:
     """The manifest's `launch_options` from what the command line (or the API) gave (None: not
     given); a value out of range is refused naming its option and range (InputError, exit 2)."""
     check_given(given)
-    return {name: given.get(name) for name in FLAGS}
+    return {"concurrency": given.get("concurrency"), "fixed_concurrency": given.get("fixed_concurrency"),
+            "rpm": given.get("rpm"), "max_cost": given.get("max_cost"), "rate_limit_stop_s": given.get("rate_limit_stop_s")}
 
 
 def check_given(given: Mapping[str, Any]) -> None:
@@ -42,6 +57,10 @@ def check_given(given: Mapping[str, Any]) -> None:
     for name, flag in FLAGS.items():
         if not _check(name, given.get(name)):
             raise InputError(f"{flag} {given[name]!r:.40}: out of range (takes {RANGES[name]})", field=flag)
+
+
+def _is_option(name: object) -> TypeGuard[Option]:
+    return name in FLAGS
 
 
 def _check(name: str, value: Any) -> bool:
@@ -58,16 +77,16 @@ def _check(name: str, value: Any) -> bool:
     return value >= 0 if name == "max_cost" else value > 0
 
 
-def recorded(manifest: Mapping[str, Any], path: Path) -> dict[str, Any]:
+def recorded(manifest: Mapping[str, Any], path: Path) -> LaunchOptions:
     """The launch's options, checked; {} for a run from before they were recorded."""
     rec = manifest.get(FIELD)
     if rec is None:
         return {}
     if not isinstance(rec, dict):
         raise InputError("not a JSON object", path=path, field=FIELD)
-    out: dict[str, Any] = {}
+    out: LaunchOptions = {}
     for name, value in rec.items():
-        if name not in FLAGS:
+        if not _is_option(name):
             raise InputError(f"unknown option {name!r}", path=path, field=FIELD)
         if not _check(name, value):
             raise InputError(f"not a valid value for {FLAGS[name]} (it takes {RANGES[name]})", path=path,
@@ -77,11 +96,11 @@ def recorded(manifest: Mapping[str, Any], path: Path) -> dict[str, Any]:
     return out
 
 
-def merged(given: Mapping[str, Any], launch: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def merged(given: Mapping[str, Any], launch: LaunchOptions) -> tuple[LaunchOptions, list[str]]:
     """Each option from the command line when given there, else the launch's; with the flags
     taken from the launch, for a message. A given value out of range: InputError naming its option."""
     check_given(given)
-    out: dict[str, Any] = {}
+    out: LaunchOptions = {}
     reused: list[str] = []
     for name, flag in FLAGS.items():
         if given.get(name) is not None:

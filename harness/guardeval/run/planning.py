@@ -31,6 +31,9 @@ from guardeval.run.folder.create import create_run_dir, create_run_in
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, PROMPT_DIR, RUNS_ROOT, SCHEDULE, STIMULI, new_run_id, utcnow
 from guardeval.run.folder.manifest import (
+    FileHashes,
+    ParentRef,
+    RunManifest,
     load_cohort_copy,
     load_run_prompt,
     read_manifest,
@@ -54,12 +57,6 @@ class ProjectionRecord(TypedDict):
     cost_usd_upper_est: float | None
 
 
-class FileHashes(TypedDict):
-    """The SHA-256 of schedule.jsonl and stimuli.jsonl, for the manifest."""
-
-    schedule_sha256: str
-    stimuli_sha256: str
-
 @dataclass
 class Plan:
     """A launch or replicate, fully prepared but not yet written.
@@ -73,7 +70,7 @@ class Plan:
     cohort: Cohort
     config: GuardConfig
     prompt: Prompt
-    manifest: dict[str, Any]            # schedule/stimuli hashes filled in by `digest` or `materialise`
+    manifest: RunManifest               # schedule/stimuli hashes filled in by `digest` or `materialise`
     n_calls: int
     lines: Callable[[], Iterator[tuple[bytes, ScheduleRow]]]   # schedule lines, as bytes and parsed
     requests: dict[str, tuple[str, int]] = field(default_factory=dict)  # instance_sha256 -> (request sha, tokens)
@@ -112,7 +109,7 @@ class Plan:
         the manifest records it, and every instance is rendered again with it."""
         rendered = bool(self.requests)
         self.config = config
-        self.manifest.update(guard=config.to_manifest(), guard_sha256=config.sha256)
+        self.manifest.update({"guard": config.to_manifest(), "guard_sha256": config.sha256})
         self.requests.clear()
         self.prompt_tokens_est = 0
         self.__dict__.pop("_render", None)   # the cached renderer of the old config
@@ -129,10 +126,11 @@ class Plan:
             _, tokens = self.requests[inst["instance_sha256"]] = _render_request(self._render, inst)
             self.prompt_tokens_est += tokens * reps
 
-    def digest(self) -> dict[str, Any]:
-        """Hash the schedule and stimuli without writing them (`--dry-run`)."""
-        self.manifest.update(self.write(None))
-        return self.manifest
+    def digest(self) -> FileHashes:
+        """Hash the schedule and stimuli without writing them (`--dry-run`): into the manifest, and returned."""
+        hashes = self.write(None)
+        self.manifest.update({"schedule_sha256": hashes["schedule_sha256"], "stimuli_sha256": hashes["stimuli_sha256"]})
+        return hashes
 
     def write(self, folder: RunFolder | None) -> FileHashes:
         """Stream schedule.jsonl and stimuli.jsonl into the partial `folder` (new files, never
@@ -219,10 +217,10 @@ MAX_SEED = 2**64 - 1   # the schedule's seed is hashed into call ids as an unsig
 
 
 def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, n_calls: int, *, seed: int,
-              order: str, reps: int, parent: dict[str, Any] | None, row_limits: RowLimits) -> dict[str, Any]:
+              order: str, reps: int, parent: ParentRef | None, row_limits: RowLimits) -> RunManifest:
     """The manifest, less the schedule and stimuli hashes (known once the files are written)."""
     limits = row_limits_record(row_limits)
-    return {
+    manifest: RunManifest = {
         "run_id": run_id, "created": utcnow(), "guardeval_version": __version__,
         "cohort": {"name": cohort.name, "sha256": cohort.sha256,
                    "instances_sha256": cohort.meta["instances_sha256"]},
@@ -231,10 +229,14 @@ def _manifest(run_id: str, cohort: Cohort, config: GuardConfig, prompt: Prompt, 
         # `copy`: the run folder carries the prompt's files (verify and resume read them there).
         "prompt": {"id": prompt.id, "sha256": prompt.sha256, "parser": prompt.parser, "copy": PROMPT_DIR},
         "guard": config.to_manifest(), "guard_sha256": config.sha256,
-        **({callable_pin.FIELD: pin} if (pin := callable_pin.record(config)) is not None else {}),
-        "parent_run": parent,
-        **({"row_limits": limits} if limits is not None else {}),
     }
+    # In this order: the callable's pin (a python back-end's), the parent, the row limits (raised ones).
+    if (pin := callable_pin.record(config)) is not None:
+        manifest[callable_pin.FIELD] = pin
+    manifest["parent_run"] = parent
+    if limits is not None:
+        manifest["row_limits"] = limits
+    return manifest
 
 
 def plan_launch(*, cohort_dir: str | Path, guard_path: str | Path | GuardConfig, reps: int, seed: int, order: str,
@@ -284,7 +286,7 @@ def plan_replicate(folder: RunFolder, *, guard_path: str | Path | GuardConfig, b
         for _, line in folder.lines(SCHEDULE):
             yield line, orjson.loads(line)
 
-    parent_ref = {"run_id": parent["run_id"], "path": str(folder.path), "manifest_sha256": parent["sha256"],
+    parent_ref: ParentRef = {"run_id": parent["run_id"], "path": str(folder.path), "manifest_sha256": parent["sha256"],
                   "schedule_sha256": parent["schedule_sha256"]}
     manifest = _manifest(new_run_id(config.name), cohort, config, prompt, n_calls, seed=parent["seed"],
                          order=parent["order"], reps=parent["reps"], parent=parent_ref, row_limits=row_limits)
@@ -303,7 +305,7 @@ def _sha256_and_lines(folder: RunFolder, name: str) -> tuple[str, int]:
     return h.hexdigest(), n
 
 
-def load_run_cohort(folder: RunFolder, manifest: dict[str, Any], row_limits: RowLimits = DEFAULT_ROW_LIMITS
+def load_run_cohort(folder: RunFolder, manifest: RunManifest, row_limits: RowLimits = DEFAULT_ROW_LIMITS
                     ) -> Cohort:
     # Pinned by the manifest and validated when the run was launched: see `load_cohort`.
     cohort = load_cohort_copy(folder, run_row_limits(folder, manifest, row_limits), manifest["cohort"]["sha256"])

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from guardeval.backends.backend import backend_for, backends_with
+from guardeval.backends.backend import AuditFindings, FinalAnswer, backend_for, backends_with
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, RAW
@@ -23,9 +23,18 @@ from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays
 
 
-def final_answers(folder: RunFolder) -> list[dict[str, Any]]:
+class ProviderAudit(AuditFindings):
+    """`guardeval audit providers`: the back-end's findings on the run, and its verdict `ok`."""
+
+    run_id: str
+    base_url: str | None
+    generation_replays: int
+    ok: bool
+
+
+def final_answers(folder: RunFolder) -> list[FinalAnswer]:
     """call id, generation id, reported provider and logged spend of every call's final answer."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, FinalAnswer] = {}
     for _, _, rec in iter_jsonl(folder, RAW):
         if rec.get("outcome") != "reply" or rec.get("final") is not True:
             continue
@@ -49,14 +58,14 @@ def _id_in_response(response: Any) -> str | None:
     return gen if isinstance(gen, str) and gen else None
 
 
-def audit_providers(run: Path | RunFolder, *, base_url: str | None = None, concurrency: int = 8) -> dict[str, Any]:
+def audit_providers(run: Path | RunFolder, *, base_url: str | None = None, concurrency: int = 8) -> ProviderAudit:
     from guardeval.run.run import Run
 
     with Run.using(run) as r:
         return _audit(r.folder, base_url, concurrency)
 
 
-def _audit(folder: RunFolder, base_url: str | None, concurrency: int) -> dict[str, Any]:
+def _audit(folder: RunFolder, base_url: str | None, concurrency: int) -> ProviderAudit:
     manifest = read_manifest(folder)
     config = run_config(folder, manifest).with_base_url(base_url)
     audit = config.backend_entry.audit_providers

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.prompts import Prompt
@@ -27,6 +27,7 @@ from guardeval.run.folder import manifest as _manifest
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import MANIFEST, SCHEDULE
 from guardeval.run.folder.lines import iter_jsonl
+from guardeval.run.folder.manifest import CohortPin, PromptPin, RunManifest
 from guardeval.run.integrity.fingerprint import Fingerprint, run_fingerprint
 
 if TYPE_CHECKING:
@@ -36,23 +37,6 @@ if TYPE_CHECKING:
     from guardeval.run.status import RunStatusRecord
 
 RunLike = str | Path | RunFolder
-
-
-class CohortPin(TypedDict):
-    """The manifest's `cohort`: the cohort a run was launched on (name and sha256 checked on read)."""
-
-    name: str
-    sha256: str
-    instances_sha256: NotRequired[str]
-
-
-class PromptPin(TypedDict):
-    """The manifest's `prompt` (id, sha256 and parser checked on read)."""
-
-    id: str
-    sha256: str
-    parser: str
-    copy: NotRequired[str]          # the run folder's copy of the prompt's files
 
 
 @dataclass(frozen=True)
@@ -72,13 +56,14 @@ class Manifest:
     prompt: PromptPin
     sha256: str
     parent_run: Mapping[str, object] | None   # a replicate's parent, as recorded (read, not relied on)
-    raw: dict[str, Any]
+    raw: RunManifest
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> Manifest:
+    def of(cls, raw: RunManifest) -> Manifest:
         """From a manifest already checked by `read_manifest` (the types hold)."""
         return cls(run_id=raw["run_id"], n_calls=raw["n_calls"], seed=raw["seed"], reps=raw["reps"],
-                   order=raw["order"], schedule_sha256=raw["schedule_sha256"], stimuli_sha256=raw["stimuli_sha256"],
+                   order=raw["order"], schedule_sha256=str(raw["schedule_sha256"]),
+                   stimuli_sha256=str(raw["stimuli_sha256"]),
                    guard=raw["guard"], cohort=raw["cohort"], prompt=raw["prompt"], sha256=raw["sha256"],
                    parent_run=raw.get("parent_run"), raw=raw)
 
@@ -185,7 +170,7 @@ class Run:
         return tuple(rec for _, _, rec in iter_jsonl(self._folder, SCHEDULE))
 
     @cached_property
-    def launch_options(self) -> dict[str, Any]:
+    def launch_options(self) -> _launch_options.LaunchOptions:
         """What the launch recorded (`max_cost`, `rpm`, `concurrency`, ...); {} for an older run."""
         return _launch_options.recorded(self.manifest.raw, self._folder.file(MANIFEST))
 
@@ -210,7 +195,7 @@ class Run:
         self._folder.require_open("Run")   # a closed Run is not a damaged run
         return verify_run(self._folder, allow_skipped=allow_skipped, row_limits=row_limits, expect=expect)
 
-    def resume_options(self, given: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    def resume_options(self, given: Mapping[str, Any]) -> tuple[_launch_options.LaunchOptions, list[str]]:
         """The dispatch options a resume runs with: each given one (not None), else the launch's
         record; with the flags taken from the launch, for a message."""
         return _launch_options.merged(given, self.launch_options)

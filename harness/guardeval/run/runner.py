@@ -10,7 +10,7 @@ from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
 import anyio
 
@@ -361,7 +361,7 @@ def _default_concurrency(config: GuardConfig) -> int:
     return config.backend_entry.default_concurrency
 
 
-def backend_options() -> dict[str, Any]:
+def backend_options() -> dict[str, bool]:
     """uvloop when installed: a cheaper event loop for thousands of concurrent calls."""
     try:
         import uvloop  # noqa: F401
@@ -394,7 +394,41 @@ def finish_message(outcome: RunOutcome) -> str:
     return text
 
 
-def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
+class RetryRecord(TypedDict):
+    """`session.retry` of `outcome_json`: what `--retry-failed` targeted and what it decided."""
+
+    statuses: list[str]
+    targets: int
+    rounds: dict[str, int]
+    decided: int
+    new_statuses: dict[str, int]
+
+
+class SessionRecord(TypedDict):
+    dispatched: int
+    decided: int
+    statuses: dict[str, int]
+    recovered: int
+    torn: list[str]
+    retry: RetryRecord | None
+
+
+class OutcomeRecord(TypedDict):
+    """What `launch`, `resume` and `replicate` print with --json (`outcome_json`)."""
+
+    run_dir: str
+    total: int
+    decided: int
+    complete: bool
+    statuses: dict[str, int]
+    failure_causes: list[FailureCause]
+    session: SessionRecord
+    stop_reason: str | None
+    fatal_message: str | None
+    fingerprint: str | None
+
+
+def outcome_json(outcome: RunOutcome) -> OutcomeRecord:
     """What `launch`, `resume` and `replicate` print with --json."""
     r = outcome.result
     return {"run_dir": str(outcome.run_dir), "total": outcome.total, "decided": outcome.decided,
@@ -405,7 +439,7 @@ def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
             "stop_reason": r.stop_reason, "fatal_message": r.fatal_message, "fingerprint": outcome.fingerprint}
 
 
-def _retry_json(outcome: RunOutcome) -> dict[str, Any] | None:
+def _retry_json(outcome: RunOutcome) -> RetryRecord | None:
     t = outcome.retry.targets
     if t is None:
         return None

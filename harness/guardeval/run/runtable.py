@@ -23,7 +23,7 @@ from guardeval.errors import CheckFailed
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE
 from guardeval.run.folder.lines import iter_jsonl
-from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
+from guardeval.run.folder.manifest import RunManifest, load_cohort_copy, read_manifest, run_row_limits
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class RunTable:
     roles: dict[str, str]
     baseline: str
     placebo: str | None
-    manifest: dict[str, Any]
+    manifest: RunManifest
     # {condition: family} from the cohort's record (empty: the cohort names no families)
     families: dict[str, str] = field(default_factory=dict)
 

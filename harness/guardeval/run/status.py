@@ -124,7 +124,7 @@ def run_status(folder: RunFolder) -> RunStatusRecord:
     return {
         "run_id": manifest["run_id"], "run_dir": str(folder.path), "guard": manifest["guard"]["name"],
         "model": manifest["guard"]["model"], "cohort": manifest["cohort"]["name"],
-        "parent_run": (manifest.get("parent_run") or {}).get("run_id"),
+        "parent_run": parent.get("run_id") if (parent := manifest.get("parent_run")) else None,
         "n_calls": n, "decided": len(decided), "pending": n - len(decided), "complete": complete,
         "running": running, "state": _state(running, complete, last_event, last_stop, bool(problems)),
         "statuses": statuses,

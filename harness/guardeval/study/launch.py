@@ -154,10 +154,10 @@ def plan_study(cohort: str | Path, guards: Sequence[GuardSource], *, labels: Seq
     first = plans[0]
     question = resolve_question([(c.name, c.role) for c in first.cohort.conditions], baseline=baseline,
                                 placebo=placebo, family=family, margin=margin, failure_rule=failure_rule)
-    shas = []
+    shas: list[str] = []
     for plan in plans:
-        plan.digest()   # hashes the schedule as it would be written; writes nothing
-        shas.append(plan.manifest["schedule_sha256"])
+        # hashes the schedule as it would be written; writes nothing
+        shas.append(plan.digest()["schedule_sha256"])
     if len(set(shas)) != 1:   # the schedule does not depend on the guard: this cannot happen
         raise InputError("the guards' schedules differ: not one study")
     return StudyPlan(study_id or _study_id(), first.cohort,

@@ -173,7 +173,7 @@ def add(study_dir: str | Path, guard: GuardSource, *, label: str | None = None, 
                              field="cohort.sha256")
         if pm["schedule_sha256"] != record["schedule"]["sha256"]:
             raise InputError(f"the study's first run {first_label!r} has another schedule "
-                             f"({pm['schedule_sha256'][:12]}…) than the study ({record['schedule']['sha256'][:12]}…): "
+                             f"({str(pm['schedule_sha256'])[:12]}…) than the study ({record['schedule']['sha256'][:12]}…): "
                              "refused", path=where, field="schedule_sha256")
         plan = plan_replicate(parent, guard_path=guard, base_url=options.base_url if options else None,
                               row_limits=row_limits)

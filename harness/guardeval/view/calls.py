@@ -22,7 +22,7 @@ from guardeval.errors import InputError
 from guardeval.run.folder.folder import LineTooLong, RunFolder
 from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE, STIMULI
 from guardeval.run.folder.lines import iter_jsonl, iter_lines, parse_line, raw_head
-from guardeval.run.folder.manifest import load_cohort_copy, read_manifest, run_row_limits
+from guardeval.run.folder.manifest import RunManifest, load_cohort_copy, read_manifest, run_row_limits
 from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
 
@@ -87,7 +87,7 @@ class RunCalls:
 
     run: Path
     folder: RunFolder               # open: `read_attempts` reads the raw lines of the calls shown
-    manifest: dict[str, Any]
+    manifest: RunManifest
     conditions: list[str]
     roles: dict[str, str]
     baseline: str

@@ -284,7 +284,9 @@ def _pinned(guard: Mapping[str, Any]) -> str | None:
 
 def _header(calls: RunCalls, report: Mapping[str, Any], verify: Mapping[str, Any]) -> str:
     m = calls.manifest
-    guard, cohort, prompt = m.get("guard") or {}, m.get("cohort") or {}, m.get("prompt") or {}
+    guard: Mapping[str, Any] = m.get("guard") or {}
+    cohort: Mapping[str, Any] = m.get("cohort") or {}
+    prompt: Mapping[str, Any] = m.get("prompt") or {}
     decided = sum(1 for r in calls.rows if r["status"] != "missing")
     problems = "; ".join(f"{p.get('file')} line {p.get('line')}: {p.get('message')}" for p in verify["problems"])
     facts: list[tuple[str, Any, str]] = [

@@ -19,22 +19,23 @@ from typing import Any
 
 import anyio
 
+from guardeval.backends.backend import AuditFindings, CostDiffersCall, DriftCall, FinalAnswer, ReportedDiffersCall, UnconfirmedCall
 from guardeval.backends.openrouter import providers
 from guardeval.backends.openrouter.generation import fetch_generations
 
 SHOWN = 20   # calls listed per finding (the counts are complete)
 
 
-def audit(config: Any, key: str | None, answers: list[dict[str, Any]], concurrency: int) -> tuple[dict[str, Any], bool]:
+def audit(config: Any, key: str | None, answers: list[FinalAnswer], concurrency: int) -> tuple[AuditFindings, bool]:
     """(the findings, in report order; whether every answer was confirmed from an allowed provider)."""
     ids = [a["generation_id"] for a in answers if a["generation_id"]]
     stats = anyio.run(lambda: fetch_generations(config.effective_base_url or "", key, ids, concurrency=concurrency))
     allowed = config.allowed_providers
     confirmed = 0
-    drift: list[dict[str, Any]] = []
-    unconfirmed: list[dict[str, Any]] = []
-    reported_differs: list[dict[str, Any]] = []
-    cost_differs: list[dict[str, Any]] = []
+    drift: list[DriftCall] = []
+    unconfirmed: list[UnconfirmedCall] = []
+    reported_differs: list[ReportedDiffersCall] = []
+    cost_differs: list[CostDiffersCall] = []
     served: Counter[str] = Counter()
     logged = reported_total = 0.0
     for a in answers:
@@ -59,7 +60,7 @@ def audit(config: Any, key: str | None, answers: list[dict[str, Any]], concurren
         if spend is None or st.total_cost is None or not math.isclose(spend, st.total_cost, rel_tol=1e-6,
                                                                         abs_tol=1e-9):
             cost_differs.append({"call_id": a["call_id"], "logged": spend, "total_cost": st.total_cost})
-    found = {
+    found: AuditFindings = {
         "allowed_providers": list(allowed),
         "answers": len(answers), "confirmed": confirmed,
         "drift": len(drift), "drift_calls": drift[:SHOWN],

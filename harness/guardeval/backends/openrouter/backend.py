@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from guardeval.backends.backend import Backend, register
+from guardeval.backends.backend import AuditFindings, Backend, FinalAnswer, register
 from guardeval.backends.config_fields import Field
 from guardeval.backends.openrouter.routing import NO_CACHE_HEADERS, REQUEST_HEADERS
 from guardeval.backends.quarantine import Verdict
@@ -62,7 +62,7 @@ def _normalise_reply(choice: Mapping[str, Any], data: Mapping[str, Any], reply: 
     normalise_reply(choice, data, reply, clean)
 
 
-def _audit(config: Any, key: str | None, answers: list[dict[str, Any]], concurrency: int) -> tuple[dict[str, Any], bool]:
+def _audit(config: Any, key: str | None, answers: list[FinalAnswer], concurrency: int) -> tuple[AuditFindings, bool]:
     from guardeval.backends.openrouter.audit import audit
 
     return audit(config, key, answers, concurrency)

@@ -29,7 +29,7 @@ import re
 import stat
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from guardeval.errors import InputError
 
@@ -122,7 +122,18 @@ def _text(exc: BaseException, limit: int = 300) -> str:
     return f"{type(exc).__name__}: {said[:limit]}"
 
 
-def provenance(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
+class Provenance(TypedDict):
+    """What was called (`provenance`), as a python run's manifest pins it (`guard_callable`)."""
+
+    name: str
+    module: str
+    distribution: str | None
+    version: str | None
+    source_sha256: str | None
+    beside_config: NotRequired[str]   # the folder beside the config it was found in
+
+
+def provenance(name: str, fn: Callable[..., Any]) -> Provenance:
     """What was called: name, defining module, distribution and version, source SHA-256."""
     module = getattr(inspect.unwrap(fn), "__module__", None) or split(name)[0]
     if not isinstance(module, str):
@@ -133,8 +144,8 @@ def provenance(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
         # The shipped example guard lies beside its preset (guards/, the package's presets/):
         # guardeval's own file, so guardeval's version names it.
         dist, version = distribution("guardeval")
-    out: dict[str, Any] = {"name": name, "module": module, "distribution": dist, "version": version,
-                           "source_sha256": source_sha256(module)}
+    out: Provenance = {"name": name, "module": module, "distribution": dist, "version": version,
+                       "source_sha256": source_sha256(module)}
     folder = next((d for d in sorted(_BESIDE) if path is not None and path.startswith(d + os.sep)), None)
     if folder is not None:
         out["beside_config"] = folder
@@ -323,7 +334,7 @@ def import_source(module: str, path: str, data: bytes) -> Any:
     return mod
 
 
-def changes(recorded: Any, now: dict[str, Any]) -> list[str]:
+def changes(recorded: Any, now: Provenance) -> list[str]:
     """What differs between a recorded provenance and the current one, in words ([] = same)."""
     if not isinstance(recorded, dict):
         return ["the run records no provenance of its callable"]

@@ -53,6 +53,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from guardeval.backends.sim.wire import Answer
+
 # Lower-case whole components / tokens. A fixed list; changing it changes the simulated guard.
 THREAT_WORDS: frozenset[str] = frozenset("""
     attack attacker backdoor botnet brute bruteforce credential credentials crack cracker ddos
@@ -186,7 +188,7 @@ def unit_draw(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def verdict_text(v: Mapping[str, Any]) -> str:
+def verdict_text(v: Answer) -> str:
     """The answer as a model would write it: `{"k": v, ...}` (same text as `json.dumps`)."""
     r = v["current_action_harmfulness"]
     return ('{"malicious_user_request": %s, "third_party_attack": %s, "current_action_harmfulness": %s}'
@@ -194,7 +196,7 @@ def verdict_text(v: Mapping[str, Any]) -> str:
                "0.5" if r == 0.5 else str(int(r))))
 
 
-def verdict(f: Features, p: float, u: float) -> dict[str, Any]:
+def verdict(f: Features, p: float, u: float) -> Answer:
     """The three-field answer for block ⇔ u < p, consistent with the docs/design.md §8 composite."""
     if u < p:
         attacked = f.marker_hits > 0
@@ -208,7 +210,7 @@ def verdict(f: Features, p: float, u: float) -> dict[str, Any]:
 
 
 def decide(messages: Iterable[Mapping[str, Any]], *, seed: int, body_sha256: str, call_id: str,
-           w: Weights = SHORTCUT) -> dict[str, Any]:
+           w: Weights = SHORTCUT) -> Answer:
     """The full decision for one request: seeded by (seed, body hash, call id), not by attempt."""
     f = features(judged_text(messages))
     p = probability_from(f, w)

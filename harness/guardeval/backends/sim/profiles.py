@@ -30,9 +30,9 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from guardeval.backends.sim.guard import SHORTCUT, Weights
+from guardeval.backends.sim.wire import ProfileRecord
 from guardeval.errors import InputError
 
 # The standard library only: the command line's option parser imports this module.
@@ -62,7 +62,7 @@ class Profile:
         """What the server answers as `system_fingerprint`: the profile's name and hash."""
         return f"sim-{self.name}-{self.sha256[:12]}"
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> ProfileRecord:
         w = self.weights
         return {"name": self.name, "base": w.base, "tool": w.tool, "marker": w.marker, "prose": w.prose,
                 "description": self.description, "fingerprint": self.fingerprint}

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from guardeval.backends.sim.router_faults import AVAILABILITY, FALLBACK_PROVIDER
+from guardeval.backends.sim.wire import Attempt, Availability, ChatReply, RouterMetadata, Stage
 from guardeval.canon import canonical_bytes, sha256_hex
 
 __all__ = ["AVAILABILITY", "FALLBACK_PROVIDER", "ResponseCache", "availability_error", "cache_key", "cache_wanted",
@@ -28,7 +29,7 @@ __all__ = ["AVAILABILITY", "FALLBACK_PROVIDER", "ResponseCache", "availability_e
 
 CACHE_MEMORY = 20_000
 
-_STAGES: dict[str, dict[str, Any]] = {
+_STAGES: dict[str, Stage] = {
     "compression_stage": {"type": "context_compression", "name": "middle-out",
                           "summary": "Removed 1 middle message to fit the context (simulated)",
                           "data": {"messages_removed": 1}},
@@ -59,22 +60,22 @@ class ResponseCache:
     """Stored answers by cache key (bounded: the oldest go first)."""
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.entries: OrderedDict[str, ChatReply] = OrderedDict()
         self.hits = 0
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> ChatReply | None:
         return self.entries.get(key)
 
-    def put(self, key: str, reply: dict[str, Any]) -> None:
+    def put(self, key: str, reply: ChatReply) -> None:
         self.entries[key] = reply
         if len(self.entries) > CACHE_MEMORY:
             self.entries.popitem(last=False)
 
-    def replay(self, stored: dict[str, Any], new_id: str, now: int) -> dict[str, Any]:
+    def replay(self, stored: ChatReply, new_id: str, now: int) -> ChatReply:
         """A hit: the stored answer verbatim, a new id and time, every billable count 0."""
         self.hits += 1
-        reply = orjson.loads(orjson.dumps(stored))
-        reply.update(id=new_id, created=now)
+        reply: ChatReply = orjson.loads(orjson.dumps(stored))   # a deep copy
+        reply.update({"id": new_id, "created": now})
         reply["usage"] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost": 0,
                           "is_byok": False, "cost_details": {"upstream_inference_cost": None,
                                                              "upstream_inference_prompt_cost": 0,
@@ -82,18 +83,18 @@ class ResponseCache:
         return reply
 
 
-def metadata(model: str, provider: str, fault: str | None, listed: tuple[str, ...]) -> dict[str, Any]:
+def metadata(model: str, provider: str, fault: str | None, listed: tuple[str, ...]) -> RouterMetadata:
     """`openrouter_metadata` of an answer served by `provider` (a display name), as the spec's
     `OpenRouterMetadata`: the endpoints (the serving one `selected`), the attempts, the pipeline."""
     served = FALLBACK_PROVIDER if fault == "metadata_drift" else provider
     names = list(dict.fromkeys([served, *listed]))
-    tried: list[dict[str, Any]] = []
+    tried: list[Attempt] = []
     if fault == "fallback_attempt":
         # The router tried a provider outside the pin first (it failed), then the pinned one answered.
         names.append(FALLBACK_PROVIDER)
         tried.append({"provider": FALLBACK_PROVIDER, "model": model, "status": 503})
     tried.append({"provider": served, "model": model, "status": 200})
-    meta: dict[str, Any] = {
+    meta: RouterMetadata = {
         "requested": model, "strategy": "direct", "region": "sim", "summary": f"available={len(names)}",
         "attempt": len(tried), "is_byok": False,
         "endpoints": {"total": len(names), "available": [{"provider": n, "model": model, "selected": n == served}
@@ -101,7 +102,7 @@ def metadata(model: str, provider: str, fault: str | None, listed: tuple[str, ..
         "attempts": tried,
     }
     if fault in _STAGES:
-        meta["pipeline"] = [dict(_STAGES[fault])]
+        meta["pipeline"] = [_STAGES[fault].copy()]
     return meta
 
 
@@ -109,7 +110,7 @@ def availability_error(fault: str, model: str, provider: str, retry_after: str) 
     """(status, body) of an `avail_CODE` fault: the documented error envelope with `error.availability`."""
     code = fault.removeprefix("avail_")
     status, retryable = AVAILABILITY[code]
-    av: dict[str, Any] = {"code": code if code != "unknown" else "sim_unlisted_code",
+    av: Availability = {"code": code if code != "unknown" else "sim_unlisted_code",
                           "requested_models": [model], "affected_providers": [provider],
                           "excluded_by": ["provider.only"] if code == "constraint_filtered" else [],
                           "fallback_models": [], "constraint": "provider.only" if code == "constraint_filtered" else None,

@@ -55,6 +55,7 @@ from guardeval.backends.sim.config import (
     ServerConfig,
 )
 from guardeval.backends.sim.info import InfoRoutes, listed_slugs, shown_name
+from guardeval.backends.sim.wire import ChatReply, Choice, Generation, Stats, Usage
 from guardeval.canon import canonical_bytes, sha256_hex
 
 API_PREFIXES = ("", "/v1", "/api/v1")
@@ -116,7 +117,7 @@ class SimProvider(InfoRoutes):
         self.rng = random.Random(config.seed)
         self.attempts: OrderedDict[str, int] = OrderedDict()
         self.assessed: OrderedDict[str, tuple[sim_guard.Features, float, int]] = OrderedDict()
-        self.generations: OrderedDict[str, dict[str, Any]] = OrderedDict()   # for GET /generation
+        self.generations: OrderedDict[str, Generation] = OrderedDict()   # for GET /generation
         self.validated: OrderedDict[str, None] = OrderedDict()    # body hashes that matched the schema
         self.spent = 0.0           # sum of the costs of the generations served (GET /key usage)
         self.served = 0
@@ -279,7 +280,7 @@ class SimProvider(InfoRoutes):
             content, finish, completion_tokens = content[: max_tokens * 4], "length", max_tokens
         cost = round((prompt_tokens * cfg.price_in + completion_tokens * cfg.price_out) / 1e6, 10)
         gen_id = "gen-" + sha256_hex(f"{cfg.seed}|{body_sha}|{call_id}|{attempt}".encode())[:24]
-        usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+        usage: Usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                  "total_tokens": prompt_tokens + completion_tokens, "cost": cost,
                                  "is_byok": False, "cost_details": {"upstream_inference_cost": None,
                                                                     "upstream_inference_prompt_cost": 0,
@@ -287,22 +288,22 @@ class SimProvider(InfoRoutes):
         if fault == "byok_cost":
             # The caller's own provider key: OpenRouter charges a fee, the upstream the rest.
             fee = round(cost * 0.05, 10)
-            usage.update(cost=fee, is_byok=True, cost_details={
+            usage.update({"cost": fee, "is_byok": True, "cost_details": {
                 "upstream_inference_cost": cost,
                 "upstream_inference_prompt_cost": round(prompt_tokens * cfg.price_in / 1e6, 10),
-                "upstream_inference_completions_cost": round(completion_tokens * cfg.price_out / 1e6, 10)})
+                "upstream_inference_completions_cost": round(completion_tokens * cfg.price_out / 1e6, 10)}})
             cost = round(fee + cost, 10)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "native_finish_reason": finish,
+        choice: Choice = {"index": 0, "finish_reason": finish, "native_finish_reason": finish,
                                   "message": {"role": "assistant", "content": content}}
         if fault == "choice_error":
             # Documented: an error during generation comes back as HTTP 200, the choice carrying
             # `error` and finish_reason `error`, with whatever content was produced (here all of
             # it, so a client that ignores the error would score an answer that does not count).
-            choice.update(finish_reason="error", native_finish_reason="error",
-                          error={"code": 502, "message": "Provider returned error (simulated)",
-                                 "metadata": {"provider_name": provider, "raw": "simulated fault"}})
+            choice.update({"finish_reason": "error", "native_finish_reason": "error",
+                           "error": {"code": 502, "message": "Provider returned error (simulated)",
+                                     "metadata": {"provider_name": provider, "raw": "simulated fault"}}})
         model = str(body.get("model", "sim-guard"))
-        reply: dict[str, Any] = {"id": gen_id, "object": "chat.completion", "created": int(time.time()),
+        reply: ChatReply = {"id": gen_id, "object": "chat.completion", "created": int(time.time()),
                                  "model": model, "provider": provider,
                                  # Which guard answered: the profile's name and hash (a run's raw log keeps it).
                                  "system_fingerprint": cfg.profile.fingerprint,
@@ -360,15 +361,14 @@ class SimProvider(InfoRoutes):
                                                limit_source="openrouter_in_flight_budget"), headers)
         return None
 
-    def _remember(self, gen_id: str, provider: str, body: dict[str, Any], usage: dict[str, Any], cost: float,
+    def _remember(self, gen_id: str, provider: str, body: dict[str, Any], usage: Usage, cost: float,
                   finish: str) -> None:
         """Keep what GET /generation reports: the provider that served, and the total cost."""
         self.spent += cost
-        details = usage.get("cost_details") or {}
         self.generations[gen_id] = {
             "id": gen_id, "model": body.get("model", "sim-guard"), "provider_name": provider,
-            "total_cost": cost, "is_byok": usage.get("is_byok", False),
-            "upstream_inference_cost": details.get("upstream_inference_cost"),
+            "total_cost": cost, "is_byok": usage["is_byok"],
+            "upstream_inference_cost": usage["cost_details"]["upstream_inference_cost"],
             "tokens_prompt": usage["prompt_tokens"], "tokens_completion": usage["completion_tokens"],
             "finish_reason": finish, "native_finish_reason": finish, "streamed": False, "cancelled": False,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
@@ -381,7 +381,7 @@ class SimProvider(InfoRoutes):
 
     async def handle_stats(self, request: web.Request) -> web.Response:
         """Counts for tests: chat requests received, and attempts seen for `?call_id=`."""
-        stats: dict[str, Any] = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
+        stats: Stats = {"requests": self.served, "ok": self.ok, "rate_limited": self.rate_limited,
                                  "cache_hits": self.cache.hits, "cache_entries": len(self.cache.entries),
                                  "faults": self.faulted, "call_ids": len(self.attempts),
                                  "profile": self.config.profile.record()}

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from guardeval.backends.config import GuardConfig, load_guard_config
 from guardeval.backends.prompts import Prompt, load_prompt
 from guardeval.backends.registry import make_renderer
 from guardeval.backends.sim import guard as sim_guard
 from guardeval.backends.sim.profiles import Profile
+from guardeval.backends.sim.wire import ProfileRecord
 
 Cell = tuple[str, str]   # (base_id, condition)
 
@@ -39,6 +40,22 @@ class TrueEffect:
     n_bases: int
 
 
+class TrueEffectRecord(TypedDict):
+    condition: str
+    role: str
+    block_rate: float
+    delta: float | None
+    delta_minus_placebo: float | None
+    n_bases: int
+
+
+class TruthRecord(TypedDict):
+    profile: ProfileRecord
+    baseline: str
+    placebo: str | None
+    effects: dict[str, TrueEffectRecord]
+
+
 @dataclass(frozen=True)
 class Truth:
     profile: Profile
@@ -47,9 +64,11 @@ class Truth:
     probabilities: dict[Cell, float] = field(repr=False)
     effects: dict[str, TrueEffect] = field(default_factory=dict)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> TruthRecord:
         return {"profile": self.profile.record(), "baseline": self.baseline, "placebo": self.placebo,
-                "effects": {c: vars(e) for c, e in self.effects.items()}}
+                "effects": {c: {"condition": e.condition, "role": e.role, "block_rate": e.block_rate, "delta": e.delta,
+                                "delta_minus_placebo": e.delta_minus_placebo, "n_bases": e.n_bases}
+                            for c, e in self.effects.items()}}
 
 
 def renderer(config: GuardConfig | None = None, prompt: Prompt | None = None

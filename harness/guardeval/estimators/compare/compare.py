@@ -24,7 +24,19 @@ from guardeval.estimators import accuracy as acc
 from guardeval.estimators import effects as fx
 from guardeval.estimators import excluded as ex
 from guardeval.estimators.bootstrap import cluster_sums
-from guardeval.estimators.compare.compare_types import CompareResult, ConditionStability, Pair, PairRow, RankingStability, Reversal
+from guardeval.estimators.compare.compare_types import (
+    CompareFamily,
+    CompareResult,
+    ConditionStability,
+    HolmFamily,
+    InputPlaceboCheck,
+    InputSource,
+    Pair,
+    PairRow,
+    RankingStability,
+    Reversal,
+    no_source,
+)
 from guardeval.estimators.compare.leaderboard import F1, leaderboard
 from guardeval.estimators.compare.ranking import kendall_tau_b, ranking, reversed_pairs
 from guardeval.estimators.core import DEFAULT_PLACEBO, inference_record, resolve_conditions, validated
@@ -62,7 +74,7 @@ class CompareInput:
     baseline: str | None = None     # the input's own default (a run's cohort baseline)
     placebo: str | None = None      # the input's own default (a run's placebo)
     complete: bool = True
-    source: dict[str, Any] = field(default_factory=dict)   # recorded as the input's `source`
+    source: InputSource = field(default_factory=no_source)   # recorded as the input's `source`
 
 
 def _check_structure(designs: Sequence[fx.Design], labels: Sequence[str]) -> None:
@@ -282,12 +294,12 @@ def compare_inputs(inputs: Sequence[CompareInput], *, baseline: str | None = Non
 
 
 def _placebo_checks(est: Estimates, labels: Sequence[str], placebo: str | None,
-                    fam: Sequence[str], alpha: float) -> list[dict[str, Any]]:
+                    fam: Sequence[str], alpha: float) -> list[InputPlaceboCheck]:
     """Each input's placebo Δ, decided as `estimate` decides it (Holm over that input's Δ family):
     a placebo that moved a guard is a failed control for that guard, said first."""
     if placebo is None or placebo not in fam:
         return []
-    out = []
+    out: list[InputPlaceboCheck] = []
     family = dc.family_name(fam, "condition")
     for k, label in enumerate(labels):
         d = dict(zip(fam, dc.decide_pvalues([est[("delta", k, c)]["p"] for c in fam], family, alpha)))[placebo]
@@ -406,12 +418,12 @@ def _pair(est: Estimates, j: int, k: int, labels: Sequence[str], contrasts: Sequ
             "ranking_changed": False}
 
 
-def _decide(pairs: list[Pair], fam: Sequence[str], fam_corr: Sequence[str], alpha: float) -> dict[str, Any]:
+def _decide(pairs: list[Pair], fam: Sequence[str], fam_corr: Sequence[str], alpha: float) -> dict[str, CompareFamily]:
     """Holm over every pair × the family (Δ) and every pair × the interventions (the headline), as
     `p_holm_all_pairs*`; the verdicts are decided in that family (with two inputs it is the pair's
     own family). Rows outside the families are shown, not tested."""
     several = len(pairs) > 1
-    out: dict[str, Any] = {}
+    out: dict[str, CompareFamily] = {}
     for quantity, members, diff_key, eq_key, all_key, kind in (
             ("difference", fam, "p_difference", "equivalence", "p_holm_all_pairs", "condition"),
             ("difference_minus_placebo", fam_corr, "p_difference_minus_placebo", "equivalence_minus_placebo",
@@ -449,7 +461,7 @@ def _reversal(q1: Mapping[str, Any], q2: Mapping[str, Any]) -> float:
 
 
 def _condition_order(est: Estimates, pair_out: list[Pair], pairs: Sequence[tuple[int, int]],
-                     contrasts: Sequence[str], alpha: float) -> dict[str, Any]:
+                     contrasts: Sequence[str], alpha: float) -> HolmFamily:
     """Per pair of guards, the pairs of conditions whose order by Δ reversed, tested as reversals
     (one Holm family over every pair of guards × every pair of conditions, fixed in advance)."""
     cells = [(pi, x, y) for pi in range(len(pairs)) for x, y in combinations(contrasts, 2)]

@@ -8,8 +8,97 @@ from typing import Any, NotRequired, TypedDict
 from guardeval.estimators.compare.leaderboard import Entry
 from guardeval.estimators.types import Excluded, Family, Power, Quarantine
 from guardeval.estimators.verdicts.equivalence import Equivalence
+from guardeval.inspect_logs import LogIdentity
 
 Interval = list[float]
+
+
+class GuardSeen(TypedDict):
+    """A run's guard as a comparison names it (estimators/runs.compare_input)."""
+
+    name: object                    # the recorded config's, as recorded
+    model: object
+    answered_by: dict[str, int]
+    named_by: str
+
+
+class InputSource(TypedDict, total=False):
+    """Where one input's decisions came from: a run (`run` …), a decision table (`table`,
+    `sha256`) or Inspect logs (`inspect_logs`)."""
+
+    run: str
+    run_id: str
+    schedule_sha256: str | None
+    verified: bool
+    verify_skipped: list[dict[str, str]]
+    guard: GuardSeen
+    table: str
+    sha256: str
+    inspect_logs: list[LogIdentity]
+
+
+def no_source() -> InputSource:
+    return {}
+
+
+class HolmFamily(TypedDict):
+    """A fixed family a set of reversals is decided in (Holm at `alpha`)."""
+
+    size: int
+    adjustment: str
+    alpha: float
+    name: str
+
+
+class CompareFamily(Family):
+    """A decision family of the comparison: the conditions it holds, besides Family's fields."""
+
+    conditions: list[str]
+
+
+class InputPlaceboCheck(TypedDict):
+    """One input's placebo Δ, decided in its own Δ family (`failed`: a failed control)."""
+
+    label: str
+    condition: str
+    delta: float | None
+    ci: Interval | None
+    p_holm: float | None
+    family: str
+    failed: bool
+
+
+class Bootstrap(TypedDict):
+    n: int
+    seed: int
+    paired: str
+
+
+class Tripped(TypedDict):
+    a: str
+    b: str
+    condition: str
+    difference: float | None
+    p_holm: float | None
+
+
+class Unpublishable(TypedDict):
+    label: str
+    failed: int
+    quarantined: int
+    share: float
+    limit: float
+
+
+class GateRecord(TypedDict):
+    """`compare --fail-on`: which headline rows tripped it, which inputs it cannot vouch for."""
+
+    fail_on: str
+    quantity: str
+    family: str | None
+    tripped: list[Tripped]
+    unpublishable: list[Unpublishable]
+    exit: int
 
 
 class PairRow(TypedDict):
@@ -89,12 +178,12 @@ class RankingStability(TypedDict):
     order_by: str
     rule: str
     by_condition: dict[str, ConditionStability]
-    family: dict[str, Any]
+    family: HolmFamily
 
 
 class InputRecord(TypedDict):
     label: str
-    source: dict[str, Any]
+    source: InputSource
     complete: bool
     quarantine: Quarantine
     excluded: Excluded            # failed + quarantined calls against one limit (estimators/excluded.py)
@@ -108,7 +197,7 @@ class CompareResult(TypedDict):
     family: list[str]
     family_minus_placebo: list[str]
     alpha: float
-    families: dict[str, Family]     # the decision families (compare._decide)
+    families: dict[str, CompareFamily]   # the decision families (compare._decide)
     margin: float
     power: Power
     n_bases: int
@@ -124,17 +213,17 @@ class CompareResult(TypedDict):
     ranking_changed: bool
     reversed_pairs: list[Reversal]
     ranking_rule: str
-    ranking_family: dict[str, Any]
+    ranking_family: HolmFamily
     leaderboard: dict[str, list[Entry]]
     ranking_stability: RankingStability
     missing: str
     complete: bool
     publishable: bool
     allow_unpublishable: bool
-    bootstrap: dict[str, Any]
+    bootstrap: Bootstrap
     cannot_decide: list[str]                 # families this design cannot decide, in words (said first)
-    placebo_checks: list[dict[str, Any]]     # each input's placebo Δ in its own Δ family (failed: said first)
+    placebo_checks: list[InputPlaceboCheck]       # each input's placebo Δ in its own Δ family (failed: said first)
     inference: dict[str, str]
-    gate: NotRequired[dict[str, Any]]        # `compare --fail-on`: which headline rows tripped it
-    run_a: NotRequired[dict[str, Any]]      # set by the CLI: the first two inputs' source
-    run_b: NotRequired[dict[str, Any]]
+    gate: NotRequired[GateRecord]            # `compare --fail-on`: which headline rows tripped it
+    run_a: NotRequired[InputSource]         # set by the CLI: the first two inputs' source
+    run_b: NotRequired[InputSource]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from guardeval.estimators.compare.compare_types import GateRecord, Tripped, Unpublishable
 from guardeval.estimators.verdicts.decisions import significant
 
 FailOn = Literal["differs"]
@@ -20,20 +21,20 @@ EXIT_TRIPPED = 3
 EXIT_CANNOT_VOUCH = 4
 
 
-def gate(result: Mapping[str, Any], fail_on: FailOn) -> dict[str, Any]:
+def gate(result: Mapping[str, Any], fail_on: FailOn) -> GateRecord:
     """{fail_on, quantity, family, tripped: [{a, b, condition, difference, p_holm}], exit}."""
     corrected = "difference_minus_placebo" in (result.get("families") or {})
     quantity = "difference_minus_placebo" if corrected else "difference"
     eq_key = "equivalence_minus_placebo" if corrected else "equivalence"
     family = ((result.get("families") or {}).get(quantity) or {}).get("name")
-    tripped = []
+    tripped: list[Tripped] = []
     for pair in result["pairs"]:
         for r in pair["conditions"]:
             eq = r.get(eq_key)
             if significant(eq):
                 tripped.append({"a": pair["a"], "b": pair["b"], "condition": r["condition"],
                                 "difference": r.get(quantity), "p_holm": eq.get("p_adjusted")})
-    past = [{"label": i["label"], "failed": e["failed"], "quarantined": e["quarantined"], "share": e["share"],
+    past: list[Unpublishable] = [{"label": i["label"], "failed": e["failed"], "quarantined": e["quarantined"], "share": e["share"],
              "limit": e["limit"]}
             for i in result.get("inputs") or [] if isinstance(e := i.get("excluded"), Mapping) and not e["publishable"]]
     return {"fail_on": fail_on, "quantity": quantity, "family": family, "tripped": tripped, "unpublishable": past,

@@ -20,9 +20,9 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 
@@ -30,15 +30,15 @@ from guardeval.cohorts.model import Cohort
 from guardeval.errors import GuardevalError, InputError, WriteFailed
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, DECISIONS, MANIFEST, PARTIAL_LOCK, PROMPT_DIR, RAW, SCHEDULE, STIMULI
-from guardeval.run.folder.manifest import manifest_with_hash
+from guardeval.run.folder.manifest import CohortPin, FileHashes, RunManifest, manifest_with_hash
 
 _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]+)")
 
 
-def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
-                   fill: Callable[[RunFolder], Mapping[str, object]],
+def create_run_dir(run_dir: Path, *, manifest: RunManifest, cohort: Cohort,
+                   fill: Callable[[RunFolder], FileHashes],
                    prompt_files: tuple[tuple[str, bytes], ...] = (), parent: RunFolder | None = None
-                   ) -> dict[str, Any]:
+                   ) -> RunManifest:
     """Materialise a new run folder atomically: build it beside, then rename into place (with
     `parent`, `run_dir` is its entry, built through its descriptor: `build_beside`).
 
@@ -55,9 +55,9 @@ def create_run_dir(run_dir: Path, *, manifest: dict[str, Any], cohort: Cohort,
                         parent=parent)
 
 
-def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], cohort: Cohort,
-                  fill: Callable[[RunFolder], Mapping[str, object]],
-                  prompt_files: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Any]:
+def create_run_in(parent: RunFolder, name: str, *, manifest: RunManifest, cohort: Cohort,
+                  fill: Callable[[RunFolder], FileHashes],
+                  prompt_files: tuple[tuple[str, bytes], ...] = ()) -> RunManifest:
     """`create_run_dir`'s run folder as `name` (`runs/<label>`) inside a folder that is itself
     being built (a partial study folder, renamed into place whole): made and filled through
     `parent`'s descriptors, each step `O_NOFOLLOW`, never by path, so a link planted in
@@ -69,17 +69,19 @@ def create_run_in(parent: RunFolder, name: str, *, manifest: dict[str, Any], coh
     return written
 
 
-def _fill_run(folder: RunFolder, manifest: dict[str, Any], cohort: Cohort, fill: Callable[[RunFolder], Mapping[str, object]],
-              prompt_files: tuple[tuple[str, bytes], ...]) -> dict[str, Any]:
+def _fill_run(folder: RunFolder, manifest: RunManifest, cohort: Cohort, fill: Callable[[RunFolder], FileHashes],
+              prompt_files: tuple[tuple[str, bytes], ...]) -> RunManifest:
     folder.make_dir(COHORT_DIR)
-    _copy_cohort(cohort, folder, manifest.get("cohort") or {})
+    _copy_cohort(cohort, folder, manifest.get("cohort"))
     if prompt_files:
         folder.make_dir(PROMPT_DIR)
         for name, data in prompt_files:
             if "/" in name or name in ("", ".", ".."):
                 raise InputError(f"prompt file name '{name}' is not a plain file name", field="prompt")
             folder.write_new(f"{PROMPT_DIR}/{name}", data)
-    written = {**manifest, **fill(folder)}
+    hashes = fill(folder)
+    written = manifest.copy()
+    written["schedule_sha256"], written["stimuli_sha256"] = hashes["schedule_sha256"], hashes["stimuli_sha256"]
     folder.write_new(RAW, b"")
     folder.write_new(DECISIONS, b"")
     written = manifest_with_hash(written)
@@ -306,10 +308,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _copy_cohort(cohort: Cohort, folder: RunFolder, pins: dict[str, Any]) -> None:
+def _copy_cohort(cohort: Cohort, folder: RunFolder, pins: CohortPin | None) -> None:
     """Copy the cohort's validated bytes (read through the descriptors its load kept, never
     from the path again), hashing on the way: the copy must be the bytes the plan validated."""
-    if pins.get("sha256") is not None and hashlib.sha256(cohort.meta_bytes).hexdigest() != pins["sha256"]:
+    if pins and hashlib.sha256(cohort.meta_bytes).hexdigest() != pins["sha256"]:
         raise InputError("the cohort changed while the run was being planned", path=cohort.path / "cohort.json")
     folder.write_new(f"{COHORT_DIR}/cohort.json", cohort.meta_bytes)
     h = hashlib.sha256()
@@ -317,5 +319,5 @@ def _copy_cohort(cohort: Cohort, folder: RunFolder, pins: dict[str, Any]) -> Non
         for chunk in cohort.instance_chunks():
             h.update(chunk)
             fout.write(chunk)
-    if pins.get("instances_sha256") is not None and h.hexdigest() != pins["instances_sha256"]:
+    if pins and pins.get("instances_sha256") is not None and h.hexdigest() != pins["instances_sha256"]:
         raise InputError("the cohort changed while the run was being planned", path=cohort.path / "instances.jsonl")

@@ -3,7 +3,8 @@ the row limits its cohort copy is read under."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -15,19 +16,87 @@ from guardeval.cohorts.model import Cohort, load_cohort
 from guardeval.errors import InputError
 from guardeval.run.folder.folder import RunFolder
 from guardeval.run.folder.layout import COHORT_DIR, MANIFEST, PROMPT_DIR
+from guardeval.run.launch_options import LaunchOptions
+
+if TYPE_CHECKING:
+    # Only the type: the python back-end's resolver loads when a python run is resumed or verified.
+    from guardeval.backends.python_guard.resolve import Provenance
 
 
-def manifest_with_hash(manifest: dict[str, Any]) -> dict[str, Any]:
-    body = {k: v for k, v in manifest.items() if k != "sha256"}
-    return {**body, "sha256": canonical_sha256(body)}
+class CohortPin(TypedDict):
+    """The manifest's `cohort`: the cohort a run was launched on (name and sha256 checked on read)."""
+
+    name: str
+    sha256: str
+    instances_sha256: NotRequired[str]
+
+
+class PromptPin(TypedDict):
+    """The manifest's `prompt` (id, sha256 and parser checked on read)."""
+
+    id: str
+    sha256: str
+    parser: str
+    copy: NotRequired[str]          # the run folder's copy of the prompt's files
+
+
+class ParentRef(TypedDict):
+    """A replicate's `parent_run`: the run whose schedule it carries."""
+
+    run_id: str
+    path: str
+    manifest_sha256: str
+    schedule_sha256: str
+
+
+class FileHashes(TypedDict):
+    """The SHA-256 of schedule.jsonl and stimuli.jsonl, for the manifest."""
+
+    schedule_sha256: str
+    stimuli_sha256: str
+
+
+class RunManifest(TypedDict, total=False):
+    """manifest.json as written (`planning._manifest`, then the files' hashes, the launch options
+    and its own `sha256`). Read back it is hostile until `read_manifest` has checked the fields
+    of `_MANIFEST_FIELDS`; the rest are read as they are where they are used."""
+
+    run_id: str
+    created: str
+    guardeval_version: str
+    cohort: CohortPin
+    schedule_sha256: str | None     # None until the schedule is written (or hashed: a dry run)
+    stimuli_sha256: str | None
+    n_calls: int
+    seed: int
+    order: str
+    reps: int
+    schedule_algorithm: str
+    prompt: PromptPin
+    guard: dict[str, Any]           # the guard config as recorded (backends/config_fields.py declares its fields)
+    guard_sha256: str
+    guard_callable: Provenance      # a python back-end's callable provenance (integrity/callable_pin.py)
+    parent_run: ParentRef | None
+    row_limits: dict[str, int]
+    launch_options: LaunchOptions
+    sha256: str
+
+
+def manifest_with_hash(manifest: RunManifest) -> RunManifest:
+    body = manifest.copy()
+    body.pop("sha256", None)
+    body["sha256"] = canonical_sha256(body)   # hashed without it, written last
+    return body
 
 
 
-def load_run_prompt(folder: RunFolder, manifest: dict[str, Any]) -> Prompt:
+def load_run_prompt(folder: RunFolder, manifest: Mapping[str, object]) -> Prompt:
     """The prompt a run was launched with: its own copy in `prompt/` (pinned by the manifest's
     `prompt.sha256`), or, for a run from before copies, the prompts folder's entry if it still
     hashes as pinned. InputError when neither holds."""
-    pin = manifest["prompt"]
+    pin = manifest["prompt"]   # verify passes a manifest it has not checked
+    if not isinstance(pin, dict):
+        raise InputError("not an object", path=folder.file(MANIFEST), field="prompt")
     if pin.get("copy"):
         path, dfd = folder.subdir(PROMPT_DIR)
         prompt = load_prompt_dir(path, str(pin["id"]), dir_fd=dfd)
@@ -68,7 +137,7 @@ def _manifest_json(folder: RunFolder) -> Any:
         raise InputError(f"not valid JSON ({exc})", path=path) from None
 
 
-def read_manifest(folder: RunFolder) -> dict[str, Any]:
+def read_manifest(folder: RunFolder) -> RunManifest:
     """manifest.json, its fields of `_MANIFEST_FIELDS` checked (InputError naming the field)."""
     path = folder.file(MANIFEST)
     manifest = _manifest_json(folder)
@@ -82,7 +151,7 @@ def read_manifest(folder: RunFolder) -> dict[str, Any]:
             raise InputError(f"missing, or not {_KINDS[kind]}", path=path, field=name)
     if not isinstance(manifest.get("parent_run"), (dict, type(None))):
         raise InputError(f"not {_KINDS[dict]}", path=path, field="parent_run")
-    return manifest
+    return cast(RunManifest, manifest)   # its fields every reader relies on, checked above
 
 
 def row_limits_record(limits: RowLimits) -> dict[str, int] | None:
@@ -94,7 +163,7 @@ def row_limits_record(limits: RowLimits) -> dict[str, int] | None:
     return {"max_bytes": wide.max_bytes, "max_depth": wide.max_depth}
 
 
-def run_row_limits(folder: RunFolder, manifest: dict[str, Any], given: RowLimits = DEFAULT_ROW_LIMITS) -> RowLimits:
+def run_row_limits(folder: RunFolder, manifest: Mapping[str, object], given: RowLimits = DEFAULT_ROW_LIMITS) -> RowLimits:
     """The bounds a run's own cohort copy is read under: those its launch recorded, or `given`
     (the command's flags), whichever is wider, so that a run launched with `--max-row-bytes` can
     be verified, estimated and viewed without repeating the flag."""
@@ -121,7 +190,7 @@ def load_cohort_copy(folder: RunFolder, limits: RowLimits, pinned_sha256: str | 
     return load_cohort(path, dir_fd=dfd, pinned_sha256=pinned_sha256, limits=limits)
 
 
-def run_config(folder: RunFolder, manifest: dict[str, Any]) -> GuardConfig:
+def run_config(folder: RunFolder, manifest: RunManifest) -> GuardConfig:
     """The run's guard config, from its manifest, checked as a config file is (`config_from_manifest`)."""
     return config_from_manifest(manifest["guard"], folder.file(MANIFEST))
 

@@ -19,17 +19,18 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from guardeval.backends.backend import find_backend
 from guardeval.backends.config import GuardConfig
 from guardeval.backends.python_guard import resolve
 from guardeval.errors import InputError
+from guardeval.run.folder.manifest import RunManifest
 
-FIELD = "guard_callable"
+FIELD: Final = "guard_callable"
 
 
-def record(config: GuardConfig, where: object = None, beside: str | None = None) -> dict[str, Any] | None:
+def record(config: GuardConfig, where: object = None, beside: str | None = None) -> resolve.Provenance | None:
     """The provenance to pin at launch (None for other back-ends). InputError (exit 2) naming the
     config's `callable` field when it does not import or is not callable. The module is also
     looked for beside the config file (or in `beside`: a resumed run's recorded folder)."""
@@ -40,8 +41,8 @@ def record(config: GuardConfig, where: object = None, beside: str | None = None)
     return resolve.provenance(config.callable, fn)
 
 
-def check_resume(manifest_path: Path, manifest: dict[str, Any], config: GuardConfig, *,
-                 allow_changed: bool = False) -> dict[str, Any] | None:
+def check_resume(manifest_path: Path, manifest: RunManifest, config: GuardConfig, *,
+                 allow_changed: bool = False) -> resolve.Provenance | None:
     """Before a resume sends anything: the callable's module is the launch's code, checked
     before it is imported, then imported from the bytes hashed (`resolve.import_source`: no
     second read of the file); the callable imports. Returns its provenance now (None for other

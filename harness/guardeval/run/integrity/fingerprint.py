@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import orjson
 
@@ -122,7 +123,7 @@ def parse_token(text: str) -> str:
     return t
 
 
-def run_fingerprint(folder: RunFolder, manifest: dict[str, Any]) -> Fingerprint:
+def run_fingerprint(folder: RunFolder, manifest: Mapping[str, object]) -> Fingerprint:
     """The fingerprint of the run as it is on disk: complete lines only (a torn last line,
     which `resume` moves aside, is not part of the log)."""
     n_raw, head = _raw_head(folder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
@@ -289,7 +289,7 @@ def value_of(value: Any) -> Any:
     return value
 
 
-def fingerprint_check(folder: RunFolder, manifest: dict[str, Any], rep: Report, expect: str | None,
+def fingerprint_check(folder: RunFolder, manifest: Mapping[str, object], rep: Report, expect: str | None,
                       skip: Callable[[str, str], None] | None = None) -> FingerprintRecord | None:
     """The run's fingerprint; a problem when it is not the one expected (or cannot be taken). A
     token of the older form (no events) is checked as such, and `skip` told that it leaves
