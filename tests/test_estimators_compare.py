@@ -35,12 +35,14 @@ def test_a_strong_reversal_changes_the_ranking():
 
 def test_a_significant_difference_of_differences_is_not_a_reversal():
     # A: Δx 0.50, Δy 0.45 (their order is within the noise); B: Δx 0, Δy 0.50. The difference of
-    # differences, −0.55, is large; the order in A is not established, so nothing reversed.
+    # differences, −0.55, is large (significant at α; its sign flips count ties at the data's one-call
+    # lattice, issue 50, so p 0.021 rather than below 0.01); the order in A is not established, so
+    # nothing reversed.
     a = table({"x": set(range(10)), "y": set(range(9))})
     b = table({"y": set(range(10))})
     out = compare(a, b, n_boot=2000, seed=1)
     [pair] = out["reversed_pairs"]
-    assert pair["difference_of_differences"] == pytest.approx(-0.55) and pair["p"] < 0.01
+    assert pair["difference_of_differences"] == pytest.approx(-0.55) and pair["p"] < 0.05
     assert pair["p_order_a"] > 0.2 and pair["p_order_b"] < 0.01
     assert pair["p_reversal"] == pair["p_order_a"]
     assert out["ranking_changed"] is False

@@ -209,9 +209,17 @@ def test_dispatched_records_have_the_shape_the_builder_writes(half_run, tmp_path
     raw = _jsonl(run / "raw.jsonl")
     built, dispatched = raw[0], raw[n_before]
     assert set(built) == set(dispatched)
+    from types import SimpleNamespace
+
+    from guardeval.backends.backend import backend_for
     from guardeval.run.folder.records import Decision, RawLine  # the typed records name exactly the fields written
 
-    assert RawLine.__required_keys__ | {"seq"} <= set(dispatched) <= RawLine.__required_keys__ | RawLine.__optional_keys__
+    # ... and the back-end's own fields (its record's raw_fields), asked of an answer that has every one
+    manifest = json.loads((run / "manifest.json").read_text())
+    everything = SimpleNamespace(response_headers={"h": "v"}, router_metadata={}, previous_errors=[{}])
+    own = set(backend_for(manifest["guard"]["backend"]).raw_fields(everything))
+    assert own, "the simulated provider's back-end adds fields of its own to the raw line"
+    assert RawLine.__required_keys__ | {"seq"} <= set(dispatched) <= RawLine.__required_keys__ | RawLine.__optional_keys__ | own
     assert set(_jsonl(run / "decisions.jsonl")[-1]) == Decision.__required_keys__
     assert set(built["usage"]) == set(dispatched["usage"])
     assert orjson.loads(built["response"]).keys() == orjson.loads(dispatched["response"]).keys()

@@ -245,8 +245,9 @@ def _signflip(small: set[Key], cols: Mapping[Key, int], combos: Mapping[Key, Map
             at = {j: i for i, j in enumerate(need)}
             nu, de = num_g[used][:, need], den_g[used][:, need]
             vals = sf.subset_means(s, nu, de)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_base = 1.0 / (s @ de)   # a subset value's lattice step is the per-base one over its bases
+            # a subset value's lattice step is the per-base one over its bases (0 where it has none: no value)
+            bases = s @ de
+            per_base = np.divide(1.0, bases, out=np.zeros_like(bases), where=bases > 0)
             for key in keys:
                 point = float(points[key])  # type: ignore[arg-type]
                 if key in combos:
