@@ -75,3 +75,25 @@ def test_untyped_dicts_stay_at_or_below_the_ceiling() -> None:
     assert count <= CEILING, (
         f"{count} `dict[str, Any]` in harness/guardeval (ceiling {CEILING}): give the new record a "
         "TypedDict or a dataclass instead")
+
+
+def test_the_apis_status_and_call_records_are_the_run_records_fields() -> None:
+    """`RunStatus` is `status --json` (`run.status.RunStatusRecord`) plus the API's `extra`, and
+    `CallRecord` is the export's columns of a call row (`view.calls.CallRow`, in the export's
+    order): a field added to the record reaches the API or fails here."""
+    from guardeval.api.types import CallRecord, RunStatus
+    from guardeval.run.status import RunStatusRecord
+    from guardeval.view.calls import EXPORT_COLUMNS, CallRow
+
+    status = [f.name for f in dataclasses.fields(RunStatus)]
+    assert set(status) == {*RunStatusRecord.__annotations__, "extra"} and len(status) == len(set(status))
+    calls = [f.name for f in dataclasses.fields(CallRecord)]
+    assert calls == list(EXPORT_COLUMNS) and set(calls) <= set(CallRow.__annotations__)
+    for name in calls:      # the row's type, or that type's None-able form in the API
+        row, api = _written(CallRow.__annotations__[name]), _written(CallRecord.__annotations__[name])
+        assert api in (row, f"{row} | None"), (name, api, row)
+
+
+def _written(annotation: Any) -> str:
+    """An annotation as written in the source (a TypedDict keeps it as a ForwardRef, a dataclass as text)."""
+    return annotation.__forward_arg__ if isinstance(annotation, typing.ForwardRef) else str(annotation)
