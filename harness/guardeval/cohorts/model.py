@@ -37,9 +37,9 @@ ContentField = Literal["user_request", "history", "current_action", "tool_descri
 CONTENT_FIELDS: tuple[ContentField, ...] = ("user_request", "history", "current_action", "tool_descriptions")
 
 
-class Base(TypedDict):
-    """One judged step as a builder reads it from its source, before any condition: the cohort's
-    identity fields and the content a condition transforms (`build_row` makes it an `Instance`)."""
+class Judged(TypedDict):
+    """What every record of one judged step carries, with or without a condition: its identity,
+    its label and the user's request (declared once for `Base` and `Instance`)."""
 
     base_id: str
     interaction_id: str
@@ -48,6 +48,12 @@ class Base(TypedDict):
     label_score: float | None
     tool: str
     user_request: str
+
+
+class Base(Judged):
+    """One judged step as a builder reads it from its source, before any condition: the cohort's
+    identity fields and the content a condition transforms (`build_row` makes it an `Instance`)."""
+
     history: list[dict[str, Any]]
     current_action: dict[str, Any]
     tool_descriptions: list[dict[str, Any]]
@@ -83,19 +89,12 @@ class Render(TypedDict, total=False):
     indent: int | None
 
 
-class Instance(TypedDict):
+class Instance(Judged):
     """One row of instances.jsonl as validated on load (`_row_error`): a base under a condition.
     The content fields hold the agent's messages and tools as the source gave them (JSON)."""
 
-    base_id: str
-    interaction_id: str
-    domain: str
-    label: int | None
-    label_score: float | None
-    tool: str
     condition: str
     role: str
-    user_request: str
     # The agent's messages, its action and its tools as JSON, or as text a source pre-rendered.
     history: list[dict[str, Any]] | str
     current_action: dict[str, Any] | str

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,6 +25,7 @@ from guardeval.run.folder.layout import DECISIONS, RAW, SCHEDULE
 from guardeval.run.folder.lines import iter_jsonl
 from guardeval.run.folder.manifest import RunManifest, load_cohort_copy, read_manifest, run_row_limits
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
+from guardeval.run.schedule import ScheduledCall
 
 if TYPE_CHECKING:
     from guardeval.run.run import Run
@@ -44,16 +45,10 @@ def _checked(rec: dict[str, Any], fields: dict[str, tuple[type, ...]], path: Pat
     return rec
 
 
-class RunRow(TypedDict):
+class RunRow(ScheduledCall):
     """A scheduled call as a decision-table row (estimators/table.py validates it): the schedule's
     fields, the cohort's label and tool, and the call's live decision (status "missing" without one)."""
 
-    call_id: str
-    base_id: str
-    interaction_id: str
-    domain: str
-    condition: str
-    repetition: int
     label: int | None
     tool: str | None
     decision: int | None

@@ -19,18 +19,24 @@ if TYPE_CHECKING:
 
 
 
-class ScheduleRow(TypedDict):
-    """One line of schedule.jsonl: a call, in dispatch order. As the runner hands it to the
-    dispatcher it also carries the call's request hash (stimuli.jsonl's) and, in a retry, the live
-    decision its new one supersedes."""
+class ScheduledCall(TypedDict):
+    """Which call: the fields every record of one scheduled call carries (the schedule's line, the
+    run table's row, the call browser's row), declared once here."""
 
-    index: int
     call_id: str
     base_id: str
     interaction_id: str
     domain: str
     condition: str
     repetition: int
+
+
+class ScheduleRow(ScheduledCall):
+    """One line of schedule.jsonl: a call, in dispatch order. As the runner hands it to the
+    dispatcher it also carries the call's request hash (stimuli.jsonl's) and, in a retry, the live
+    decision its new one supersedes."""
+
+    index: int
     instance_sha256: str
     request_sha256: NotRequired[str]
     supersedes: NotRequired[Live]

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, get_args
 
 from guardeval.canon import sha256_hex
 from guardeval.errors import InputError
@@ -25,6 +25,7 @@ from guardeval.run.folder.lines import iter_jsonl, iter_lines, parse_line, raw_h
 from guardeval.run.folder.manifest import RunManifest, load_cohort_copy, read_manifest, run_row_limits
 from guardeval.run.folder.spend import reported_cost
 from guardeval.run.integrity.replay import generation_replays, quarantine_reason
+from guardeval.run.schedule import ScheduledCall
 
 if TYPE_CHECKING:
     from guardeval.run.run import Run
@@ -41,16 +42,10 @@ MIN_PREFIX = 1
 CALL_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},32}}")
 
 
-class CallRow(TypedDict):
+class CallRow(ScheduledCall):
     """One scheduled call joined across the run folder (`load_calls`): the export's columns and
     what the call browser and `show` need beyond them. Read from the run's own logs."""
 
-    call_id: str
-    base_id: str
-    interaction_id: str
-    domain: str
-    condition: str
-    repetition: int
     label: int | None
     tool: str | None
     decision: int | None
