@@ -28,9 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from guardeval.backends.base import Reply
-from guardeval.backends.errors import (  # noqa: F401 (the generic ones, read here as before)
+from guardeval.backends.errors import (
     CONTEXT_RE,
-    MESSAGE_LIMIT,
     REFUSED_PREFIX,
     TRANSIENT_STATUS,
     AttemptError,
